@@ -1,0 +1,267 @@
+"""Accuracy of the estimator against published training runs.
+
+Runs every usable row of ``benchmarks/data/published-runs.csv`` through ``service.core.estimate``
+(the code path ``POST /v1/estimates`` uses, with the seed catalogue's accelerators) and prints,
+per row, predicted and measured tokens/s per GPU with the signed error, and predicted and
+measured peak memory where the source gives it. Below the table: median, 90th-percentile and
+maximum absolute error.
+
+Usage: ``make accuracy`` or ``python -m benchmarks.accuracy [--csv]``.
+
+Rules for fields a source leaves open (documented in docs/validation.md):
+- micro_batch, vp, cp empty -> 1; zero_stage empty -> 1 (Megatron distributed optimizer);
+- sequence_parallel unknown -> on whenever tp > 1 (NeMo/Megatron recipes turn it on with TP);
+- recompute unknown -> the least recomputation that fits in memory (none, then full);
+- GPT-style (gelu) models tie embeddings, as Megatron GPT and MPT do; the others do not;
+- the SC'21 rows run unfused attention (they predate FlashAttention);
+- per-head width comes from the public config where it differs from hidden/heads (gpt-oss,
+  Qwen3), as the row's notes say; 8 GPUs per node for every source (DGX/HGX nodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.catalog.mapping import accelerator_to_spec
+from service.catalog.seed_data import accelerator_seeds
+from service.core.calibration import DEFAULT_CALIBRATION, Calibration
+from service.core.estimate import Estimate, estimate
+from service.core.specs import (
+    AcceleratorSpec,
+    ClusterSpec,
+    MlpKind,
+    ModelSpec,
+    ParallelismPlan,
+    Precision,
+    RecomputeMode,
+    TrainingSpec,
+)
+from service.core.units import bytes_to_gib
+
+DATA = Path(__file__).parent / "data" / "published-runs.csv"
+HEAD_DIM_FROM_PUBLIC_CONFIG = {"gpt-oss-120b": 64, "qwen3-235b": 128}
+GPUS_PER_NODE = 8
+UNFUSED_ATTENTION_PREFIXES = ("sc21-",)
+"""SC'21 (2021) predates FlashAttention (2022): Megatron-LM then used unfused softmax kernels."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowInputs:
+    id: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    plan: ParallelismPlan
+    training: TrainingSpec
+    recompute_known: bool
+    measured_tokens_per_s_per_gpu: float
+    measured_memory_gib: float | None
+    trust: str
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    inputs: RowInputs
+    plan: ParallelismPlan
+    estimate: Estimate
+
+    @property
+    def predicted(self) -> float:
+        return self.estimate.throughput.tokens_per_s_per_gpu
+
+    @property
+    def error_fraction(self) -> float:
+        return self.predicted / self.inputs.measured_tokens_per_s_per_gpu - 1.0
+
+
+def _int(text: str, default: int) -> int:
+    return int(text) if text.strip() else default
+
+
+def _head_dim(row: dict[str, str]) -> int | None:
+    for key, value in HEAD_DIM_FROM_PUBLIC_CONFIG.items():
+        if key in row["id"] or key in row["model"].lower():
+            return value
+    return None
+
+
+def load_rows(path: Path = DATA) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def is_usable(row: dict[str, str]) -> bool:
+    """Rows with a measured tokens/s and a complete layout (tp, pp, dp, global batch)."""
+    return all(row[k].strip() for k in ("measured_tokens_per_s_per_gpu", "tp", "pp", "dp",
+                                        "global_batch_seqs"))
+
+
+def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) -> RowInputs:
+    mlp = MlpKind(row["mlp"])
+    moe = row["arch"] == "moe"
+    model = ModelSpec(
+        name=row["model"],
+        num_layers=int(row["layers"]),
+        hidden_size=int(row["hidden"]),
+        num_heads=int(row["heads"]),
+        num_kv_heads=int(row["kv_heads"]),
+        ffn_hidden_size=int(row["ffn"]),
+        vocab_size=int(row["vocab"]),
+        mlp=mlp,
+        tied_embeddings=mlp == MlpKind.GELU,
+        head_dim=_head_dim(row),
+        num_experts=_int(row["experts"], 0) if moe else 0,
+        experts_per_token=_int(row["experts_per_token"], 0) if moe else 0,
+    )
+    tp = int(row["tp"])
+    sp_text = row["sequence_parallel"]
+    recompute_text = row["recompute"]
+    recompute_known = recompute_text != "unknown"
+    plan = ParallelismPlan(
+        tp=tp,
+        pp=int(row["pp"]),
+        dp=int(row["dp"]),
+        cp=_int(row["cp"], 1),
+        ep=_int(row["ep"], 1),
+        vp=_int(row["vp"], 1),
+        micro_batch=_int(row["micro_batch"], 1),
+        sequence_parallel=(sp_text == "true") if sp_text != "unknown" else tp > 1,
+        zero_stage=_int(row["zero_stage"], 1),
+        recompute=RecomputeMode(recompute_text) if recompute_known else RecomputeMode.NONE,
+    )
+    accelerator = accelerators[row["gpu"]]
+    cluster = ClusterSpec(
+        accelerator=accelerator, num_gpus=int(row["gpu_count"]), gpus_per_node=GPUS_PER_NODE
+    )
+    training = TrainingSpec(
+        seq_len=int(row["seq_len"]),
+        global_batch_seqs=int(row["global_batch_seqs"]),
+        tokens=1e12,
+        precision=Precision(row["precision"]),
+        flash_attention=not row["id"].startswith(UNFUSED_ATTENTION_PREFIXES),
+    )
+    memory = row["measured_memory_gib"].strip()
+    return RowInputs(
+        id=row["id"],
+        model=model,
+        cluster=cluster,
+        plan=plan,
+        training=training,
+        recompute_known=recompute_known,
+        measured_tokens_per_s_per_gpu=float(row["measured_tokens_per_s_per_gpu"]),
+        measured_memory_gib=float(memory) if memory else None,
+        trust=row["trust"],
+    )
+
+
+def seed_accelerators() -> dict[str, AcceleratorSpec]:
+    return {seed.id: accelerator_to_spec(seed) for seed in accelerator_seeds()}
+
+
+def usable_inputs() -> list[RowInputs]:
+    accelerators = seed_accelerators()
+    return [row_inputs(row, accelerators) for row in load_rows() if is_usable(row)]
+
+
+def evaluate(inputs: RowInputs, calibration: Calibration = DEFAULT_CALIBRATION) -> RowResult:
+    """Estimate one row; an unknown recompute mode becomes the least one that fits."""
+    plan = inputs.plan
+    result = estimate(inputs.model, inputs.cluster, plan, inputs.training, calibration=calibration)
+    if not inputs.recompute_known and not result.memory.fits:
+        for mode in (RecomputeMode.SELECTIVE, RecomputeMode.FULL):
+            plan = dataclasses.replace(inputs.plan, recompute=mode)
+            result = estimate(
+                inputs.model, inputs.cluster, plan, inputs.training, calibration=calibration
+            )
+            if result.memory.fits:
+                break
+    return RowResult(inputs=inputs, plan=plan, estimate=result)
+
+
+def run(calibration: Calibration = DEFAULT_CALIBRATION) -> list[RowResult]:
+    return [evaluate(inputs, calibration) for inputs in usable_inputs()]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Linear-interpolated percentile (the 'inclusive' method of statistics.quantiles)."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    rows: int
+    median_abs_error: float
+    p90_abs_error: float
+    max_abs_error: float
+    memory_rows: int
+    memory_median_abs_error: float | None
+
+
+def summarise(results: list[RowResult]) -> Summary:
+    errors = [abs(r.error_fraction) for r in results]
+    memory_errors = [
+        abs(bytes_to_gib(r.estimate.memory.peak_bytes) / r.inputs.measured_memory_gib - 1)
+        for r in results
+        if r.inputs.measured_memory_gib
+    ]
+    return Summary(
+        rows=len(results),
+        median_abs_error=statistics.median(errors),
+        p90_abs_error=percentile(errors, 0.9),
+        max_abs_error=max(errors),
+        memory_rows=len(memory_errors),
+        memory_median_abs_error=statistics.median(memory_errors) if memory_errors else None,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    args = parser.parse_args(argv)
+    results = run()
+    header = ("id", "gpu", "plan", "pred_tok_s_gpu", "meas_tok_s_gpu", "error", "pred_mem_gib",
+              "meas_mem_gib", "mfu")
+    lines = []
+    for r in results:
+        p = r.estimate
+        plan = r.plan
+        layout = (f"t{plan.tp}p{plan.pp}d{plan.dp}c{plan.cp}e{plan.ep}v{plan.vp}"
+                  f"b{plan.micro_batch}z{plan.zero_stage}{plan.recompute.value[0]}")
+        mem = r.inputs.measured_memory_gib
+        lines.append((
+            r.inputs.id, r.inputs.cluster.accelerator.id, layout, f"{r.predicted:.1f}",
+            f"{r.inputs.measured_tokens_per_s_per_gpu:.1f}", f"{r.error_fraction:+.1%}",
+            f"{bytes_to_gib(p.memory.peak_bytes):.1f}", f"{mem:.1f}" if mem else "",
+            f"{p.throughput.mfu_fraction:.1%}",
+        ))
+    if args.csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow(header)
+        writer.writerows(lines)
+    else:
+        widths = [max(len(str(x)) for x in col) for col in zip(header, *lines, strict=False)]
+        for line in (header, *lines):
+            print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
+    s = summarise(results)
+    print()
+    print(f"rows: {s.rows}   tokens/s per GPU absolute error: median {s.median_abs_error:.1%}, "
+          f"p90 {s.p90_abs_error:.1%}, max {s.max_abs_error:.1%}")
+    if s.memory_median_abs_error is not None:
+        print(f"peak memory: {s.memory_rows} rows, median absolute error "
+              f"{s.memory_median_abs_error:.1%}")
+    print(f"calibration: {DEFAULT_CALIBRATION.version}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

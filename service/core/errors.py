@@ -1,0 +1,42 @@
+"""The core's exceptions.
+
+    CoreError (ValueError)
+    ├── InvalidSpecError       an input breaks a rule (names the field and the limit)
+    ├── InfeasiblePlanError    a plan is valid but cannot run (carries structured reasons)
+    └── NoFeasiblePlanError    a search found nothing that runs (carries the closest tries)
+
+The API maps each class to one problem type; the message is the per-occurrence detail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class CoreError(ValueError):
+    """Root of every error the core raises on purpose."""
+
+
+class InvalidSpecError(CoreError):
+    """An input violates a rule. ``field`` names the offending input (dotted path)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InfeasiblePlanError(CoreError):
+    """A well-formed plan that cannot run, for example because it does not fit in memory."""
+
+    def __init__(self, message: str, *, reasons: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.reasons: dict[str, Any] = dict(reasons or {})
+
+
+class NoFeasiblePlanError(CoreError):
+    """No candidate plan satisfies the constraints. ``closest`` lists the nearest misses."""
+
+    def __init__(self, message: str, *, closest: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.closest: list[dict[str, Any]] = list(closest or [])

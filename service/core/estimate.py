@@ -1,0 +1,159 @@
+"""The training estimate: parameters, FLOPs, memory, step time, throughput, energy.
+
+``estimate()`` is the one entry point the API, the accuracy benchmark and the optimiser share.
+Throughput: tokens/s = B*s / step. Utilisation (PaLM, Chowdhery et al. 2022, appendix B):
+MFU = model FLOPs per token x tokens/s / (GPUs x dense peak for the precision used); HFU also
+counts recomputed FLOPs. Energy: kWh = GPU-hours x (TDP x power fraction + host power) x PUE;
+carbon = kWh x grid intensity (docs/model.md, section 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.calibration import DEFAULT_CALIBRATION, Calibration
+from service.core.flops import TokenFlops, token_flops
+from service.core.geometry import build_geometry
+from service.core.memory import MemoryBreakdown, memory_breakdown
+from service.core.params import ParameterCount, count_parameters
+from service.core.specs import (
+    ClusterSpec,
+    EnergySpec,
+    ModelSpec,
+    ParallelismPlan,
+    Precision,
+    RecomputeMode,
+    TrainingSpec,
+    validate_plan,
+)
+from service.core.timing import StepTime, step_time
+from service.core.units import GRAMS_PER_KG, JOULES_PER_KWH, SECONDS_PER_HOUR, bytes_to_gib
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Throughput:
+    """Speed and utilisation figures for the whole job."""
+
+    step: StepTime
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu_fraction: float
+    hfu_fraction: float
+    train_s: float
+    gpu_hours: float
+    num_steps: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Energy:
+    kwh: float
+    co2e_kg: float
+    average_power_w_per_gpu: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """Everything ``estimate()`` predicts for one model, cluster, plan and workload."""
+
+    params: ParameterCount
+    flops: TokenFlops
+    total_training_flops: float
+    memory: MemoryBreakdown
+    throughput: Throughput
+    energy: Energy
+    num_micro_batches: int
+    warnings: tuple[str, ...]
+    assumptions: tuple[str, ...]
+    calibration_version: str
+
+
+def estimate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    plan: ParallelismPlan,
+    training: TrainingSpec,
+    *,
+    energy: EnergySpec | None = None,
+    calibration: Calibration = DEFAULT_CALIBRATION,
+) -> Estimate:
+    """Estimate a training run. Raises ``InvalidSpecError`` for an impossible layout.
+
+    A layout that does not fit in memory is still estimated; ``memory.fits`` is then false and
+    a warning says by how much it overflows.
+    """
+    energy = energy or EnergySpec()
+    acc = cluster.accelerator
+    peak = acc.peak_for(training.precision)
+    layout = validate_plan(model, cluster, plan, training)
+    counts = count_parameters(model)
+    flops = token_flops(model, counts, training.seq_len)
+    geometry = build_geometry(model, counts, cluster, plan, training, layout)
+    memory = memory_breakdown(model, plan, training, geometry, calibration, acc.memory_bytes)
+    step = step_time(model, counts, cluster, plan, training, geometry, calibration)
+
+    step_s = step.step_s
+    tokens_per_step = training.global_batch_seqs * training.seq_len
+    tokens_per_s = tokens_per_step / step_s
+    n = cluster.num_gpus
+    mfu = flops.model_training_flops * tokens_per_s / (n * peak)
+    hfu = flops.hardware_training_flops(plan.recompute) * tokens_per_s / (n * peak)
+    train_s = training.tokens / tokens_per_s
+    gpu_hours = train_s * n / SECONDS_PER_HOUR
+    throughput = Throughput(
+        step=step,
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / n,
+        mfu_fraction=mfu,
+        hfu_fraction=hfu,
+        train_s=train_s,
+        gpu_hours=gpu_hours,
+        num_steps=training.tokens / tokens_per_step,
+    )
+
+    power_w = acc.tdp_w * (energy.gpu_power_fraction + energy.host_power_fraction)
+    kwh = gpu_hours * SECONDS_PER_HOUR * power_w * energy.pue / JOULES_PER_KWH
+    energy_result = Energy(
+        kwh=kwh,
+        co2e_kg=kwh * energy.grid_gco2e_per_kwh / GRAMS_PER_KG,
+        average_power_w_per_gpu=power_w * energy.pue,
+    )
+
+    warnings = list(layout.warnings)
+    if not memory.fits:
+        warnings.append(
+            f"does not fit: needs {bytes_to_gib(memory.peak_bytes):.1f} GiB per GPU, "
+            f"{acc.id} has {bytes_to_gib(memory.capacity_bytes):.1f} GiB"
+        )
+    if not calibration.is_calibrated_for(acc.id):
+        warnings.append(
+            f"{acc.id} has no published training runs in the calibration set; its efficiency "
+            "uses the default fit, so the uncertainty is larger"
+        )
+    if mfu > 0.8:
+        warnings.append(f"predicted MFU {mfu:.0%} is above what published runs reach")
+    return Estimate(
+        params=counts,
+        flops=flops,
+        total_training_flops=flops.model_training_flops * training.tokens,
+        memory=memory,
+        throughput=throughput,
+        energy=energy_result,
+        num_micro_batches=layout.num_micro_batches,
+        warnings=tuple(warnings),
+        assumptions=_assumptions(plan, training),
+        calibration_version=calibration.version,
+    )
+
+
+def _assumptions(plan: ParallelismPlan, training: TrainingSpec) -> tuple[str, ...]:
+    notes = [
+        "model FLOPs count full (non-causal) attention and the logits, as PaLM and Megatron-LM "
+        "do; MFU is against the dense peak for the training precision",
+        "FlashAttention, no dropout, Adam with fp32 master weights and fp32 gradients",
+        "1F1B pipeline schedule; data-parallel traffic overlaps with one micro-batch",
+    ]
+    if training.precision == Precision.FP8:
+        notes.append("fp8: linear layers at the FP8 peak; attention and logits in bf16")
+    if plan.recompute == RecomputeMode.SELECTIVE:
+        notes.append("selective recomputation repeats the attention core only")
+    return tuple(notes)

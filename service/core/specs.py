@@ -1,0 +1,494 @@
+"""Frozen inputs of the core: model architecture, accelerator, cluster, parallel plan, training.
+
+Each class validates itself in ``__post_init__`` and raises ``InvalidSpecError`` naming the
+field and the limit. Cross-object rules (heads divisible by tp, tp*pp*dp*cp equal to the GPU
+count, ...) live in ``validate_plan``, because they need more than one object.
+
+Notation follows ``docs/model.md`` (Narayanan et al. 2021; Korthikanti et al. 2022): L layers,
+h hidden size, a heads, g KV heads, f FFN width, V vocabulary, s sequence length, b
+micro-batch, B global batch, t/p/d/c/e tensor/pipeline/data/context/expert parallel sizes, v
+virtual pipeline stages per GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from service.core.errors import InvalidSpecError
+
+
+class MlpKind(StrEnum):
+    """Feed-forward block type. Gated SwiGLU has three matrices; the others two."""
+
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+    SQUARED_RELU = "squared_relu"
+
+
+class Precision(StrEnum):
+    """Matmul precision. ``fp8`` runs the linear layers in FP8 (Transformer Engine style)."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+
+
+class RecomputeMode(StrEnum):
+    """Activation recomputation (Korthikanti et al. 2022, section 5)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+def _require_positive_int(value: int, name: str, *, maximum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSpecError(f"{name} must be an integer", field=name)
+    if value < 1:
+        raise InvalidSpecError(f"{name} ({value}) must be at least 1", field=name)
+    if maximum is not None and value > maximum:
+        raise InvalidSpecError(f"{name} ({value}) must be at most {maximum}", field=name)
+
+
+def _require_finite_positive(value: float, name: str) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidSpecError(f"{name} ({value}) must be a finite number above 0", field=name)
+
+
+def _require_fraction(value: float, name: str, *, allow_zero: bool = True) -> None:
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not math.isfinite(value) or not low_ok or value > 1:
+        bound = "[0, 1]" if allow_zero else "(0, 1]"
+        raise InvalidSpecError(f"{name} ({value}) must be in {bound}", field=name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 section 2.1).
+
+    Queries and keys/values are projected through low-rank latents; each head has a
+    non-positional part (``qk_nope_head_dim``) and a rotary part (``qk_rope_head_dim``).
+    """
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    def __post_init__(self) -> None:
+        for name in (
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+        ):
+            _require_positive_int(getattr(self, name), f"model.mla.{name}", maximum=1_000_000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer, dense or mixture-of-experts.
+
+    MoE models set ``num_experts`` > 0; the first ``num_dense_layers`` layers then use a dense
+    MLP of width ``ffn_hidden_size`` and the others ``num_experts`` routed experts of width
+    ``moe_ffn_hidden_size`` (top-``experts_per_token``) plus ``num_shared_experts``.
+    """
+
+    name: str = "custom"
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    mlp: MlpKind = MlpKind.SWIGLU
+    tied_embeddings: bool = False
+    head_dim: int | None = None
+    linear_bias: bool = False
+    learned_position_embeddings: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    num_shared_experts: int = 0
+    moe_ffn_hidden_size: int | None = None
+    num_dense_layers: int = 0
+    mla: MlaSpec | None = None
+
+    def __post_init__(self) -> None:
+        limits = {
+            "num_layers": 10_000,
+            "hidden_size": 1_000_000,
+            "num_heads": 100_000,
+            "num_kv_heads": 100_000,
+            "ffn_hidden_size": 10_000_000,
+            "vocab_size": 100_000_000,
+        }
+        for name, maximum in limits.items():
+            _require_positive_int(getattr(self, name), f"model.{name}", maximum=maximum)
+        if self.num_heads % self.num_kv_heads:
+            raise InvalidSpecError(
+                f"model.num_heads ({self.num_heads}) must be divisible by "
+                f"model.num_kv_heads ({self.num_kv_heads})",
+                field="model.num_kv_heads",
+            )
+        if self.head_dim is not None:
+            _require_positive_int(self.head_dim, "model.head_dim", maximum=100_000)
+        elif self.hidden_size % self.num_heads:
+            raise InvalidSpecError(
+                f"model.hidden_size ({self.hidden_size}) must be divisible by model.num_heads "
+                f"({self.num_heads}) unless model.head_dim is given",
+                field="model.num_heads",
+            )
+        if self.learned_position_embeddings < 0:
+            raise InvalidSpecError(
+                "model.learned_position_embeddings must be 0 or more",
+                field="model.learned_position_embeddings",
+            )
+        self._validate_moe()
+
+    def _validate_moe(self) -> None:
+        if self.num_experts < 0 or self.num_experts > 100_000:
+            raise InvalidSpecError(
+                f"model.num_experts ({self.num_experts}) must be in [0, 100000]",
+                field="model.num_experts",
+            )
+        if self.num_experts == 0:
+            if self.experts_per_token or self.num_shared_experts or self.num_dense_layers:
+                raise InvalidSpecError(
+                    "model.experts_per_token, num_shared_experts and num_dense_layers need "
+                    "model.num_experts > 0",
+                    field="model.num_experts",
+                )
+            return
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise InvalidSpecError(
+                f"model.experts_per_token ({self.experts_per_token}) must be in "
+                f"[1, num_experts={self.num_experts}]",
+                field="model.experts_per_token",
+            )
+        if not 0 <= self.num_shared_experts <= 1_000:
+            raise InvalidSpecError(
+                "model.num_shared_experts must be in [0, 1000]", field="model.num_shared_experts"
+            )
+        if not 0 <= self.num_dense_layers < self.num_layers:
+            raise InvalidSpecError(
+                f"model.num_dense_layers ({self.num_dense_layers}) must be in "
+                f"[0, num_layers={self.num_layers})",
+                field="model.num_dense_layers",
+            )
+        if self.moe_ffn_hidden_size is not None:
+            _require_positive_int(
+                self.moe_ffn_hidden_size, "model.moe_ffn_hidden_size", maximum=10_000_000
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def attention_head_dim(self) -> int:
+        """Per-head width of queries and keys (h/a unless ``head_dim`` is set)."""
+        if self.mla is not None:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
+
+    @property
+    def value_head_dim(self) -> int:
+        if self.mla is not None:
+            return self.mla.v_head_dim
+        return self.attention_head_dim
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceleratorSpec:
+    """One accelerator's datasheet facts, in SI units (converted in ``catalog/mapping.py``).
+
+    Peaks are dense (no structured sparsity). ``scaleup_bytes_per_s`` is the per-GPU
+    unidirectional bandwidth inside the scale-up domain (NVLink); ``scaleout_bytes_per_s`` is the
+    per-GPU back-end network bandwidth (InfiniBand/RoCE/EFA).
+    """
+
+    id: str
+    name: str = ""
+    memory_bytes: float
+    hbm_bytes_per_s: float
+    peak_flops_per_s: dict[Precision, float]
+    tdp_w: float
+    scaleup_domain_size: int
+    scaleup_bytes_per_s: float
+    scaleout_bytes_per_s: float
+
+    def __post_init__(self) -> None:
+        _require_finite_positive(self.memory_bytes, "accelerator.memory_bytes")
+        _require_finite_positive(self.hbm_bytes_per_s, "accelerator.hbm_bytes_per_s")
+        _require_finite_positive(self.tdp_w, "accelerator.tdp_w")
+        _require_finite_positive(self.scaleup_bytes_per_s, "accelerator.scaleup_bytes_per_s")
+        _require_finite_positive(self.scaleout_bytes_per_s, "accelerator.scaleout_bytes_per_s")
+        _require_positive_int(self.scaleup_domain_size, "accelerator.scaleup_domain_size")
+        if not self.peak_flops_per_s:
+            raise InvalidSpecError(
+                "accelerator.peak_flops_per_s needs at least one precision",
+                field="accelerator.peak_flops_per_s",
+            )
+        for precision, value in self.peak_flops_per_s.items():
+            _require_finite_positive(value, f"accelerator.peak_flops_per_s.{precision}")
+
+    def peak_for(self, precision: Precision) -> float:
+        """Dense peak FLOP/s for a precision; raises if the accelerator lacks it."""
+        try:
+            return self.peak_flops_per_s[precision]
+        except KeyError:
+            raise InvalidSpecError(
+                f"accelerator {self.id} has no {precision} tensor-core peak; choose one of "
+                f"{sorted(str(p) for p in self.peak_flops_per_s)}",
+                field="training.precision",
+            ) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    """How many accelerators of one kind, and how many share a node (scale-up domain)."""
+
+    accelerator: AcceleratorSpec
+    num_gpus: int
+    gpus_per_node: int
+
+    def __post_init__(self) -> None:
+        _require_positive_int(self.num_gpus, "cluster.num_gpus", maximum=1_000_000)
+        _require_positive_int(self.gpus_per_node, "cluster.gpus_per_node", maximum=1_000_000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelismPlan:
+    """A parallel layout. ``tp*pp*dp*cp`` is the GPU count; ``ep`` is carved out of tp*dp*cp
+    (Megatron-Core MoE parallel folding), so it is not a separate factor."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vp: int = 1
+    micro_batch: int = 1
+    sequence_parallel: bool = True
+    zero_stage: int = 1
+    recompute: RecomputeMode = RecomputeMode.NONE
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch"):
+            _require_positive_int(getattr(self, name), f"parallelism.{name}", maximum=1_000_000)
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise InvalidSpecError(
+                f"parallelism.zero_stage ({self.zero_stage}) must be 0, 1, 2 or 3",
+                field="parallelism.zero_stage",
+            )
+        if self.vp > 1 and self.pp == 1:
+            raise InvalidSpecError(
+                "parallelism.vp > 1 (interleaved pipeline) needs parallelism.pp > 1",
+                field="parallelism.vp",
+            )
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingSpec:
+    """The workload: sequence length, global batch in sequences, total tokens, precision, and
+    whether the attention kernel is fused."""
+
+    seq_len: int
+    global_batch_seqs: int
+    tokens: float
+    precision: Precision = Precision.BF16
+    flash_attention: bool = True
+    """Fused attention that never stores the s x s score matrix (Dao et al. 2022). Off models
+    the unfused kernels of 2021-era Megatron-LM (Korthikanti et al. 2022, Table 2, 5as/t)."""
+
+    def __post_init__(self) -> None:
+        _require_positive_int(self.seq_len, "training.seq_len", maximum=100_000_000)
+        _require_positive_int(
+            self.global_batch_seqs, "training.global_batch_seqs", maximum=100_000_000
+        )
+        _require_finite_positive(self.tokens, "training.tokens")
+        if self.tokens > 1e18:
+            raise InvalidSpecError(
+                f"training.tokens ({self.tokens:g}) must be at most 1e18", field="training.tokens"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnergySpec:
+    """Assumptions for energy and carbon (docs/model.md, section Energy).
+
+    Defaults and their sources:
+    - ``pue`` 1.2: a modern hyperscale data centre (Google reports a 1.10 fleet average for
+      2023; the Uptime Institute 2023 survey average is 1.58). Override per site.
+    - ``grid_gco2e_per_kwh`` 480: world average electricity carbon intensity in 2023 (Ember,
+      Global Electricity Review 2024). Override with the region's figure.
+    - ``gpu_power_fraction`` 0.8: average board power as a fraction of TDP during dense
+      training (MLPerf Training power submissions and Meta's Llama 3 report show GPUs running
+      close to, but below, their power limit).
+    - ``host_power_fraction`` 0.4: CPU, memory, NICs, fans and switches per GPU as a fraction of
+      GPU TDP. A DGX H100 draws 10.2 kW at most for 8 x 700 W GPUs (DGX H100 datasheet), so
+      the non-GPU share is up to 0.82 x TDP; half of that is typical under training load.
+    """
+
+    pue: float = 1.2
+    grid_gco2e_per_kwh: float = 480.0
+    gpu_power_fraction: float = 0.8
+    host_power_fraction: float = 0.4
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.pue) or not 1.0 <= self.pue <= 5.0:
+            raise InvalidSpecError(f"energy.pue ({self.pue}) must be in [1, 5]", field="energy.pue")
+        if not math.isfinite(self.grid_gco2e_per_kwh) or not (
+            0 <= self.grid_gco2e_per_kwh <= 2000
+        ):
+            raise InvalidSpecError(
+                f"energy.grid_gco2e_per_kwh ({self.grid_gco2e_per_kwh}) must be in [0, 2000]",
+                field="energy.grid_gco2e_per_kwh",
+            )
+        _require_fraction(self.gpu_power_fraction, "energy.gpu_power_fraction", allow_zero=False)
+        if not math.isfinite(self.host_power_fraction) or not 0 <= self.host_power_fraction <= 5:
+            raise InvalidSpecError(
+                f"energy.host_power_fraction ({self.host_power_fraction}) must be in [0, 5]",
+                field="energy.host_power_fraction",
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanLayout:
+    """Derived facts about a validated plan, computed once by ``validate_plan``."""
+
+    num_micro_batches: int
+    layers_per_stage: int
+    layers_spread_unevenly: bool
+    expert_tp: int
+    warnings: tuple[str, ...] = field(default=())
+
+
+def validate_plan(
+    model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan, training: TrainingSpec
+) -> PlanLayout:
+    """Check the cross-object rules of a layout and derive its micro-batch count.
+
+    Rules (Narayanan et al. 2021 section 2; Megatron-Core argument checks):
+    tp*pp*dp*cp equals the GPU count; tp divides the query heads and the KV heads (or the KV
+    heads divide tp, in which case they are replicated); cp divides the sequence; dp*b divides
+    the global batch; ep divides the experts and tp*dp*cp. Layers may be spread unevenly over
+    pipeline stages, which is stated as a warning.
+    """
+    warnings: list[str] = []
+    if plan.num_gpus != cluster.num_gpus:
+        raise InvalidSpecError(
+            f"tp*pp*dp*cp ({plan.tp}*{plan.pp}*{plan.dp}*{plan.cp} = {plan.num_gpus}) must "
+            f"equal cluster.num_gpus ({cluster.num_gpus})",
+            field="parallelism",
+        )
+    if model.num_heads % plan.tp:
+        raise InvalidSpecError(
+            f"model.num_heads ({model.num_heads}) must be divisible by parallelism.tp ({plan.tp})",
+            field="parallelism.tp",
+        )
+    if model.num_kv_heads % plan.tp and plan.tp % model.num_kv_heads:
+        raise InvalidSpecError(
+            f"model.num_kv_heads ({model.num_kv_heads}) and parallelism.tp ({plan.tp}) must "
+            "divide one another",
+            field="parallelism.tp",
+        )
+    if plan.pp > model.num_layers:
+        raise InvalidSpecError(
+            f"parallelism.pp ({plan.pp}) must be at most model.num_layers ({model.num_layers})",
+            field="parallelism.pp",
+        )
+    layers_per_stage = -(-model.num_layers // plan.pp)
+    uneven = model.num_layers % plan.pp != 0
+    if uneven:
+        warnings.append(
+            f"{model.num_layers} layers do not divide evenly over {plan.pp} pipeline stages; "
+            f"the slowest stage is modelled with {layers_per_stage} layers"
+        )
+    if plan.vp > layers_per_stage:
+        raise InvalidSpecError(
+            f"parallelism.vp ({plan.vp}) must be at most the layers per pipeline stage "
+            f"({layers_per_stage})",
+            field="parallelism.vp",
+        )
+    if training.seq_len % plan.cp:
+        raise InvalidSpecError(
+            f"training.seq_len ({training.seq_len}) must be divisible by parallelism.cp "
+            f"({plan.cp})",
+            field="parallelism.cp",
+        )
+    replica_batch = plan.dp * plan.micro_batch
+    if training.global_batch_seqs % replica_batch:
+        raise InvalidSpecError(
+            f"training.global_batch_seqs ({training.global_batch_seqs}) must be divisible by "
+            f"parallelism.dp * parallelism.micro_batch ({plan.dp}*{plan.micro_batch} = "
+            f"{replica_batch})",
+            field="training.global_batch_seqs",
+        )
+    num_micro_batches = training.global_batch_seqs // replica_batch
+    expert_tp = _validate_experts(model, plan)
+    if plan.vp > 1 and num_micro_batches % plan.pp:
+        warnings.append(
+            f"interleaved pipelining usually needs the micro-batch count ({num_micro_batches}) "
+            f"to be a multiple of pp ({plan.pp})"
+        )
+    if plan.tp > cluster.gpus_per_node:
+        warnings.append(
+            f"tp ({plan.tp}) spans more than one node ({cluster.gpus_per_node} GPUs per node): "
+            "tensor-parallel traffic runs over the scale-out network"
+        )
+    if plan.tp > 1 and plan.sequence_parallel is False and plan.recompute != RecomputeMode.FULL:
+        warnings.append("sequence parallelism is off: activations outside TP regions replicate")
+    return PlanLayout(
+        num_micro_batches=num_micro_batches,
+        layers_per_stage=layers_per_stage,
+        layers_spread_unevenly=uneven,
+        expert_tp=expert_tp,
+        warnings=tuple(warnings),
+    )
+
+
+def _validate_experts(model: ModelSpec, plan: ParallelismPlan) -> int:
+    """Return the tensor-parallel size used inside experts (1 when EP folds over TP)."""
+    if not model.is_moe:
+        if plan.ep != 1:
+            raise InvalidSpecError(
+                f"parallelism.ep ({plan.ep}) must be 1 for a dense model", field="parallelism.ep"
+            )
+        return plan.tp
+    if model.num_experts % plan.ep:
+        raise InvalidSpecError(
+            f"model.num_experts ({model.num_experts}) must be divisible by parallelism.ep "
+            f"({plan.ep})",
+            field="parallelism.ep",
+        )
+    span = plan.tp * plan.dp * plan.cp
+    if span % plan.ep:
+        raise InvalidSpecError(
+            f"parallelism.ep ({plan.ep}) must divide tp*dp*cp ({span}): experts are placed "
+            "on data-, context- and tensor-parallel ranks",
+            field="parallelism.ep",
+        )
+    # Megatron-Core parallel folding: when EP fits in the data/context ranks, experts keep the
+    # dense TP size; otherwise EP absorbs TP and experts run unsharded (expert TP = 1).
+    return plan.tp if (plan.dp * plan.cp) % plan.ep == 0 else 1

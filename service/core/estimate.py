@@ -42,6 +42,9 @@ class Throughput:
     train_s: float
     gpu_hours: float
     num_steps: float
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    """80% band on tokens/s from the calibration residuals (10th to 90th percentile)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +111,9 @@ def estimate(
         train_s=train_s,
         gpu_hours=gpu_hours,
         num_steps=training.tokens / tokens_per_step,
+        # A prediction that ran high by r on the fit rows means truth = predicted / (1 + r).
+        tokens_per_s_low=tokens_per_s / (1.0 + calibration.residual_high_fraction),
+        tokens_per_s_high=tokens_per_s / (1.0 + calibration.residual_low_fraction),
     )
 
     power_w = acc.tdp_w * (energy.gpu_power_fraction + energy.host_power_fraction)

@@ -1,0 +1,85 @@
+"""FastAPI dependencies: settings, database session (one per request, committed once) and the
+accelerator cache that lets pure-compute routes survive a database outage."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.catalog.db import unit_of_work
+from service.catalog.errors import NotFoundError
+from service.catalog.mapping import accelerator_to_spec
+from service.catalog.repository import list_accelerators
+from service.core.specs import AcceleratorSpec
+from service.settings import Settings
+
+
+class AcceleratorCache:
+    """All accelerator specs, re-read at most every ``ttl_s``; serves the last good copy when
+    the database cannot be reached."""
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._factory = factory
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._specs: dict[str, AcceleratorSpec] | None = None
+        self._loaded_at = 0.0
+
+    def _load(self) -> dict[str, AcceleratorSpec]:
+        with unit_of_work(self._factory) as session:
+            return {row.id: accelerator_to_spec(row) for row in list_accelerators(session)}
+
+    def all(self) -> dict[str, AcceleratorSpec]:
+        with self._lock:
+            fresh = self._specs is not None and self._clock() - self._loaded_at < self._ttl_s
+            if not fresh:
+                try:
+                    self._specs = self._load()
+                    self._loaded_at = self._clock()
+                except Exception:
+                    if self._specs is None:
+                        raise
+            assert self._specs is not None  # noqa: S101 - established just above
+            return self._specs
+
+    def get(self, accelerator_id: str) -> AcceleratorSpec:
+        spec = self.all().get(accelerator_id)
+        if spec is None:
+            raise NotFoundError("accelerator", accelerator_id)
+        return spec
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._specs = None
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    factory: sessionmaker[Session] = request.app.state.session_factory
+    with unit_of_work(factory) as session:
+        yield session
+
+
+def get_accelerators(request: Request) -> AcceleratorCache:
+    cache: AcceleratorCache = request.app.state.accelerators
+    return cache
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+AcceleratorsDep = Annotated[AcceleratorCache, Depends(get_accelerators)]

@@ -1,0 +1,80 @@
+"""Request body size limit, enforced before the body is parsed (pure ASGI middleware).
+
+Bodies with a Content-Length over the limit are refused at once; chunked bodies are counted
+as they stream and refused as soon as they pass it. Either way the answer is a 413 problem.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
+
+
+class BodyTooLargeError(Exception):
+    pass
+
+
+class BodySizeLimitMiddleware:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > limit:
+                    await self._reject(scope, send, limit)
+                    return
+        received = 0
+        response_started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLargeError
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLargeError:
+            if not response_started:
+                await self._reject(scope, send, limit)
+
+    @staticmethod
+    async def _reject(scope: Scope, send: Send, limit: int) -> None:
+        body = json.dumps({
+            "type": TYPE_PREFIX + "payload-too-large",
+            "title": "Request body too large",
+            "status": 413,
+            "detail": f"request body exceeds the limit of {limit} bytes",
+            "instance": scope.get("path", ""),
+            "limit_bytes": limit,
+        }).encode()
+        await send({
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close")],
+        })
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,22 @@
+"""Opaque keyset cursors: base64url of the last item's sort key."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from fastapi import HTTPException
+
+
+def encode_token(key: str) -> str:
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def decode_token(token: str | None) -> str | None:
+    if token is None:
+        return None
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        return base64.urlsafe_b64decode(padded.encode()).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise HTTPException(400, "page_token is not a token this API issued") from None

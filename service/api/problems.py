@@ -1,0 +1,172 @@
+"""RFC 9457 problem details: the one place errors become HTTP responses.
+
+Every 4xx/5xx answer is ``application/problem+json`` with a stable ``type`` (a tag URI, as
+RFC 9457 section 3.1.1 suggests for types that are not meant to be dereferenced), a constant
+``title``, a per-occurrence ``detail``, the ``instance`` path, and extension members
+(``errors`` for validation failures, ``field`` for domain rule violations). Request input is
+never echoed back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.catalog.errors import ConflictError, NotFoundError
+from service.core.errors import InfeasiblePlanError, InvalidSpecError, NoFeasiblePlanError
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+TYPE_PREFIX = "tag:computequote.dev,2026:problems/"
+logger = logging.getLogger("service.api")
+
+
+class FieldError(BaseModel):
+    """One invalid input field."""
+
+    field: str = Field(description="Dotted path of the field, e.g. training.seq_len.")
+    message: str = Field(description="What is wrong and the limit it breaks.")
+    code: str = Field(description="Machine-readable reason, e.g. less_than_equal.")
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(examples=[TYPE_PREFIX + "validation-error"])
+    title: str = Field(examples=["Request validation failed"])
+    status: int = Field(examples=[422])
+    detail: str = Field(examples=["training.seq_len: Input should be less than or equal to "
+                                  "100000000"])
+    instance: str = Field(examples=["/v1/estimates"])
+    errors: list[FieldError] | None = Field(default=None)
+    field: str | None = Field(default=None, description="The input a domain rule names.")
+
+
+def problem_response(
+    request: Request, *, status: int, slug: str, title: str, detail: str,
+    headers: dict[str, str] | None = None, **extensions: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": TYPE_PREFIX + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": request.url.path,
+    }
+    body.update({k: v for k, v in extensions.items() if v is not None})
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, str]]:
+    errors = []
+    for error in exc.errors():
+        code = str(error.get("type", "invalid"))
+        message = str(error.get("msg", "invalid value"))
+        field = _field_path(tuple(error.get("loc", ())))
+        if code == "json_invalid":
+            message, field = "Request body is not valid JSON", "body"
+        errors.append({"field": field, "message": message, "code": code})
+    return errors
+
+
+STATUS_TITLES = {
+    400: ("bad-request", "Bad request"),
+    401: ("unauthorized", "Authentication required"),
+    403: ("forbidden", "Forbidden"),
+    404: ("not-found", "Resource not found"),
+    405: ("method-not-allowed", "Method not allowed"),
+    406: ("not-acceptable", "Not acceptable"),
+    413: ("payload-too-large", "Request body too large"),
+    415: ("unsupported-media-type", "Unsupported media type"),
+    503: ("unavailable", "Service unavailable"),
+}
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _validation_errors(exc)
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+        return problem_response(
+            request, status=422, slug="validation-error", title="Request validation failed",
+            detail=detail, errors=errors,
+        )
+
+    @app.exception_handler(InvalidSpecError)
+    async def _invalid(request: Request, exc: InvalidSpecError) -> JSONResponse:
+        return problem_response(
+            request, status=422, slug="invalid-spec", title="The request breaks a modelling rule",
+            detail=str(exc), field=exc.field,
+        )
+
+    @app.exception_handler(InfeasiblePlanError)
+    async def _infeasible(request: Request, exc: InfeasiblePlanError) -> JSONResponse:
+        return problem_response(
+            request, status=422, slug="infeasible-plan", title="The plan cannot run",
+            detail=str(exc), reasons=exc.reasons,
+        )
+
+    @app.exception_handler(NoFeasiblePlanError)
+    async def _no_plan(request: Request, exc: NoFeasiblePlanError) -> JSONResponse:
+        return problem_response(
+            request, status=422, slug="no-feasible-plan", title="No plan satisfies the request",
+            detail=str(exc), closest=exc.closest,
+        )
+
+    @app.exception_handler(NotFoundError)
+    async def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
+        return problem_response(
+            request, status=404, slug="not-found", title="Resource not found", detail=str(exc)
+        )
+
+    @app.exception_handler(ConflictError)
+    async def _conflict(request: Request, exc: ConflictError) -> JSONResponse:
+        return problem_response(
+            request, status=409, slug="conflict", title="Conflict with stored state",
+            detail=str(exc),
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        slug, title = STATUS_TITLES.get(exc.status_code, ("http-error", "HTTP error"))
+        detail = exc.detail if isinstance(exc.detail, str) else title
+        return problem_response(
+            request, status=exc.status_code, slug=slug, title=title, detail=detail,
+            headers=dict(exc.headers) if exc.headers else None,
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(
+            request, status=500, slug="internal-error", title="Internal server error",
+            detail="The server failed to handle this request; it has been logged.",
+        )
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the given problem statuses."""
+    descriptions = {
+        400: "Bad request", 404: "Not found", 409: "Conflict", 413: "Body too large",
+        415: "Unsupported media type", 422: "Invalid input or an impossible plan",
+        500: "Internal error", 503: "Dependency unavailable",
+    }
+    return {
+        status: {
+            "description": descriptions.get(status, "Problem"),
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in statuses
+    }

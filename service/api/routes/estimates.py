@@ -1,0 +1,49 @@
+"""Training estimates."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from service.api.deps import AcceleratorsDep
+from service.api.problems import problem_responses
+from service.api.schemas.estimate import ESTIMATE_EXAMPLE, EstimateRequest, EstimateResponse
+from service.catalog.errors import NotFoundError
+from service.core.errors import InvalidSpecError
+from service.core.estimate import estimate
+
+router = APIRouter(tags=["estimates"])
+
+
+@router.post(
+    "/v1/estimates", summary="Estimate a training run", response_model=EstimateResponse,
+    status_code=200, responses=problem_responses(413, 422),
+)
+def create_estimate(
+    request: Annotated[
+        EstimateRequest,
+        Body(openapi_examples={"llama3.1-70b on 64 H100": {
+            "summary": "Llama 3.1 70B, 64 H100, TP4 PP4 CP2, 15T tokens",
+            "value": ESTIMATE_EXAMPLE,
+        }}),
+    ],
+    accelerators: AcceleratorsDep,
+) -> EstimateResponse:
+    """FLOPs, memory per GPU, step time with its breakdown, throughput, MFU, energy."""
+    model = request.model.to_core()
+    try:
+        accelerator = accelerators.get(request.cluster.accelerator)
+    except NotFoundError:
+        known = ", ".join(sorted(accelerators.all()))
+        raise InvalidSpecError(
+            f"unknown accelerator {request.cluster.accelerator!r}; known: {known}",
+            field="cluster.accelerator",
+        ) from None
+    cluster = request.cluster.to_core(accelerator)
+    plan = request.parallelism.to_core(cluster.num_gpus)
+    training = request.training.to_core()
+    energy = request.energy.to_core()
+    result = estimate(model, cluster, plan, training, energy=energy)
+    return EstimateResponse.from_core(result, model=model, cluster=cluster, plan=plan,
+                                      energy=energy)

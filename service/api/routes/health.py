@@ -1,0 +1,45 @@
+"""Liveness and readiness probes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from service.api.problems import problem_response, problem_responses
+from service.catalog.migrate import SCHEMA_HEAD, current_revision
+
+router = APIRouter(tags=["health"])
+
+
+class Health(BaseModel):
+    status: str
+    schema_revision: str | None = None
+
+
+@router.get("/livez", summary="Process is up", response_model=Health, status_code=200)
+async def get_liveness() -> Health:
+    """Answers 200 while the process runs; touches nothing else."""
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz", summary="Ready to serve", response_model=Health, status_code=200,
+    responses=problem_responses(503),
+)
+def get_readiness(request: Request) -> Health | JSONResponse:
+    """200 when the database answers and its schema is at the revision this code expects."""
+    try:
+        revision = current_revision(request.app.state.engine)
+    except Exception:
+        return problem_response(
+            request, status=503, slug="unavailable", title="Service unavailable",
+            detail="the database cannot be reached", headers={"Retry-After": "5"},
+        )
+    if revision != SCHEMA_HEAD:
+        return problem_response(
+            request, status=503, slug="schema-not-ready", title="Database schema not ready",
+            detail=f"schema revision is {revision!r}, this code needs {SCHEMA_HEAD!r}; run the "
+            "migrations", headers={"Retry-After": "30"},
+        )
+    return Health(status="ready", schema_revision=revision)

@@ -1,0 +1,345 @@
+"""``POST /v1/estimates``: request and response bodies."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Self
+
+from pydantic import BaseModel, Field, model_validator
+
+from service.api.schemas.common import RequestModel
+from service.core.estimate import Estimate
+from service.core.presets import get_preset
+from service.core.specs import (
+    AcceleratorSpec,
+    ClusterSpec,
+    EnergySpec,
+    MlpKind,
+    ModelSpec,
+    ParallelismPlan,
+    Precision,
+    RecomputeMode,
+    TrainingSpec,
+)
+
+Count = Annotated[int, Field(strict=True, ge=1, le=1_000_000)]
+ARCHITECTURE_REQUIRED = (
+    "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size",
+)
+
+
+class ModelIn(RequestModel):
+    """A preset name, or a full architecture (never both)."""
+
+    preset: str | None = Field(
+        default=None, max_length=64, description="Preset name from GET /v1/models.",
+        examples=["llama3.1-70b"],
+    )
+    name: str = Field(default="custom", max_length=64, description="Label for a custom model.")
+    num_layers: int | None = Field(strict=True, default=None, ge=1, le=10_000, description="Layers L.")
+    hidden_size: int | None = Field(strict=True, default=None, ge=1, le=1_000_000, description="Width h.")
+    num_heads: int | None = Field(strict=True, default=None, ge=1, le=100_000, description="Query heads a.")
+    num_kv_heads: int | None = Field(strict=True, 
+        default=None, ge=1, le=100_000, description="Key/value heads g (GQA); a for MHA."
+    )
+    head_dim: int | None = Field(strict=True, 
+        default=None, ge=1, le=100_000, description="Per-head width; default hidden/heads."
+    )
+    ffn_hidden_size: int | None = Field(strict=True, 
+        default=None, ge=1, le=10_000_000, description="MLP width f (dense layers)."
+    )
+    mlp: MlpKind = Field(default=MlpKind.SWIGLU, description="MLP type.")
+    vocab_size: int | None = Field(strict=True, default=None, ge=1, le=100_000_000, description="Vocabulary.")
+    tied_embeddings: bool = Field(strict=True, default=False, description="Output head shares embeddings.")
+    num_experts: int = Field(strict=True, default=0, ge=0, le=100_000, description="Routed experts; 0 = dense.")
+    experts_per_token: int = Field(strict=True, default=0, ge=0, le=100_000, description="Top-k routing.")
+    num_shared_experts: int = Field(strict=True, default=0, ge=0, le=1_000, description="Always-on experts.")
+    moe_ffn_hidden_size: int | None = Field(strict=True, 
+        default=None, ge=1, le=10_000_000, description="Expert MLP width; default ffn_hidden_size."
+    )
+    num_dense_layers: int = Field(strict=True, 
+        default=0, ge=0, le=10_000, description="Leading dense layers of an MoE model."
+    )
+
+    @model_validator(mode="after")
+    def _preset_or_architecture(self) -> Self:
+        given = [name for name in ARCHITECTURE_REQUIRED if getattr(self, name) is not None]
+        if self.preset is not None and given:
+            raise ValueError(
+                f"give either preset or an architecture, not both (also given: {', '.join(given)})"
+            )
+        if self.preset is None:
+            missing = [name for name in ARCHITECTURE_REQUIRED if getattr(self, name) is None]
+            if missing:
+                raise ValueError(
+                    "model needs a preset, or all of: " + ", ".join(missing)
+                )
+        return self
+
+    def to_core(self) -> ModelSpec:
+        if self.preset is not None:
+            return get_preset(self.preset).model
+        return ModelSpec(
+            name=self.name,
+            num_layers=self.num_layers or 0,
+            hidden_size=self.hidden_size or 0,
+            num_heads=self.num_heads or 0,
+            num_kv_heads=self.num_kv_heads or 0,
+            head_dim=self.head_dim,
+            ffn_hidden_size=self.ffn_hidden_size or 0,
+            mlp=self.mlp,
+            vocab_size=self.vocab_size or 0,
+            tied_embeddings=self.tied_embeddings,
+            num_experts=self.num_experts,
+            experts_per_token=self.experts_per_token,
+            num_shared_experts=self.num_shared_experts,
+            moe_ffn_hidden_size=self.moe_ffn_hidden_size,
+            num_dense_layers=self.num_dense_layers,
+        )
+
+
+class ClusterIn(RequestModel):
+    accelerator: str = Field(
+        max_length=64, description="Accelerator id from GET /v1/accelerators.",
+        examples=["h100-sxm5-80gb"],
+    )
+    num_gpus: Count = Field(description="GPUs in the job.", examples=[64])
+    gpus_per_node: int | None = Field(strict=True, 
+        default=None, ge=1, le=100_000,
+        description="GPUs per node (scale-up domain). Default: the accelerator's domain size, "
+        "or num_gpus if smaller.",
+        examples=[8],
+    )
+
+    def to_core(self, accelerator: AcceleratorSpec) -> ClusterSpec:
+        per_node = self.gpus_per_node or min(accelerator.scaleup_domain_size, self.num_gpus)
+        return ClusterSpec(accelerator=accelerator, num_gpus=self.num_gpus, gpus_per_node=per_node)
+
+
+class ParallelismIn(RequestModel):
+    tp: Count = Field(default=1, description="Tensor-parallel size.")
+    pp: Count = Field(default=1, description="Pipeline-parallel stages.")
+    dp: Count | None = Field(
+        default=None, description="Data-parallel size. Default: num_gpus / (tp*pp*cp)."
+    )
+    cp: Count = Field(default=1, description="Context-parallel size (splits the sequence).")
+    ep: Count = Field(default=1, description="Expert-parallel size (MoE; within tp*dp*cp).")
+    vp: Count = Field(default=1, description="Virtual pipeline stages per GPU (interleaving).")
+    micro_batch: Count = Field(default=1, description="Sequences per micro-batch.")
+    sequence_parallel: bool = Field(strict=True, default=True, description="Megatron sequence parallelism.")
+    zero_stage: int = Field(strict=True, default=1, ge=0, le=3, description="ZeRO stage; 3 = FSDP.")
+    recompute: RecomputeMode = Field(default=RecomputeMode.NONE, description="Recomputation.")
+
+    def to_core(self, num_gpus: int) -> ParallelismPlan:
+        dp = self.dp
+        if dp is None:
+            dp = max(1, num_gpus // (self.tp * self.pp * self.cp))
+        return ParallelismPlan(
+            tp=self.tp, pp=self.pp, dp=dp, cp=self.cp, ep=self.ep, vp=self.vp,
+            micro_batch=self.micro_batch, sequence_parallel=self.sequence_parallel,
+            zero_stage=self.zero_stage, recompute=self.recompute,
+        )
+
+
+class TrainingIn(RequestModel):
+    seq_len: int = Field(strict=True, ge=1, le=10_000_000, description="Tokens per sequence.", examples=[8192])
+    global_batch_seqs: int = Field(strict=True, 
+        ge=1, le=100_000_000, description="Sequences per optimizer step.", examples=[128]
+    )
+    tokens: float = Field(strict=True, gt=0, le=1e18, description="Tokens to train on.", examples=[15e12])
+    precision: Precision = Field(default=Precision.BF16, description="Matmul precision.")
+    flash_attention: bool = Field(strict=True, default=True, description="Fused attention kernel.")
+
+    def to_core(self) -> TrainingSpec:
+        return TrainingSpec(
+            seq_len=self.seq_len, global_batch_seqs=self.global_batch_seqs, tokens=self.tokens,
+            precision=self.precision, flash_attention=self.flash_attention,
+        )
+
+
+class EnergyIn(RequestModel):
+    pue: float = Field(strict=True, default=1.2, ge=1.0, le=5.0, description="Power usage effectiveness.")
+    grid_gco2e_per_kwh: float = Field(strict=True, 
+        default=480.0, ge=0.0, le=2000.0, description="Grid carbon intensity, g CO2e per kWh."
+    )
+    gpu_power_fraction: float = Field(strict=True, 
+        default=0.8, gt=0.0, le=1.0, description="Average GPU power as a fraction of TDP."
+    )
+    host_power_fraction: float = Field(strict=True, 
+        default=0.4, ge=0.0, le=5.0, description="Host power per GPU as a fraction of GPU TDP."
+    )
+
+    def to_core(self) -> EnergySpec:
+        return EnergySpec(
+            pue=self.pue, grid_gco2e_per_kwh=self.grid_gco2e_per_kwh,
+            gpu_power_fraction=self.gpu_power_fraction,
+            host_power_fraction=self.host_power_fraction,
+        )
+
+
+ESTIMATE_EXAMPLE: dict[str, Any] = {
+    "model": {"preset": "llama3.1-70b"},
+    "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 64, "gpus_per_node": 8},
+    "parallelism": {"tp": 4, "pp": 4, "dp": 2, "cp": 2, "ep": 1, "vp": 5, "micro_batch": 1,
+                    "sequence_parallel": True, "zero_stage": 1, "recompute": "none"},
+    "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12,
+                 "precision": "bf16"},
+}
+
+
+class EstimateRequest(RequestModel):
+    """A training workload on one cluster with one parallel layout."""
+
+    model_config = RequestModel.model_config | {
+        "json_schema_extra": {"examples": [ESTIMATE_EXAMPLE]}
+    }
+
+    model: ModelIn
+    cluster: ClusterIn
+    parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
+    training: TrainingIn
+    energy: EnergyIn = Field(default_factory=EnergyIn)
+
+
+class ParamsOut(BaseModel):
+    total: int = Field(description="All parameters.")
+    active: int = Field(description="Parameters used per token (MoE: top-k experts).")
+    embedding: int
+    per_layer_attention: int
+
+
+class FlopsOut(BaseModel):
+    model_per_token: float = Field(description="Model FLOPs per trained token (fwd + bwd).")
+    hardware_per_token: float = Field(description="Model FLOPs plus recomputation.")
+    total_training: float = Field(description="model_per_token x tokens.")
+    attention_convention: str
+
+
+class MemoryBreakdownOut(BaseModel):
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    other: float
+
+
+class MemoryOut(BaseModel):
+    peak_bytes_per_gpu: float
+    capacity_bytes_per_gpu: float
+    fits: bool
+    breakdown_bytes: MemoryBreakdownOut
+
+
+class TimeBreakdownOut(BaseModel):
+    compute: float
+    tp_comm: float
+    cp_comm: float
+    ep_comm: float
+    pp_comm: float
+    pp_bubble: float
+    dp_comm_exposed: float
+    optimizer: float
+
+
+class TimeOut(BaseModel):
+    step_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s_low: float = Field(description="80% band, low end (calibration residuals).")
+    tokens_per_s_high: float = Field(description="80% band, high end.")
+    mfu_fraction: float
+    hfu_fraction: float
+    train_s: float
+    gpu_hours: float
+    num_steps: float
+    num_micro_batches: int
+    breakdown_s: TimeBreakdownOut
+
+
+class EnergyOut(BaseModel):
+    kwh: float
+    co2e_kg: float
+    average_power_w_per_gpu: float = Field(description="GPU plus host share, times PUE.")
+    pue: float
+    grid_gco2e_per_kwh: float
+
+
+class ResolvedOut(BaseModel):
+    """Inputs after defaults were applied."""
+
+    model: str
+    accelerator: str
+    num_gpus: int
+    gpus_per_node: int
+    parallelism: dict[str, int | bool | str]
+
+
+class EstimateResponse(BaseModel):
+    params: ParamsOut
+    flops: FlopsOut
+    memory: MemoryOut
+    time: TimeOut
+    energy: EnergyOut
+    resolved: ResolvedOut
+    warnings: list[str]
+    assumptions: list[str]
+    calibration_version: str
+
+    @classmethod
+    def from_core(
+        cls, result: Estimate, *, model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
+        energy: EnergySpec,
+    ) -> EstimateResponse:
+        mem, thr, step = result.memory, result.throughput, result.throughput.step
+        return cls(
+            params=ParamsOut(
+                total=result.params.total, active=result.params.active,
+                embedding=result.params.embedding,
+                per_layer_attention=result.params.attention_per_layer,
+            ),
+            flops=FlopsOut(
+                model_per_token=result.flops.model_training_flops,
+                hardware_per_token=result.flops.hardware_training_flops(plan.recompute),
+                total_training=result.total_training_flops,
+                attention_convention="full (non-causal) attention, as PaLM and Megatron-LM",
+            ),
+            memory=MemoryOut(
+                peak_bytes_per_gpu=mem.peak_bytes, capacity_bytes_per_gpu=mem.capacity_bytes,
+                fits=mem.fits,
+                breakdown_bytes=MemoryBreakdownOut(
+                    weights=mem.weights_bytes, gradients=mem.gradients_bytes,
+                    optimizer=mem.optimizer_bytes, activations=mem.activations_bytes,
+                    other=mem.other_bytes,
+                ),
+            ),
+            time=TimeOut(
+                step_s=step.step_s, tokens_per_s=thr.tokens_per_s,
+                tokens_per_s_per_gpu=thr.tokens_per_s_per_gpu,
+                tokens_per_s_low=thr.tokens_per_s_low, tokens_per_s_high=thr.tokens_per_s_high,
+                mfu_fraction=thr.mfu_fraction, hfu_fraction=thr.hfu_fraction,
+                train_s=thr.train_s, gpu_hours=thr.gpu_hours, num_steps=thr.num_steps,
+                num_micro_batches=result.num_micro_batches,
+                breakdown_s=TimeBreakdownOut(
+                    compute=step.compute_s, tp_comm=step.tp_comm_s, cp_comm=step.cp_comm_s,
+                    ep_comm=step.ep_comm_s, pp_comm=step.pp_comm_s, pp_bubble=step.pp_bubble_s,
+                    dp_comm_exposed=step.dp_comm_exposed_s, optimizer=step.optimizer_s,
+                ),
+            ),
+            energy=EnergyOut(
+                kwh=result.energy.kwh, co2e_kg=result.energy.co2e_kg,
+                average_power_w_per_gpu=result.energy.average_power_w_per_gpu,
+                pue=energy.pue, grid_gco2e_per_kwh=energy.grid_gco2e_per_kwh,
+            ),
+            resolved=ResolvedOut(
+                model=model.name, accelerator=cluster.accelerator.id, num_gpus=cluster.num_gpus,
+                gpus_per_node=cluster.gpus_per_node,
+                parallelism={
+                    "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
+                    "vp": plan.vp, "micro_batch": plan.micro_batch,
+                    "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.zero_stage,
+                    "recompute": plan.recompute.value,
+                },
+            ),
+            warnings=list(result.warnings),
+            assumptions=list(result.assumptions),
+            calibration_version=result.calibration_version,
+        )

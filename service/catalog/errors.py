@@ -1,0 +1,23 @@
+"""Catalogue errors; ``api/problems.py`` renders them.
+
+    CatalogError (Exception)
+    ├── NotFoundError   no row with that id
+    └── ConflictError   the write clashes with stored state
+"""
+
+from __future__ import annotations
+
+
+class CatalogError(Exception):
+    """Root of the catalogue's errors."""
+
+
+class NotFoundError(CatalogError):
+    def __init__(self, kind: str, identifier: str) -> None:
+        super().__init__(f"no {kind} with id {identifier!r}")
+        self.kind = kind
+        self.identifier = identifier
+
+
+class ConflictError(CatalogError):
+    """A write that conflicts with what is stored."""

@@ -1,0 +1,68 @@
+"""Run Alembic migrations and seed the catalogue: ``python -m service.catalog.migrate``.
+
+The app never migrates at start-up; deployment runs this once (a Kubernetes Job, or
+``make run`` locally), and ``/readyz`` refuses readiness until the schema is at ``SCHEMA_HEAD``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, inspect, text
+
+from service.catalog.db import make_engine, make_session_factory, unit_of_work
+from service.catalog.seed import seed_catalog
+from service.settings import Settings
+
+SCHEMA_HEAD = "0001"
+"""The Alembic revision this code expects; a test checks it equals the migrations' head."""
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def alembic_config(url: str) -> Config:
+    config = Config(str(PROJECT_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(PROJECT_ROOT / "migrations"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision stored in ``alembic_version``, or None before the first migration."""
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Migrate the database and seed the catalogue.")
+    parser.add_argument("--no-seed", action="store_true", help="migrate only")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    url = settings.resolved_database_url
+    engine = make_engine(url)  # creates the SQLite data directory when needed
+    try:
+        upgrade(url)
+        if not args.no_seed:
+            with unit_of_work(make_session_factory(engine)) as session:
+                report = seed_catalog(session)
+            print(f"seeded: {report.inserted} inserted, {report.updated} updated, "
+                  f"{report.unchanged} unchanged accelerators")
+    finally:
+        engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

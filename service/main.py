@@ -1,0 +1,62 @@
+"""The app factory: ``uvicorn --factory service.main:create_app``. Nothing connects at import."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI
+
+from service import __version__
+from service.api.deps import AcceleratorCache
+from service.api.limits import BodySizeLimitMiddleware
+from service.api.openapi import build_openapi, operation_id
+from service.api.problems import install_problem_handlers
+from service.api.routes import catalog, estimates, health
+from service.catalog.db import make_engine, make_session_factory
+from service.settings import Settings
+
+DESCRIPTION = """\
+ComputeQuote answers: what will it take to train this large language model? How many GPUs,
+how much memory per GPU, how long, how to parallelise it, and at what energy.
+
+Errors are `application/problem+json` (RFC 9457). Lists answer
+`{"items": [...], "next_page_token": ...}`.
+"""
+
+TAGS = [
+    {"name": "estimates", "description": "Training-run estimates."},
+    {"name": "accelerators", "description": "Accelerator datasheet catalogue."},
+    {"name": "models", "description": "Published model architectures."},
+    {"name": "health", "description": "Probes for orchestrators."},
+]
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the application. The engine is created lazily: it connects on first use."""
+    settings = settings or Settings()
+    logging.getLogger("service").setLevel(settings.log_level.upper())
+    app = FastAPI(
+        title="ComputeQuote",
+        version=__version__,
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        generate_unique_id_function=operation_id,
+    )
+    engine = make_engine(settings.resolved_database_url)
+    factory = make_session_factory(engine)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.session_factory = factory
+    app.state.accelerators = AcceleratorCache(factory, settings.catalog_cache_ttl_s)
+
+    install_problem_handlers(app)
+    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    for module in (estimates, catalog, health):
+        app.include_router(module.router)
+
+    def custom_openapi() -> dict[str, Any]:
+        return build_openapi(app)
+
+    app.openapi = custom_openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,48 @@
+"""Settings: the only module that reads the environment (prefix ``CQ_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Service configuration. Every field can be set as ``CQ_<NAME>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="CQ_", extra="ignore", frozen=True)
+
+    data_dir: Path = Field(
+        default=Path("data"), description="Directory for the embedded SQLite database."
+    )
+    database_url: str | None = Field(
+        default=None,
+        description=(
+            "SQLAlchemy URL. Default: sqlite:///<data_dir>/computequote.sqlite3. For PostgreSQL "
+            "use postgresql+psycopg://user:password@host:5432/dbname."
+        ),
+    )
+    max_body_bytes: int = Field(
+        default=64 * 1024, ge=1024, le=64 * 1024 * 1024,
+        description="Largest accepted request body for compute endpoints, in bytes.",
+    )
+    catalog_cache_ttl_s: float = Field(
+        default=60.0, ge=0.0, le=86_400.0,
+        description="Seconds the in-process accelerator cache serves before re-reading.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info")
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_driver(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("sqlite", "postgresql")):
+            raise ValueError("CQ_DATABASE_URL must be a sqlite:// or postgresql:// URL")
+        return value
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'computequote.sqlite3'}"

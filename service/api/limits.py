@@ -13,10 +13,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
 
 
-class BodyTooLargeError(Exception):
-    pass
-
-
 class BodySizeLimitMiddleware:
     def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
         self.app = app
@@ -37,28 +33,32 @@ class BodySizeLimitMiddleware:
                     await self._reject(scope, send, limit)
                     return
         received = 0
-        response_started = False
+        rejected = False
 
         async def limited_receive() -> Message:
-            nonlocal received
+            # Answer 413 ourselves, then tell the app the client went away: frameworks turn
+            # exceptions raised while reading the body into their own 400s.
+            nonlocal received, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise BodyTooLargeError
+                    rejected = True
+                    await self._reject(scope, send, limit)
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal response_started
-            if message["type"] == "http.response.start":
-                response_started = True
-            await send(message)
+        async def guarded_send(message: Message) -> None:
+            if not rejected:
+                await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLargeError:
-            if not response_started:
-                await self._reject(scope, send, limit)
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not rejected:
+                raise
 
     @staticmethod
     async def _reject(scope: Scope, send: Send, limit: int) -> None:

@@ -17,6 +17,6 @@ def decode_token(token: str | None) -> str | None:
         return None
     try:
         padded = token + "=" * (-len(token) % 4)
-        return base64.urlsafe_b64decode(padded.encode()).decode()
+        return base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise HTTPException(400, "page_token is not a token this API issued") from None

@@ -58,7 +58,7 @@ ATTENTION_BACKWARD_MULTIPLIER = 2.5
 CAUSAL_FRACTION = 0.5
 """Causal masking halves the executed attention-score work (Dao 2023, section 3.1.1)."""
 OPTIMIZER_BYTES_TOUCHED_PER_PARAM = 30.0
-"""Adam step: read fp32 grad, master, m, v (16 B); write master, m, v (12 B) and bf16 weight (2 B)."""
+"""Adam step: read fp32 grad, master, m, v (16 B); write master, m, v (12 B), bf16 weight (2 B)."""
 DP_GRADIENT_BYTES = GRAD_BYTES_PER_PARAM
 """Gradients are reduced in fp32 (Megatron-LM default; FSDP2 reduce_dtype in torchtitan)."""
 

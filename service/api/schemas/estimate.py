@@ -23,7 +23,12 @@ from service.core.specs import (
 
 Count = Annotated[int, Field(strict=True, ge=1, le=1_000_000)]
 ARCHITECTURE_REQUIRED = (
-    "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size",
+    "num_layers",
+    "hidden_size",
+    "num_heads",
+    "num_kv_heads",
+    "ffn_hidden_size",
+    "vocab_size",
 )
 
 
@@ -31,33 +36,63 @@ class ModelIn(RequestModel):
     """A preset name, or a full architecture (never both)."""
 
     preset: str | None = Field(
-        default=None, max_length=64, description="Preset name from GET /v1/models.",
+        default=None,
+        max_length=64,
+        description="Preset name from GET /v1/models.",
         examples=["llama3.1-70b"],
     )
     name: str = Field(default="custom", max_length=64, description="Label for a custom model.")
-    num_layers: int | None = Field(strict=True, default=None, ge=1, le=10_000, description="Layers L.")
-    hidden_size: int | None = Field(strict=True, default=None, ge=1, le=1_000_000, description="Width h.")
-    num_heads: int | None = Field(strict=True, default=None, ge=1, le=100_000, description="Query heads a.")
-    num_kv_heads: int | None = Field(strict=True, 
-        default=None, ge=1, le=100_000, description="Key/value heads g (GQA); a for MHA."
+    num_layers: int | None = Field(
+        strict=True, default=None, ge=1, le=10_000, description="Layers L."
     )
-    head_dim: int | None = Field(strict=True, 
-        default=None, ge=1, le=100_000, description="Per-head width; default hidden/heads."
+    hidden_size: int | None = Field(
+        strict=True, default=None, ge=1, le=1_000_000, description="Width h."
     )
-    ffn_hidden_size: int | None = Field(strict=True, 
-        default=None, ge=1, le=10_000_000, description="MLP width f (dense layers)."
+    num_heads: int | None = Field(
+        strict=True, default=None, ge=1, le=100_000, description="Query heads a."
+    )
+    num_kv_heads: int | None = Field(
+        strict=True,
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Key/value heads g (GQA); a for MHA.",
+    )
+    head_dim: int | None = Field(
+        strict=True,
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Per-head width; default hidden/heads.",
+    )
+    ffn_hidden_size: int | None = Field(
+        strict=True, default=None, ge=1, le=10_000_000, description="MLP width f (dense layers)."
     )
     mlp: MlpKind = Field(default=MlpKind.SWIGLU, description="MLP type.")
-    vocab_size: int | None = Field(strict=True, default=None, ge=1, le=100_000_000, description="Vocabulary.")
-    tied_embeddings: bool = Field(strict=True, default=False, description="Output head shares embeddings.")
-    num_experts: int = Field(strict=True, default=0, ge=0, le=100_000, description="Routed experts; 0 = dense.")
-    experts_per_token: int = Field(strict=True, default=0, ge=0, le=100_000, description="Top-k routing.")
-    num_shared_experts: int = Field(strict=True, default=0, ge=0, le=1_000, description="Always-on experts.")
-    moe_ffn_hidden_size: int | None = Field(strict=True, 
-        default=None, ge=1, le=10_000_000, description="Expert MLP width; default ffn_hidden_size."
+    vocab_size: int | None = Field(
+        strict=True, default=None, ge=1, le=100_000_000, description="Vocabulary."
     )
-    num_dense_layers: int = Field(strict=True, 
-        default=0, ge=0, le=10_000, description="Leading dense layers of an MoE model."
+    tied_embeddings: bool = Field(
+        strict=True, default=False, description="Output head shares embeddings."
+    )
+    num_experts: int = Field(
+        strict=True, default=0, ge=0, le=100_000, description="Routed experts; 0 = dense."
+    )
+    experts_per_token: int = Field(
+        strict=True, default=0, ge=0, le=100_000, description="Top-k routing."
+    )
+    num_shared_experts: int = Field(
+        strict=True, default=0, ge=0, le=1_000, description="Always-on experts."
+    )
+    moe_ffn_hidden_size: int | None = Field(
+        strict=True,
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="Expert MLP width; default ffn_hidden_size.",
+    )
+    num_dense_layers: int = Field(
+        strict=True, default=0, ge=0, le=10_000, description="Leading dense layers of an MoE model."
     )
 
     @model_validator(mode="after")
@@ -70,9 +105,7 @@ class ModelIn(RequestModel):
         if self.preset is None:
             missing = [name for name in ARCHITECTURE_REQUIRED if getattr(self, name) is None]
             if missing:
-                raise ValueError(
-                    "model needs a preset, or all of: " + ", ".join(missing)
-                )
+                raise ValueError("model needs a preset, or all of: " + ", ".join(missing))
         return self
 
     def to_core(self) -> ModelSpec:
@@ -99,12 +132,16 @@ class ModelIn(RequestModel):
 
 class ClusterIn(RequestModel):
     accelerator: str = Field(
-        max_length=64, description="Accelerator id from GET /v1/accelerators.",
+        max_length=64,
+        description="Accelerator id from GET /v1/accelerators.",
         examples=["h100-sxm5-80gb"],
     )
     num_gpus: Count = Field(description="GPUs in the job.", examples=[64])
-    gpus_per_node: int | None = Field(strict=True, 
-        default=None, ge=1, le=100_000,
+    gpus_per_node: int | None = Field(
+        strict=True,
+        default=None,
+        ge=1,
+        le=100_000,
         description="GPUs per node (scale-up domain). Default: the accelerator's domain size, "
         "or num_gpus if smaller.",
         examples=[8],
@@ -125,7 +162,9 @@ class ParallelismIn(RequestModel):
     ep: Count = Field(default=1, description="Expert-parallel size (MoE; within tp*dp*cp).")
     vp: Count = Field(default=1, description="Virtual pipeline stages per GPU (interleaving).")
     micro_batch: Count = Field(default=1, description="Sequences per micro-batch.")
-    sequence_parallel: bool = Field(strict=True, default=True, description="Megatron sequence parallelism.")
+    sequence_parallel: bool = Field(
+        strict=True, default=True, description="Megatron sequence parallelism."
+    )
     zero_stage: int = Field(strict=True, default=1, ge=0, le=3, description="ZeRO stage; 3 = FSDP.")
     recompute: RecomputeMode = Field(default=RecomputeMode.NONE, description="Recomputation.")
 
@@ -134,43 +173,76 @@ class ParallelismIn(RequestModel):
         if dp is None:
             dp = max(1, num_gpus // (self.tp * self.pp * self.cp))
         return ParallelismPlan(
-            tp=self.tp, pp=self.pp, dp=dp, cp=self.cp, ep=self.ep, vp=self.vp,
-            micro_batch=self.micro_batch, sequence_parallel=self.sequence_parallel,
-            zero_stage=self.zero_stage, recompute=self.recompute,
+            tp=self.tp,
+            pp=self.pp,
+            dp=dp,
+            cp=self.cp,
+            ep=self.ep,
+            vp=self.vp,
+            micro_batch=self.micro_batch,
+            sequence_parallel=self.sequence_parallel,
+            zero_stage=self.zero_stage,
+            recompute=self.recompute,
         )
 
 
 class TrainingIn(RequestModel):
-    seq_len: int = Field(strict=True, ge=1, le=10_000_000, description="Tokens per sequence.", examples=[8192])
-    global_batch_seqs: int = Field(strict=True, 
-        ge=1, le=100_000_000, description="Sequences per optimizer step.", examples=[128]
+    seq_len: int = Field(
+        strict=True, ge=1, le=10_000_000, description="Tokens per sequence.", examples=[8192]
     )
-    tokens: float = Field(strict=True, gt=0, le=1e18, description="Tokens to train on.", examples=[15e12])
+    global_batch_seqs: int = Field(
+        strict=True,
+        ge=1,
+        le=100_000_000,
+        description="Sequences per optimizer step.",
+        examples=[128],
+    )
+    tokens: float = Field(
+        strict=True, gt=0, le=1e18, description="Tokens to train on.", examples=[15e12]
+    )
     precision: Precision = Field(default=Precision.BF16, description="Matmul precision.")
     flash_attention: bool = Field(strict=True, default=True, description="Fused attention kernel.")
 
     def to_core(self) -> TrainingSpec:
         return TrainingSpec(
-            seq_len=self.seq_len, global_batch_seqs=self.global_batch_seqs, tokens=self.tokens,
-            precision=self.precision, flash_attention=self.flash_attention,
+            seq_len=self.seq_len,
+            global_batch_seqs=self.global_batch_seqs,
+            tokens=self.tokens,
+            precision=self.precision,
+            flash_attention=self.flash_attention,
         )
 
 
 class EnergyIn(RequestModel):
-    pue: float = Field(strict=True, default=1.2, ge=1.0, le=5.0, description="Power usage effectiveness.")
-    grid_gco2e_per_kwh: float = Field(strict=True, 
-        default=480.0, ge=0.0, le=2000.0, description="Grid carbon intensity, g CO2e per kWh."
+    pue: float = Field(
+        strict=True, default=1.2, ge=1.0, le=5.0, description="Power usage effectiveness."
     )
-    gpu_power_fraction: float = Field(strict=True, 
-        default=0.8, gt=0.0, le=1.0, description="Average GPU power as a fraction of TDP."
+    grid_gco2e_per_kwh: float = Field(
+        strict=True,
+        default=480.0,
+        ge=0.0,
+        le=2000.0,
+        description="Grid carbon intensity, g CO2e per kWh.",
     )
-    host_power_fraction: float = Field(strict=True, 
-        default=0.4, ge=0.0, le=5.0, description="Host power per GPU as a fraction of GPU TDP."
+    gpu_power_fraction: float = Field(
+        strict=True,
+        default=0.8,
+        gt=0.0,
+        le=1.0,
+        description="Average GPU power as a fraction of TDP.",
+    )
+    host_power_fraction: float = Field(
+        strict=True,
+        default=0.4,
+        ge=0.0,
+        le=5.0,
+        description="Host power per GPU as a fraction of GPU TDP.",
     )
 
     def to_core(self) -> EnergySpec:
         return EnergySpec(
-            pue=self.pue, grid_gco2e_per_kwh=self.grid_gco2e_per_kwh,
+            pue=self.pue,
+            grid_gco2e_per_kwh=self.grid_gco2e_per_kwh,
             gpu_power_fraction=self.gpu_power_fraction,
             host_power_fraction=self.host_power_fraction,
         )
@@ -179,10 +251,19 @@ class EnergyIn(RequestModel):
 ESTIMATE_EXAMPLE: dict[str, Any] = {
     "model": {"preset": "llama3.1-70b"},
     "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 64, "gpus_per_node": 8},
-    "parallelism": {"tp": 4, "pp": 4, "dp": 2, "cp": 2, "ep": 1, "vp": 5, "micro_batch": 1,
-                    "sequence_parallel": True, "zero_stage": 1, "recompute": "none"},
-    "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12,
-                 "precision": "bf16"},
+    "parallelism": {
+        "tp": 4,
+        "pp": 4,
+        "dp": 2,
+        "cp": 2,
+        "ep": 1,
+        "vp": 5,
+        "micro_batch": 1,
+        "sequence_parallel": True,
+        "zero_stage": 1,
+        "recompute": "none",
+    },
+    "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12, "precision": "bf16"},
 }
 
 
@@ -286,13 +367,19 @@ class EstimateResponse(BaseModel):
 
     @classmethod
     def from_core(
-        cls, result: Estimate, *, model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
+        cls,
+        result: Estimate,
+        *,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        plan: ParallelismPlan,
         energy: EnergySpec,
     ) -> EstimateResponse:
         mem, thr, step = result.memory, result.throughput, result.throughput.step
         return cls(
             params=ParamsOut(
-                total=result.params.total, active=result.params.active,
+                total=result.params.total,
+                active=result.params.active,
                 embedding=result.params.embedding,
                 per_layer_attention=result.params.attention_per_layer,
             ),
@@ -303,39 +390,62 @@ class EstimateResponse(BaseModel):
                 attention_convention="full (non-causal) attention, as PaLM and Megatron-LM",
             ),
             memory=MemoryOut(
-                peak_bytes_per_gpu=mem.peak_bytes, capacity_bytes_per_gpu=mem.capacity_bytes,
+                peak_bytes_per_gpu=mem.peak_bytes,
+                capacity_bytes_per_gpu=mem.capacity_bytes,
                 fits=mem.fits,
                 breakdown_bytes=MemoryBreakdownOut(
-                    weights=mem.weights_bytes, gradients=mem.gradients_bytes,
-                    optimizer=mem.optimizer_bytes, activations=mem.activations_bytes,
+                    weights=mem.weights_bytes,
+                    gradients=mem.gradients_bytes,
+                    optimizer=mem.optimizer_bytes,
+                    activations=mem.activations_bytes,
                     other=mem.other_bytes,
                 ),
             ),
             time=TimeOut(
-                step_s=step.step_s, tokens_per_s=thr.tokens_per_s,
+                step_s=step.step_s,
+                tokens_per_s=thr.tokens_per_s,
                 tokens_per_s_per_gpu=thr.tokens_per_s_per_gpu,
-                tokens_per_s_low=thr.tokens_per_s_low, tokens_per_s_high=thr.tokens_per_s_high,
-                mfu_fraction=thr.mfu_fraction, hfu_fraction=thr.hfu_fraction,
-                train_s=thr.train_s, gpu_hours=thr.gpu_hours, num_steps=thr.num_steps,
+                tokens_per_s_low=thr.tokens_per_s_low,
+                tokens_per_s_high=thr.tokens_per_s_high,
+                mfu_fraction=thr.mfu_fraction,
+                hfu_fraction=thr.hfu_fraction,
+                train_s=thr.train_s,
+                gpu_hours=thr.gpu_hours,
+                num_steps=thr.num_steps,
                 num_micro_batches=result.num_micro_batches,
                 breakdown_s=TimeBreakdownOut(
-                    compute=step.compute_s, tp_comm=step.tp_comm_s, cp_comm=step.cp_comm_s,
-                    ep_comm=step.ep_comm_s, pp_comm=step.pp_comm_s, pp_bubble=step.pp_bubble_s,
-                    dp_comm_exposed=step.dp_comm_exposed_s, optimizer=step.optimizer_s,
+                    compute=step.compute_s,
+                    tp_comm=step.tp_comm_s,
+                    cp_comm=step.cp_comm_s,
+                    ep_comm=step.ep_comm_s,
+                    pp_comm=step.pp_comm_s,
+                    pp_bubble=step.pp_bubble_s,
+                    dp_comm_exposed=step.dp_comm_exposed_s,
+                    optimizer=step.optimizer_s,
                 ),
             ),
             energy=EnergyOut(
-                kwh=result.energy.kwh, co2e_kg=result.energy.co2e_kg,
+                kwh=result.energy.kwh,
+                co2e_kg=result.energy.co2e_kg,
                 average_power_w_per_gpu=result.energy.average_power_w_per_gpu,
-                pue=energy.pue, grid_gco2e_per_kwh=energy.grid_gco2e_per_kwh,
+                pue=energy.pue,
+                grid_gco2e_per_kwh=energy.grid_gco2e_per_kwh,
             ),
             resolved=ResolvedOut(
-                model=model.name, accelerator=cluster.accelerator.id, num_gpus=cluster.num_gpus,
+                model=model.name,
+                accelerator=cluster.accelerator.id,
+                num_gpus=cluster.num_gpus,
                 gpus_per_node=cluster.gpus_per_node,
                 parallelism={
-                    "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
-                    "vp": plan.vp, "micro_batch": plan.micro_batch,
-                    "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.zero_stage,
+                    "tp": plan.tp,
+                    "pp": plan.pp,
+                    "dp": plan.dp,
+                    "cp": plan.cp,
+                    "ep": plan.ep,
+                    "vp": plan.vp,
+                    "micro_batch": plan.micro_batch,
+                    "sequence_parallel": plan.sequence_parallel,
+                    "zero_stage": plan.zero_stage,
                     "recompute": plan.recompute.value,
                 },
             ),

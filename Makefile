@@ -1,0 +1,52 @@
+# ComputeQuote: every gate is one command. Both `make run` and `make test` bootstrap .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.9
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench openapi clean
+
+$(BIN)/uv:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.synced: $(BIN)/uv pyproject.toml uv.lock
+	$(BIN)/uv sync --frozen --inexact --quiet
+	touch $@
+
+venv: $(VENV)/.synced
+
+migrate: venv
+	$(BIN)/python -m service.catalog.migrate
+
+run: migrate
+	$(BIN)/uvicorn --factory service.main:create_app --host $(HOST) --port $(PORT)
+
+lint: venv
+	$(BIN)/ruff check service tests benchmarks migrations
+
+typecheck: venv
+	$(BIN)/mypy
+
+pytest: venv
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+accuracy: venv
+	$(BIN)/python -m benchmarks.accuracy
+
+calibrate: venv
+	$(BIN)/python -m benchmarks.calibrate
+
+bench: venv
+	$(BIN)/pytest benchmarks/test_speed.py --benchmark-enable -p no:cacheprovider -o addopts="" -q
+
+openapi: venv
+	$(BIN)/python -m service.api.openapi > openapi/openapi.json
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache

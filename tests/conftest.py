@@ -1,0 +1,113 @@
+"""Shared fixtures: a migrated database per backend (SQLite file, throw-away PostgreSQL
+database), a session per test rolled back afterwards, and an app bound to that session."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from service.api.deps import get_session
+from service.catalog.db import make_engine
+from service.catalog.migrate import upgrade
+from service.catalog.seed import seed_catalog
+from service.main import create_app
+from service.settings import Settings
+
+POSTGRES_URL = os.environ.get(
+    "CQ_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def _throwaway_postgres() -> Iterator[str]:
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    name = f"cq_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # pragma: no cover - environment problem, reported loudly
+        admin.dispose()
+        pytest.fail(f"PostgreSQL at {POSTGRES_URL} is not usable: {exc}")
+    try:
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def database_url_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Creates empty databases per backend; all are removed at the end of the run."""
+    cleanups: list[Iterator[str]] = []
+
+    def make(backend: str) -> str:
+        if backend == "sqlite":
+            path = tmp_path_factory.mktemp("db") / f"{uuid.uuid4().hex}.sqlite3"
+            return f"sqlite:///{path}"
+        generator = _throwaway_postgres()
+        cleanups.append(generator)
+        return next(generator)
+
+    yield make
+    for generator in cleanups:
+        for _ in generator:
+            pass
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def migrated_engine(
+    request: pytest.FixtureRequest, database_url_factory: object
+) -> Iterator[Engine]:
+    """A database at the Alembic head with the seed catalogue, one per backend."""
+    url = database_url_factory(request.param)  # type: ignore[operator]
+    upgrade(url)
+    engine = make_engine(url)
+    with Session(engine) as session:
+        seed_catalog(session)
+        session.commit()
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def db_session(migrated_engine: Engine) -> Iterator[Session]:
+    """A session whose work is rolled back after the test (savepoints for inner commits)."""
+    connection = migrated_engine.connect()
+    transaction = connection.begin()
+    session = Session(bind=connection, join_transaction_mode="create_savepoint")
+    try:
+        yield session
+    finally:
+        session.close()
+        transaction.rollback()
+        connection.close()
+
+
+@pytest.fixture
+def client(migrated_engine: Engine, db_session: Session) -> Iterator[TestClient]:
+    """The app on the migrated database; request sessions join the test's transaction."""
+    settings = Settings(database_url=migrated_engine.url.render_as_string(hide_password=False))
+    app = create_app(settings)
+
+    def session_override() -> Iterator[Session]:
+        yield db_session
+        db_session.flush()
+
+    app.dependency_overrides[get_session] = session_override
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+    app.state.engine.dispose()
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]

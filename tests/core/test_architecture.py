@@ -1,0 +1,45 @@
+"""The core stays pure (standard library only) and dependencies point api -> catalog -> core."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+SERVICE = Path(__file__).resolve().parents[2] / "service"
+ALLOWED_THIRD_PARTY_IN_CORE = {"numpy"}
+FORBIDDEN_IN_CORE = {"os", "time", "datetime", "random", "socket", "subprocess", "pathlib",
+                     "io", "logging", "sqlite3", "urllib", "http"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((SERVICE / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _modules("core"), ids=lambda p: p.name)
+def test_core_imports_only_the_standard_library_and_itself(path: Path) -> None:
+    for name in _imports(path):
+        top = name.split(".")[0]
+        if name.startswith("service."):
+            assert name.startswith("service.core"), f"{path.name} imports {name}"
+            continue
+        assert top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY_IN_CORE, name
+        assert top not in FORBIDDEN_IN_CORE, f"{path.name} imports {name} (I/O, clock or env)"
+
+
+@pytest.mark.parametrize("path", _modules("catalog"), ids=lambda p: p.name)
+def test_catalog_never_imports_the_api(path: Path) -> None:
+    assert not any(n.startswith("service.api") for n in _imports(path)), path.name

@@ -1,0 +1,46 @@
+"""Plain typed factories with keyword overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from service.catalog.mapping import accelerator_to_spec
+from service.catalog.seed_data import accelerator_seeds
+from service.core.presets import get_preset
+from service.core.specs import (
+    AcceleratorSpec,
+    ClusterSpec,
+    ModelSpec,
+    ParallelismPlan,
+    Precision,
+    TrainingSpec,
+)
+
+
+def accelerator(accelerator_id: str = "h100-sxm5-80gb") -> AcceleratorSpec:
+    seed = next(s for s in accelerator_seeds() if s.id == accelerator_id)
+    return accelerator_to_spec(seed)
+
+
+def model(preset: str = "llama3.1-70b", **overrides: Any) -> ModelSpec:
+    return dataclasses.replace(get_preset(preset).model, **overrides)
+
+
+def cluster(num_gpus: int = 64, accelerator_id: str = "h100-sxm5-80gb",
+            gpus_per_node: int = 8) -> ClusterSpec:
+    return ClusterSpec(accelerator=accelerator(accelerator_id), num_gpus=num_gpus,
+                       gpus_per_node=gpus_per_node)
+
+
+def plan(**overrides: Any) -> ParallelismPlan:
+    values: dict[str, Any] = {"tp": 4, "pp": 4, "dp": 2, "cp": 2, "vp": 5}
+    values.update(overrides)
+    return ParallelismPlan(**values)
+
+
+def training(**overrides: Any) -> TrainingSpec:
+    values: dict[str, Any] = {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12,
+                              "precision": Precision.BF16}
+    values.update(overrides)
+    return TrainingSpec(**values)

@@ -10,6 +10,7 @@ never echoed back.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -94,6 +95,30 @@ STATUS_TITLES = {
 }
 
 
+DOMAIN_ERRORS: dict[type[Exception], tuple[int, str, str, Callable[[Any], dict[str, Any]]]] = {
+    InvalidSpecError: (422, "invalid-spec", "The request breaks a modelling rule",
+                       lambda e: {"field": e.field}),
+    InfeasiblePlanError: (422, "infeasible-plan", "The plan cannot run",
+                          lambda e: {"reasons": e.reasons}),
+    NoFeasiblePlanError: (422, "no-feasible-plan", "No plan satisfies the request",
+                          lambda e: {"closest": e.closest}),
+    NotFoundError: (404, "not-found", "Resource not found", lambda e: {}),
+    ConflictError: (409, "conflict", "Conflict with stored state", lambda e: {}),
+}
+"""Domain exception -> (status, type slug, constant title, extension members)."""
+
+
+def _domain_handler(
+    status: int, slug: str, title: str, extensions: Callable[[Any], dict[str, Any]]
+) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        return problem_response(
+            request, status=status, slug=slug, title=title, detail=str(exc), **extensions(exc)
+        )
+
+    return handle
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -104,39 +129,8 @@ def install_problem_handlers(app: FastAPI) -> None:
             detail=detail, errors=errors,
         )
 
-    @app.exception_handler(InvalidSpecError)
-    async def _invalid(request: Request, exc: InvalidSpecError) -> JSONResponse:
-        return problem_response(
-            request, status=422, slug="invalid-spec", title="The request breaks a modelling rule",
-            detail=str(exc), field=exc.field,
-        )
-
-    @app.exception_handler(InfeasiblePlanError)
-    async def _infeasible(request: Request, exc: InfeasiblePlanError) -> JSONResponse:
-        return problem_response(
-            request, status=422, slug="infeasible-plan", title="The plan cannot run",
-            detail=str(exc), reasons=exc.reasons,
-        )
-
-    @app.exception_handler(NoFeasiblePlanError)
-    async def _no_plan(request: Request, exc: NoFeasiblePlanError) -> JSONResponse:
-        return problem_response(
-            request, status=422, slug="no-feasible-plan", title="No plan satisfies the request",
-            detail=str(exc), closest=exc.closest,
-        )
-
-    @app.exception_handler(NotFoundError)
-    async def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
-        return problem_response(
-            request, status=404, slug="not-found", title="Resource not found", detail=str(exc)
-        )
-
-    @app.exception_handler(ConflictError)
-    async def _conflict(request: Request, exc: ConflictError) -> JSONResponse:
-        return problem_response(
-            request, status=409, slug="conflict", title="Conflict with stored state",
-            detail=str(exc),
-        )
+    for exc_class, (status, slug, title, extensions) in DOMAIN_ERRORS.items():
+        app.add_exception_handler(exc_class, _domain_handler(status, slug, title, extensions))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -7,12 +7,16 @@ fitted to the rows that publish peak memory. The search is a deterministic multi
 coordinate descent with shrinking steps: no randomness, so a re-run gives the same numbers.
 
 Usage: ``python -m benchmarks.calibrate``; paste the printed values into calibration.py.
+``python -m benchmarks.calibrate --holdout`` refits without each source in turn and reports
+the error on the left-out source (an out-of-sample figure).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -140,7 +144,33 @@ def fit(rows: list[RowInputs], cal: Calibration, knobs: tuple[Knob, ...],
     return cal
 
 
+def source_of(row: RowInputs) -> str:
+    """Rows from one publication share an id prefix (sc21-, dgxc-, tt-h100-, ...)."""
+    parts = row.id.split("-")
+    return "-".join(parts[:2]) if parts[0] == "tt" else parts[0]
+
+
+def leave_one_source_out(rows: list[RowInputs]) -> list[tuple[str, float]]:
+    """Refit without each source in turn and predict that source's rows: out-of-sample error."""
+    errors: list[tuple[str, float]] = []
+    for source in sorted({source_of(r) for r in rows}):
+        train = [r for r in rows if source_of(r) != source]
+        cal = fit(train, DEFAULT_CALIBRATION, TIME_KNOBS, time_loss)
+        for row in rows:
+            if source_of(row) == source:
+                errors.append((row.id, evaluate(row, cal).error_fraction))
+    return errors
+
+
 def main() -> int:
+    if "--holdout" in sys.argv:
+        held = leave_one_source_out(usable_inputs())
+        for row_id, error in held:
+            print(f"{row_id:40s} {error:+.1%}")
+        values = [abs(e) for _, e in held]
+        print(f"leave-one-source-out: median {statistics.median(values):.1%}, "
+              f"p90 {percentile(values, 0.9):.1%}, max {max(values):.1%} over {len(values)} rows")
+        return 0
     rows = usable_inputs()
     cal = DEFAULT_CALIBRATION
     for _ in range(2):

@@ -42,16 +42,16 @@ class AcceleratorCache:
 
     def all(self) -> dict[str, AcceleratorSpec]:
         with self._lock:
-            fresh = self._specs is not None and self._clock() - self._loaded_at < self._ttl_s
-            if not fresh:
+            specs = self._specs
+            if specs is None or self._clock() - self._loaded_at >= self._ttl_s:
                 try:
-                    self._specs = self._load()
-                    self._loaded_at = self._clock()
+                    specs = self._load()
                 except Exception:
-                    if self._specs is None:
+                    if specs is None:
                         raise
-            assert self._specs is not None  # noqa: S101 - established just above
-            return self._specs
+                else:
+                    self._specs, self._loaded_at = specs, self._clock()
+            return specs
 
     def get(self, accelerator_id: str) -> AcceleratorSpec:
         spec = self.all().get(accelerator_id)

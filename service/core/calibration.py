@@ -13,8 +13,7 @@ are measured).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 from service.core.specs import Precision
 
@@ -82,10 +81,6 @@ class Calibration:
 
     def is_calibrated_for(self, accelerator_id: str) -> bool:
         return accelerator_id in self.gemm_efficiency
-
-    def with_values(self, **changes: Any) -> Calibration:
-        """A copy with some constants replaced (for fits and what-if studies)."""
-        return replace(self, **changes)
 
 
 DEFAULT_CALIBRATION = Calibration(

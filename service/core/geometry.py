@@ -38,7 +38,6 @@ class Geometry:
     expert_dp_group_size: int
     """Ranks sharing one expert shard: tp*dp*cp / (ep*expert_tp)."""
     expert_tp: int
-    gpus_per_node: int
     tp_per_node: int
     """Members of one tensor-parallel group inside a node (stride 1)."""
     cp_per_node: int
@@ -85,7 +84,6 @@ def build_geometry(
         dp_group_size=plan.dp * c,
         expert_dp_group_size=max(1, (t * plan.dp * c) // (plan.ep * layout.expert_tp)),
         expert_tp=layout.expert_tp,
-        gpus_per_node=node,
         tp_per_node=_members_per_node(t, 1, node),
         cp_per_node=_members_per_node(c, t, node),
         dp_per_node=_members_per_node(plan.dp * c, t, node),

@@ -300,10 +300,6 @@ class ParallelismPlan:
             )
 
     @property
-    def model_parallel_size(self) -> int:
-        return self.tp * self.pp * self.cp
-
-    @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 

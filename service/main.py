@@ -12,13 +12,15 @@ from service.api.deps import AcceleratorCache
 from service.api.limits import BodySizeLimitMiddleware
 from service.api.openapi import build_openapi, operation_id
 from service.api.problems import install_problem_handlers
-from service.api.routes import catalog, estimates, health
+from service.api.routes import catalog, estimates, health, prices
 from service.catalog.db import make_engine, make_session_factory
 from service.settings import Settings
 
 DESCRIPTION = """\
 ComputeQuote answers: what will it take to train this large language model? How many GPUs,
-how much memory per GPU, how long, how to parallelise it, and at what energy.
+how much memory per GPU, how long, how to parallelise it, and at what energy and price.
+
+Writes need `Authorization: Bearer <API key>` (keys come from `cq keys create`).
 
 Errors are `application/problem+json` (RFC 9457). Lists answer
 `{"items": [...], "next_page_token": ...}`.
@@ -27,6 +29,8 @@ Errors are `application/problem+json` (RFC 9457). Lists answer
 TAGS = [
     {"name": "estimates", "description": "Training-run estimates."},
     {"name": "accelerators", "description": "Accelerator datasheet catalogue."},
+    {"name": "catalog", "description": "Versioned cloud price catalogue: offers, versions, "
+                                       "imports, exports and edits."},
     {"name": "models", "description": "Published model architectures."},
     {"name": "health", "description": "Probes for orchestrators."},
 ]
@@ -51,8 +55,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.accelerators = AcceleratorCache(factory, settings.catalog_cache_ttl_s)
 
     install_problem_handlers(app)
-    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    for module in (estimates, catalog, health):
+    app.add_middleware(
+        BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes,
+        path_limits={"/v1/catalog/imports": settings.max_import_bytes},
+    )
+    for module in (estimates, catalog, prices, health):
         app.include_router(module.router)
 
     def custom_openapi() -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,6 +27,21 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=64 * 1024, ge=1024, le=64 * 1024 * 1024,
         description="Largest accepted request body for compute endpoints, in bytes.",
+    )
+    max_import_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
+        description="Largest accepted body for POST /v1/catalog/imports, in bytes.",
+    )
+    api_key_pepper: SecretStr = Field(
+        default=SecretStr("computequote-dev-pepper"),
+        description=(
+            "Server-side secret mixed into every stored API-key hash. Set a long random value "
+            "in production (from a Secret); changing it invalidates every key."
+        ),
+    )
+    require_read_auth: bool = Field(
+        default=False,
+        description="When true, reads need a key with catalog:read (or quotes:read).",
     )
     catalog_cache_ttl_s: float = Field(
         default=60.0, ge=0.0, le=86_400.0,

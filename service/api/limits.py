@@ -1,6 +1,7 @@
 """Request body size limit, enforced before the body is parsed (pure ASGI middleware).
 
-Bodies with a Content-Length over the limit are refused at once; chunked bodies are counted
+The limit is per path (catalogue imports get a larger one than compute requests). Bodies with
+a Content-Length over the limit are refused at once; chunked bodies are counted
 as they stream and refused as soon as they pass it. Either way the answer is a 413 problem.
 """
 
@@ -14,15 +15,18 @@ from service.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
 
 
 class BodySizeLimitMiddleware:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int, path_limits: dict[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.path_limits = path_limits or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_body_bytes
+        limit = self.path_limits.get(scope.get("path", ""), self.max_body_bytes)
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:

@@ -19,7 +19,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.catalog.errors import ConflictError, NotFoundError
+from service.catalog.errors import (
+    AuthError,
+    ConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+)
+from service.catalog.offers import ImportRejectedError
 from service.core.errors import InfeasiblePlanError, InvalidSpecError, NoFeasiblePlanError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -33,6 +39,9 @@ class FieldError(BaseModel):
     field: str = Field(description="Dotted path of the field, e.g. training.seq_len.")
     message: str = Field(description="What is wrong and the limit it breaks.")
     code: str = Field(description="Machine-readable reason, e.g. less_than_equal.")
+    row: int | None = Field(
+        default=None, description="For catalogue imports: the 1-based data row of the field."
+    )
 
 
 class Problem(BaseModel):
@@ -90,7 +99,9 @@ STATUS_TITLES = {
     405: ("method-not-allowed", "Method not allowed"),
     406: ("not-acceptable", "Not acceptable"),
     413: ("payload-too-large", "Request body too large"),
+    412: ("precondition-failed", "Precondition failed"),
     415: ("unsupported-media-type", "Unsupported media type"),
+    428: ("precondition-required", "Precondition required"),
     503: ("unavailable", "Service unavailable"),
 }
 
@@ -104,6 +115,14 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str, str, Callable[[Any], dict[s
                           lambda e: {"closest": e.closest}),
     NotFoundError: (404, "not-found", "Resource not found", lambda e: {}),
     ConflictError: (409, "conflict", "Conflict with stored state", lambda e: {}),
+    PreconditionFailedError: (412, "precondition-failed", "Precondition failed", lambda e: {}),
+    ImportRejectedError: (
+        422, "invalid-offers", "The offers are invalid; nothing was stored",
+        lambda e: {"errors": [
+            {"field": x.field, "message": x.message, "code": x.code,
+             **({"row": x.row} if x.row else {})} for x in e.errors[:1000]
+        ]},
+    ),
 }
 """Domain exception -> (status, type slug, constant title, extension members)."""
 
@@ -132,6 +151,13 @@ def install_problem_handlers(app: FastAPI) -> None:
     for exc_class, (status, slug, title, extensions) in DOMAIN_ERRORS.items():
         app.add_exception_handler(exc_class, _domain_handler(status, slug, title, extensions))
 
+    @app.exception_handler(AuthError)
+    async def _auth(request: Request, exc: AuthError) -> JSONResponse:
+        slug, title = STATUS_TITLES[exc.status]
+        headers = {"WWW-Authenticate": 'Bearer realm="computequote"'} if exc.status == 401 else None
+        return problem_response(request, status=exc.status, slug=slug, title=title,
+                                detail=str(exc), headers=headers)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         slug, title = STATUS_TITLES.get(exc.status_code, ("http-error", "HTTP error"))
@@ -153,8 +179,10 @@ def install_problem_handlers(app: FastAPI) -> None:
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the given problem statuses."""
     descriptions = {
-        400: "Bad request", 404: "Not found", 409: "Conflict", 413: "Body too large",
-        415: "Unsupported media type", 422: "Invalid input or an impossible plan",
+        400: "Bad request", 401: "Missing or unknown API key", 403: "The key lacks the scope",
+        404: "Not found", 409: "Conflict", 412: "If-Match names a stale state",
+        413: "Body too large", 415: "Unsupported media type", 428: "If-Match is required",
+        422: "Invalid input or an impossible plan",
         500: "Internal error", 503: "Dependency unavailable",
     }
     return {

@@ -2,7 +2,9 @@
 
     CatalogError (Exception)
     ├── NotFoundError   no row with that id
-    └── ConflictError   the write clashes with stored state
+    ├── ConflictError   the write clashes with stored state
+    ├── PreconditionFailedError   If-Match names a state that is no longer current
+    └── AuthError       no usable API key (401) or a key without the scope (403)
 """
 
 from __future__ import annotations
@@ -21,3 +23,13 @@ class NotFoundError(CatalogError):
 
 class ConflictError(CatalogError):
     """A write that conflicts with what is stored."""
+
+
+class PreconditionFailedError(CatalogError):
+    """The client edited from a stale copy (HTTP 412)."""
+
+
+class AuthError(CatalogError):
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status

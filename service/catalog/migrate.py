@@ -17,7 +17,7 @@ from service.catalog.db import make_engine, make_session_factory, unit_of_work
 from service.catalog.seed import seed_catalog
 from service.settings import Settings
 
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0002"
 """The Alembic revision this code expects; a test checks it equals the migrations' head."""
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             with unit_of_work(make_session_factory(engine)) as session:
                 report = seed_catalog(session)
             print(f"seeded: {report.inserted} inserted, {report.updated} updated, "
-                  f"{report.unchanged} unchanged accelerators")
+                  f"{report.unchanged} unchanged accelerators; "
+                  + (f"price catalogue {report.price_version} with {report.offers} offers"
+                     if report.price_version else "price catalogue already present"))
     finally:
         engine.dispose()
     return 0

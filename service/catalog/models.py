@@ -3,9 +3,27 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
-from sqlalchemy import BigInteger, Date, Float, Integer, MetaData, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Date,
+    DateTime,
+    Float,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+BigId = BigInteger().with_variant(Integer, "sqlite")
+"""64-bit surrogate keys; SQLite only auto-increments an ``INTEGER PRIMARY KEY``."""
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -44,3 +62,143 @@ class Accelerator(Base):
     source: Mapped[str] = mapped_column(Text)
     as_of: Mapped[dt.date] = mapped_column(Date)
     notes: Mapped[str] = mapped_column(Text, default="")
+
+
+class Provider(Base):
+    """A seller of accelerator time: a cloud, a neocloud, or an organisation's own ``onprem``.
+    Registered by the first import that names it."""
+
+    __tablename__ = "providers"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Region(Base):
+    """A provider's region; the grid carbon intensity is the latest one imported (each offer
+    revision keeps its own copy, so old versions do not change)."""
+
+    __tablename__ = "regions"
+
+    provider_id: Mapped[str] = mapped_column(ForeignKey("providers.id"), primary_key=True)
+    code: Mapped[str] = mapped_column(String(64), primary_key=True)
+    carbon_g_per_kwh: Mapped[float | None] = mapped_column(Float)
+    carbon_source: Mapped[str | None] = mapped_column(Text)
+
+
+class InstanceType(Base):
+    """A provider's machine shape. Facts are the latest imported; offers snapshot them."""
+
+    __tablename__ = "instance_types"
+
+    provider_id: Mapped[str] = mapped_column(ForeignKey("providers.id"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    accelerator_id: Mapped[str] = mapped_column(ForeignKey("accelerators.id"))
+    gpus_per_instance: Mapped[float] = mapped_column(Float)
+    vcpus: Mapped[float | None] = mapped_column(Float)
+    memory_gib: Mapped[float | None] = mapped_column(Float)
+    gpu_memory_gib: Mapped[float | None] = mapped_column(Float)
+    interconnect: Mapped[str | None] = mapped_column(Text)
+
+
+class OfferRevision(Base):
+    """One immutable state of one offer. Versions point at revisions; nothing updates a row.
+
+    Money is integer micro-units of ``currency``. ``offer_id`` is derived from the offer's
+    natural key, so the same offer keeps its id across versions, imports and exports."""
+
+    __tablename__ = "offer_revisions"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["provider_id", "region"], ["regions.provider_id", "regions.code"],
+            name="fk_offer_revisions_region_regions",
+        ),
+        ForeignKeyConstraint(
+            ["provider_id", "instance_type"],
+            ["instance_types.provider_id", "instance_types.name"],
+            name="fk_offer_revisions_instance_type_instance_types",
+        ),
+        Index("ix_offer_revisions_offer_id_content_hash", "offer_id", "content_hash"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    offer_id: Mapped[str] = mapped_column(String(40))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    provider_id: Mapped[str] = mapped_column(ForeignKey("providers.id"))
+    region: Mapped[str] = mapped_column(String(64))
+    zone: Mapped[str | None] = mapped_column(String(64))
+    instance_type: Mapped[str] = mapped_column(String(128))
+    accelerator_id: Mapped[str] = mapped_column(ForeignKey("accelerators.id"))
+    gpus_per_instance: Mapped[float] = mapped_column(Float)
+    vcpus: Mapped[float | None] = mapped_column(Float)
+    memory_gib: Mapped[float | None] = mapped_column(Float)
+    gpu_memory_gib: Mapped[float | None] = mapped_column(Float)
+    interconnect: Mapped[str | None] = mapped_column(Text)
+    term: Mapped[str] = mapped_column(String(32))
+    payment_option: Mapped[str | None] = mapped_column(String(32))
+    currency: Mapped[str] = mapped_column(String(3))
+    price_per_hour_micros: Mapped[int] = mapped_column(BigInteger)
+    upfront_fee_micros: Mapped[int] = mapped_column(BigInteger)
+    effective_price_per_hour_micros: Mapped[int] = mapped_column(BigInteger)
+    price_per_gpu_hour_micros: Mapped[int] = mapped_column(BigInteger)
+    interruption_rate_per_hour: Mapped[float | None] = mapped_column(Float)
+    interruption_rate_source: Mapped[str | None] = mapped_column(Text)
+    region_carbon_g_per_kwh: Mapped[float | None] = mapped_column(Float)
+    region_carbon_source: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(Text)
+    as_of: Mapped[dt.date] = mapped_column(Date)
+    indicative: Mapped[bool] = mapped_column(Boolean)
+    notes: Mapped[str] = mapped_column(Text)
+    quality_flags: Mapped[list[dict[str, str]]] = mapped_column(JSON)
+
+
+class CatalogVersion(Base):
+    """An immutable set of offer revisions, made by one import or one edit."""
+
+    __tablename__ = "catalog_versions"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, unique=True)
+    parent_id: Mapped[str | None] = mapped_column(ForeignKey("catalog_versions.id"))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[str] = mapped_column(String(128))
+    note: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(16))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    offer_count: Mapped[int] = mapped_column(Integer)
+    report: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class CatalogVersionOffer(Base):
+    """Membership: which revision of each offer a version holds."""
+
+    __tablename__ = "catalog_version_offers"
+
+    version_id: Mapped[str] = mapped_column(ForeignKey("catalog_versions.id"), primary_key=True)
+    offer_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    revision_id: Mapped[int] = mapped_column(ForeignKey("offer_revisions.id"))
+
+
+class CatalogState(Base):
+    """The single row that names the current version. Every catalogue write first bumps
+    ``write_seq``: that row lock serialises writers on PostgreSQL and takes SQLite's write lock
+    before anything is read, so a writer never has to upgrade a read lock."""
+
+    __tablename__ = "catalog_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    current_version_id: Mapped[str | None] = mapped_column(ForeignKey("catalog_versions.id"))
+    write_seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class ApiKey(Base):
+    """An API key: ``cq_<id>_<secret>``. Only an HMAC-SHA256 of the whole key is stored."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    scopes: Mapped[str] = mapped_column(String(512))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))

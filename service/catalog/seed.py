@@ -1,6 +1,7 @@
 """Load the seed catalogue into the database. Idempotent: re-running changes nothing unless
-the seed files changed, and then it updates those rows in place (accelerator facts are not
-priced, so they are not versioned)."""
+the seed files changed, and then it updates accelerator rows in place (accelerator facts are
+not priced, so they are not versioned). Prices are seeded once, as the first catalogue
+version; later price changes are imports or edits, each a new version."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from decimal import Decimal
 from sqlalchemy.orm import Session
 
 from service.catalog.models import Accelerator
+from service.catalog.prices import commit_version, current_version_id, lock_catalog
 from service.catalog.seed_data import AcceleratorSeed, accelerator_seeds
+from service.catalog.seed_prices import seed_offers
 
 MICROS_PER_UNIT = Decimal(1_000_000)
 
@@ -20,6 +23,9 @@ class SeedReport:
     inserted: int
     updated: int
     unchanged: int
+    price_version: str | None
+    """The seed price version created now, or None when a price version already existed."""
+    offers: int
 
 
 def _columns(seed: AcceleratorSeed) -> dict[str, object]:
@@ -51,4 +57,12 @@ def seed_catalog(session: Session) -> SeedReport:
         else:
             unchanged += 1
     session.flush()
-    return SeedReport(inserted=inserted, updated=updated, unchanged=unchanged)
+    lock_catalog(session)
+    version_id, offers = None, 0
+    if current_version_id(session) is None:
+        prices = seed_offers(frozenset(s.id for s in accelerator_seeds()))
+        version = commit_version(session, prices, created_by="seed", kind="seed",
+                                 note="seed: research price snapshot (seed/prices/README.md)")
+        version_id, offers = version.id, version.offer_count
+    return SeedReport(inserted=inserted, updated=updated, unchanged=unchanged,
+                      price_version=version_id, offers=offers)

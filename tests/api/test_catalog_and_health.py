@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from service.catalog.migrate import SCHEMA_HEAD
+from service.catalog.seed_data import accelerator_seeds
 from service.core.presets import PRESETS
 from tests.api.test_estimates import assert_problem
 
@@ -22,7 +24,7 @@ class TestListAccelerators:
             if token is None:
                 break
         assert ids == sorted(ids)
-        assert len(ids) == len(set(ids)) == 21
+        assert len(ids) == len(set(ids)) == len(accelerator_seeds())
 
     def test_page_size_over_200_is_rejected(self, client: TestClient) -> None:
         assert_problem(client.get("/v1/accelerators", params={"page_size": 201}), 422,
@@ -60,7 +62,7 @@ class TestProbes:
     def test_readyz_reports_the_schema_revision(self, client: TestClient) -> None:
         response = client.get("/readyz")
         assert response.status_code == 200
-        assert response.json() == {"status": "ready", "schema_revision": "0001"}
+        assert response.json() == {"status": "ready", "schema_revision": SCHEMA_HEAD}
 
     def test_readyz_is_503_on_an_unmigrated_database(self, tmp_path: object) -> None:
         from service.main import create_app

@@ -1,0 +1,197 @@
+"""Price catalogue requests and responses. Money is a decimal string in ``currency``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from service.api.schemas.common import RequestModel
+from service.catalog.models import CatalogVersion, OfferRevision
+from service.catalog.offers import PaymentOption, Term, micros_to_text
+
+DecimalString = Annotated[
+    str, StringConstraints(pattern=r"^\d{1,13}(\.\d{1,6})?$", max_length=20)
+]
+"""A non-negative decimal with at most 6 places, as a string (JSON numbers lose cents)."""
+
+
+def as_utc(moment: dt.datetime) -> dt.datetime:
+    """SQLite returns naive datetimes; everything stored is UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+class QualityFlagOut(BaseModel):
+    code: str = Field(examples=["spot_above_on_demand"],
+                      description="One of spot_above_on_demand, spot_not_discounted, "
+                                  "price_outlier, missing_on_demand, gpu_memory_mismatch.")
+    detail: str
+
+
+OFFER_EXAMPLE: dict[str, Any] = {
+    "id": "off_3f0c2b6e9c1d4a7b8e5f6a1b", "catalog_version": "cv_000001", "revision": 412,
+    "provider": "aws", "region": "us-east-1", "zone": None, "instance_type": "p5.48xlarge",
+    "accelerator": "h100-sxm5-80gb", "gpus_per_instance": 8.0, "vcpus": 192.0,
+    "memory_gib": 2048.0, "gpu_memory_gib": 80.0, "interconnect": None, "term": "on_demand",
+    "payment_option": None, "currency": "USD", "price_per_hour": "55.040000",
+    "upfront_fee": "0.000000", "effective_price_per_hour": "55.040000",
+    "price_per_gpu_hour": "6.880000", "interruption_rate_per_hour": None,
+    "interruption_rate_source": None, "region_carbon_g_per_kwh": None,
+    "region_carbon_source": None, "source": "SkyPilot catalog v8 aws/vms.csv",
+    "as_of": "2026-10-27", "indicative": False, "notes": "", "quality_flags": [],
+}
+
+
+class OfferOut(BaseModel):
+    """One price offer as a catalogue version holds it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [OFFER_EXAMPLE]})
+
+    id: str = Field(description="Stable across versions: derived from provider, instance "
+                                "type, region, zone, term and payment option.")
+    catalog_version: str
+    revision: int = Field(description="The stored revision; the ETag names it.")
+    provider: str
+    region: str
+    zone: str | None
+    instance_type: str
+    accelerator: str
+    gpus_per_instance: float = Field(description="May be fractional (AWS g6f: 0.25).")
+    vcpus: float | None
+    memory_gib: float | None
+    gpu_memory_gib: float | None = Field(description="Memory per GPU as the source states it.")
+    interconnect: str | None
+    term: Term
+    payment_option: PaymentOption | None
+    currency: str = Field(description="ISO 4217.")
+    price_per_hour: str = Field(description="Per instance-hour.")
+    upfront_fee: str
+    effective_price_per_hour: str = Field(
+        description="price_per_hour + upfront_fee ÷ hours of the term.")
+    price_per_gpu_hour: str = Field(
+        description="effective_price_per_hour ÷ gpus_per_instance, half-even to 6 places.")
+    interruption_rate_per_hour: float | None = Field(
+        description="Spot only: interruptions per instance-hour.")
+    interruption_rate_source: str | None
+    region_carbon_g_per_kwh: float | None
+    region_carbon_source: str | None
+    source: str
+    as_of: dt.date
+    indicative: bool = Field(description="True when the price is an estimate, not a list "
+                                         "price (derived reserved rates, third-party quotes).")
+    notes: str
+    quality_flags: list[QualityFlagOut]
+
+    @classmethod
+    def from_row(cls, row: OfferRevision, version_id: str) -> OfferOut:
+        return cls(
+            id=row.offer_id, catalog_version=version_id, revision=row.id,
+            provider=row.provider_id, region=row.region, zone=row.zone,
+            instance_type=row.instance_type, accelerator=row.accelerator_id,
+            gpus_per_instance=row.gpus_per_instance, vcpus=row.vcpus,
+            memory_gib=row.memory_gib, gpu_memory_gib=row.gpu_memory_gib,
+            interconnect=row.interconnect, term=Term(row.term),
+            payment_option=PaymentOption(row.payment_option) if row.payment_option else None,
+            currency=row.currency, price_per_hour=micros_to_text(row.price_per_hour_micros),
+            upfront_fee=micros_to_text(row.upfront_fee_micros),
+            effective_price_per_hour=micros_to_text(row.effective_price_per_hour_micros),
+            price_per_gpu_hour=micros_to_text(row.price_per_gpu_hour_micros),
+            interruption_rate_per_hour=row.interruption_rate_per_hour,
+            interruption_rate_source=row.interruption_rate_source,
+            region_carbon_g_per_kwh=row.region_carbon_g_per_kwh,
+            region_carbon_source=row.region_carbon_source, source=row.source,
+            as_of=row.as_of, indicative=row.indicative, notes=row.notes,
+            quality_flags=[QualityFlagOut(**flag) for flag in row.quality_flags],
+        )
+
+
+class OfferUpdate(RequestModel):
+    """The editable part of an offer (``PUT /v1/offers/{id}``). Identity fields (provider,
+    instance type, region, zone, term, payment option) and instance facts cannot change:
+    import a new offer instead. Omitted optional fields are cleared."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra={
+        "examples": [{
+            "price_per_hour": "52.000000", "source": "AWS price list, re-read 2026-11-20",
+            "as_of": "2026-11-20", "indicative": False, "note": "AWS price cut",
+        }]})
+
+    price_per_hour: DecimalString
+    upfront_fee: DecimalString | None = None
+    interruption_rate_per_hour: float | None = Field(default=None, ge=0, le=1, strict=True)
+    interruption_rate_source: str | None = Field(default=None, max_length=2000)
+    region_carbon_g_per_kwh: float | None = Field(default=None, ge=0, le=2000, strict=True)
+    region_carbon_source: str | None = Field(default=None, max_length=2000)
+    source: str = Field(min_length=1, max_length=2000)
+    as_of: dt.date
+    indicative: bool = Field(strict=True)
+    notes: str = Field(default="", max_length=4000)
+    note: str = Field(default="", max_length=1000,
+                      description="Why the price changed; stored on the new version.")
+
+    def changes(self) -> dict[str, Any]:
+        """The edited columns in the import format."""
+        values = self.model_dump(exclude={"note"})
+        values["as_of"] = self.as_of.isoformat()
+        values["indicative"] = "true" if self.indicative else "false"
+        values["upfront_fee"] = self.upfront_fee or "0"
+        return values
+
+
+class QualityCount(BaseModel):
+    count: int
+    offer_ids: list[str] = Field(description="The first 50 flagged offers.")
+
+
+class QualityReport(BaseModel):
+    flagged_offers: int
+    flags: dict[str, QualityCount]
+
+
+class VersionChanges(BaseModel):
+    added: int
+    changed: int
+    removed: int
+    unchanged: int
+
+
+class CatalogVersionOut(BaseModel):
+    """An immutable catalogue version."""
+
+    id: str = Field(examples=["cv_000002"])
+    number: int
+    parent_id: str | None
+    created_at: dt.datetime
+    created_by: str = Field(description="API key name, or 'seed'.")
+    note: str
+    kind: str = Field(description="seed, import-replace, import-patch or edit.")
+    content_hash: str = Field(description="SHA-256 over the offers' content: equal content, "
+                                          "equal hash.")
+    offer_count: int
+    current: bool
+
+    @classmethod
+    def from_row(cls, row: CatalogVersion, current_id: str | None) -> CatalogVersionOut:
+        return cls(
+            id=row.id, number=row.number, parent_id=row.parent_id,
+            created_at=as_utc(row.created_at),
+            created_by=row.created_by, note=row.note, kind=row.kind,
+            content_hash=row.content_hash, offer_count=row.offer_count,
+            current=row.id == current_id,
+        )
+
+
+class CatalogVersionDetail(CatalogVersionOut):
+    """A version with its counts and data-quality report."""
+
+    by_provider: dict[str, int]
+    by_term: dict[str, int]
+    indicative: int
+    changes: VersionChanges
+    quality: QualityReport
+
+    @classmethod
+    def from_row(cls, row: CatalogVersion, current_id: str | None) -> CatalogVersionDetail:
+        base = CatalogVersionOut.from_row(row, current_id).model_dump()
+        return cls(**base, **row.report)

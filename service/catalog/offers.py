@@ -1,0 +1,437 @@
+"""Price offers as plain values: the import/export format, row validation, derived prices,
+stable ids and content hashes.
+
+One format serves CSV and JSON imports and exports (``COLUMNS``). Money is parsed as
+``Decimal`` and kept as integer micro-units of the offer's currency; it is never a float.
+Derived columns (``effective_price_per_hour``, ``price_per_gpu_hour``, ``quality_flags``) are
+written by exports, accepted by imports and always recomputed, so an export imports back
+unchanged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from enum import StrEnum
+from typing import Any, TypeVar
+
+MICROS = Decimal(1_000_000)
+HOURS_PER_YEAR = 8760
+"""365 × 24: AWS computes an effective reserved rate as hourly + up-front ÷ (years × 8760)
+(data/README.md, 'committed_and_reserved_prices.csv')."""
+MAX_PRICE_PER_HOUR = Decimal(1_000_000)
+MAX_UPFRONT_FEE = Decimal(10_000_000_000)
+MAX_IMPORT_ROWS = 20_000
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class Term(StrEnum):
+    ON_DEMAND = "on_demand"
+    SPOT = "spot"
+    RESERVED_1Y = "reserved_1y"
+    RESERVED_3Y = "reserved_3y"
+    CAPACITY_BLOCK = "capacity_block"
+
+
+class PaymentOption(StrEnum):
+    NO_UPFRONT = "no_upfront"
+    PARTIAL_UPFRONT = "partial_upfront"
+    ALL_UPFRONT = "all_upfront"
+
+
+RESERVED_YEARS = {Term.RESERVED_1Y: 1, Term.RESERVED_3Y: 3}
+
+CONTENT_COLUMNS = (
+    "provider", "region", "zone", "instance_type", "accelerator", "gpus_per_instance", "vcpus",
+    "memory_gib", "gpu_memory_gib", "interconnect", "term", "payment_option", "currency",
+    "price_per_hour", "upfront_fee", "interruption_rate_per_hour", "interruption_rate_source",
+    "region_carbon_g_per_kwh", "region_carbon_source", "source", "as_of", "indicative", "notes",
+)
+"""What an offer is: hashed, imported, exported."""
+DERIVED_COLUMNS = ("effective_price_per_hour", "price_per_gpu_hour", "quality_flags")
+COLUMNS = ("id", *CONTENT_COLUMNS, *DERIVED_COLUMNS)
+"""The CSV header of exports and the accepted keys of import rows, in this order."""
+
+SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
+CURRENCY = re.compile(r"^[A-Z]{3}$")
+
+DEFAULT_INTERRUPTION_RATE_PER_HOUR: dict[str, tuple[float, str]] = {
+    "aws": (0.20 / 730, "default: AWS Spot Instance Advisor's highest frequency-of-interruption "
+                        "bucket (>20% per month) for p4d/p5, as a rate per instance-hour "
+                        "(0.20 / 730 h)"),
+    "gcp": (1 / 24, "default: GCP preemptible VMs are stopped after at most 24 h (Compute "
+                    "Engine docs); used as a conservative per-instance-hour rate for Spot VMs"),
+    "azure": (0.20 / 730, "default: Azure Spot eviction-rate band 20%+ treated like AWS's "
+                          "(0.20 / 730 h)"),
+}
+FALLBACK_INTERRUPTION_RATE_PER_HOUR = (
+    1 / 24,
+    "default: no published rate for this provider; assumed the GCP bound of one preemption "
+    "per 24 h per instance",
+)
+"""Spot interruption rates per instance-hour when an import gives none (docs/catalog.md)."""
+
+
+class OfferRowError(ValueError):
+    """One bad field in one import row (1-based data row number)."""
+
+    def __init__(self, row: int, field_name: str, message: str, code: str = "invalid") -> None:
+        super().__init__(f"row {row}, {field_name}: {message}")
+        self.row = row
+        self.field = field_name
+        self.message = message
+        self.code = code
+
+
+class ImportRejectedError(ValueError):
+    """An import with at least one bad row; nothing of it is stored."""
+
+    def __init__(self, errors: Sequence[OfferRowError]) -> None:
+        shown = "; ".join(str(e) for e in errors[:5])
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        super().__init__(f"{len(errors)} invalid field(s): {shown}{more}")
+        self.errors = list(errors)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QualityFlag:
+    code: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OfferContent:
+    """Everything an offer states. Money in micro-units of ``currency``."""
+
+    provider: str
+    region: str
+    zone: str | None
+    instance_type: str
+    accelerator: str
+    gpus_per_instance: float
+    vcpus: float | None
+    memory_gib: float | None
+    gpu_memory_gib: float | None
+    interconnect: str | None
+    term: Term
+    payment_option: PaymentOption | None
+    currency: str
+    price_per_hour_micros: int
+    upfront_fee_micros: int
+    interruption_rate_per_hour: float | None
+    interruption_rate_source: str | None
+    region_carbon_g_per_kwh: float | None
+    region_carbon_source: str | None
+    source: str
+    as_of: dt.date
+    indicative: bool
+    notes: str
+
+    @property
+    def offer_id(self) -> str:
+        """Stable id from the natural key: the same offer has it in every version."""
+        key = "|".join((self.provider, self.instance_type, self.region, self.zone or "",
+                        self.term.value, self.payment_option.value if self.payment_option else ""))
+        return "off_" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+    @property
+    def effective_price_per_hour_micros(self) -> int:
+        """Hourly price plus the up-front fee spread over the term (AWS's effective rate)."""
+        years = RESERVED_YEARS.get(self.term)
+        if not years or not self.upfront_fee_micros:
+            return self.price_per_hour_micros
+        spread = Decimal(self.upfront_fee_micros) / (years * HOURS_PER_YEAR)
+        return self.price_per_hour_micros + int(spread.to_integral_value(ROUND_HALF_EVEN))
+
+    @property
+    def price_per_gpu_hour_micros(self) -> int:
+        """Effective instance price ÷ GPUs per instance (MODEL.md §7), half-even to the micro."""
+        per_gpu = Decimal(self.effective_price_per_hour_micros) / Decimal(
+            repr(self.gpus_per_instance)
+        )
+        return int(per_gpu.to_integral_value(ROUND_HALF_EVEN))
+
+    def canonical(self) -> dict[str, str]:
+        """The content columns as canonical strings: the basis of hashes and CSV exports."""
+        return {name: _text(getattr(self, _attr(name))) if not name.endswith(_MONEY_SUFFIXES)
+                else micros_to_text(getattr(self, _attr(name))) for name in CONTENT_COLUMNS}
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(
+            json.dumps(self.canonical(), sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()
+
+
+_MONEY_SUFFIXES = ("price_per_hour", "upfront_fee")
+
+
+def _attr(column: str) -> str:
+    if column.endswith(_MONEY_SUFFIXES):
+        return column + "_micros"
+    return column
+
+
+def micros_to_text(micros: int) -> str:
+    """Integer micro-units as a decimal string with six places: 55040000 -> '55.040000'."""
+    return str((Decimal(micros) / MICROS).quantize(Decimal("0.000001")))
+
+
+def micros_to_decimal(micros: int) -> Decimal:
+    return (Decimal(micros) / MICROS).quantize(Decimal("0.000001"))
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+def version_content_hash(offers: Iterable[OfferContent]) -> str:
+    """SHA-256 over the offers' content hashes in id order: equal content, equal hash."""
+    digest = hashlib.sha256()
+    for offer_id, content_hash in sorted((o.offer_id, o.content_hash) for o in offers):
+        digest.update(f"{offer_id}:{content_hash}\n".encode())
+    return digest.hexdigest()
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _RowParser:
+    row: int
+    values: Mapping[str, Any]
+    errors: list[OfferRowError] = field(default_factory=list)
+
+    def fail(self, name: str, message: str, code: str = "invalid") -> None:
+        self.errors.append(OfferRowError(self.row, name, message, code))
+
+    def raw(self, name: str) -> Any:
+        value = self.values.get(name)
+        if isinstance(value, str):
+            value = value.strip()
+            return value or None
+        return value
+
+    def text(self, name: str, *, required: bool, max_length: int,
+             pattern: re.Pattern[str] | None = None) -> str | None:
+        value = self.raw(name)
+        if value is None:
+            if required:
+                self.fail(name, "is required", "missing")
+            return None
+        if not isinstance(value, str):
+            self.fail(name, "must be a string", "string_type")
+            return None
+        if len(value) > max_length:
+            self.fail(name, f"must be at most {max_length} characters", "string_too_long")
+            return None
+        if pattern is not None and not pattern.match(value):
+            self.fail(name, f"must match {pattern.pattern}", "string_pattern_mismatch")
+            return None
+        return value
+
+    def number(self, name: str, *, required: bool, low: float, high: float,
+               low_inclusive: bool = False) -> float | None:
+        value = self.raw(name)
+        if value is None:
+            if required:
+                self.fail(name, "is required", "missing")
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal):
+            self.fail(name, "must be a number", "float_type")
+            return None
+        try:
+            number = float(value)
+        except (ValueError, OverflowError):
+            self.fail(name, "must be a number", "float_parsing")
+            return None
+        if not math.isfinite(number):
+            self.fail(name, "must be a finite number", "finite_number")
+            return None
+        too_low = number < low if low_inclusive else number <= low
+        if too_low or number > high:
+            bound = ">=" if low_inclusive else ">"
+            self.fail(name, f"must be {bound} {low:g} and <= {high:g}", "out_of_range")
+            return None
+        return number
+
+    def money(self, name: str, *, required: bool, high: Decimal) -> int | None:
+        value = self.raw(name)
+        if value is None:
+            if required:
+                self.fail(name, "is required", "missing")
+            return None
+        if isinstance(value, bool | float):
+            self.fail(name, "must be a decimal string such as \"12.50\", not a float",
+                      "decimal_type")
+            return None
+        try:
+            amount = Decimal(str(value))
+        except InvalidOperation:
+            self.fail(name, "must be a decimal number", "decimal_parsing")
+            return None
+        if not amount.is_finite():
+            self.fail(name, "must be a finite decimal", "finite_number")
+            return None
+        if amount < 0 or amount > high:
+            self.fail(name, f"must be >= 0 and <= {high}", "out_of_range")
+            return None
+        micros = amount * MICROS
+        if micros != micros.to_integral_value():
+            self.fail(name, "must have at most 6 decimal places", "decimal_max_places")
+            return None
+        return int(micros)
+
+    def choice(self, name: str, enum: type[E], *, required: bool) -> E | None:
+        value = self.text(name, required=required, max_length=32)
+        if value is None:
+            return None
+        try:
+            return enum(value)
+        except ValueError:
+            allowed = ", ".join(e.value for e in enum)
+            self.fail(name, f"must be one of {allowed}", "enum")
+            return None
+
+    def boolean(self, name: str) -> bool | None:
+        value = self.raw(name)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "false"}:
+            return value.lower() == "true"
+        self.fail(name, "must be true or false", "bool_type")
+        return None
+
+    def date(self, name: str) -> dt.date | None:
+        value = self.text(name, required=True, max_length=10)
+        if value is None:
+            return None
+        try:
+            return dt.date.fromisoformat(value)
+        except ValueError:
+            self.fail(name, "must be a date YYYY-MM-DD", "date_parsing")
+            return None
+
+
+def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> OfferContent:
+    """Validate one import row; raises ImportRejectedError with every bad field of the row."""
+    p = _RowParser(row, values)
+    unknown = sorted(set(values) - set(COLUMNS))
+    for name in unknown:
+        p.fail(str(name)[:64], "is not a column of the offer format", "extra_forbidden")
+    provider = p.text("provider", required=True, max_length=64, pattern=SLUG)
+    region = p.text("region", required=True, max_length=64, pattern=NAME)
+    zone = p.text("zone", required=False, max_length=64, pattern=NAME)
+    instance_type = p.text("instance_type", required=True, max_length=128, pattern=NAME)
+    accelerator = p.text("accelerator", required=True, max_length=64)
+    if accelerator is not None and accelerator not in accelerators:
+        p.fail("accelerator", "is not an accelerator id of the catalogue (GET /v1/accelerators)",
+               "unknown_accelerator")
+    gpus = p.number("gpus_per_instance", required=True, low=0, high=1024)
+    vcpus = p.number("vcpus", required=False, low=0, high=100_000)
+    memory_gib = p.number("memory_gib", required=False, low=0, high=1_000_000)
+    gpu_memory_gib = p.number("gpu_memory_gib", required=False, low=0, high=10_000)
+    interconnect = p.text("interconnect", required=False, max_length=2000)
+    term = p.choice("term", Term, required=True)
+    payment = p.choice("payment_option", PaymentOption, required=False)
+    currency = p.text("currency", required=True, max_length=3, pattern=CURRENCY)
+    price = p.money("price_per_hour", required=True, high=MAX_PRICE_PER_HOUR)
+    upfront = p.money("upfront_fee", required=False, high=MAX_UPFRONT_FEE) or 0
+    rate = p.number("interruption_rate_per_hour", required=False, low=0, high=1,
+                    low_inclusive=True)
+    rate_source = p.text("interruption_rate_source", required=False, max_length=2000)
+    carbon = p.number("region_carbon_g_per_kwh", required=False, low=0, high=2000,
+                      low_inclusive=True)
+    carbon_source = p.text("region_carbon_source", required=False, max_length=2000)
+    source = p.text("source", required=True, max_length=2000)
+    as_of = p.date("as_of")
+    indicative = p.boolean("indicative")
+    notes = p.text("notes", required=False, max_length=4000) or ""
+
+    if term is not None:
+        if term in RESERVED_YEARS and payment is None:
+            p.fail("payment_option", "is required for reserved terms", "missing")
+        if term in (Term.ON_DEMAND, Term.SPOT) and payment is not None:
+            p.fail("payment_option", "applies only to reserved and capacity_block terms",
+                   "not_applicable")
+        if term not in RESERVED_YEARS and upfront:
+            p.fail("upfront_fee", "applies only to reserved terms", "not_applicable")
+        if term is not Term.SPOT and rate is not None:
+            p.fail("interruption_rate_per_hour", "applies only to spot offers", "not_applicable")
+        if price == 0 and not upfront:
+            p.fail("price_per_hour", "must be > 0 unless an up-front fee is given",
+                   "greater_than")
+    if carbon is not None and carbon_source is None:
+        p.fail("region_carbon_source", "is required when region_carbon_g_per_kwh is given",
+               "missing")
+    if (p.errors or provider is None or region is None or instance_type is None
+            or accelerator is None or gpus is None or term is None or currency is None
+            or price is None or source is None or as_of is None or indicative is None):
+        raise ImportRejectedError(p.errors)
+    if term is Term.SPOT and rate is None:
+        rate, rate_source = DEFAULT_INTERRUPTION_RATE_PER_HOUR.get(
+            provider, FALLBACK_INTERRUPTION_RATE_PER_HOUR
+        )
+    offer = OfferContent(
+        provider=provider, region=region, zone=zone, instance_type=instance_type,
+        accelerator=accelerator, gpus_per_instance=gpus, vcpus=vcpus, memory_gib=memory_gib,
+        gpu_memory_gib=gpu_memory_gib, interconnect=interconnect, term=term,
+        payment_option=payment, currency=currency, price_per_hour_micros=price,
+        upfront_fee_micros=upfront, interruption_rate_per_hour=rate,
+        interruption_rate_source=rate_source, region_carbon_g_per_kwh=carbon,
+        region_carbon_source=carbon_source, source=source, as_of=as_of,
+        indicative=indicative, notes=notes,
+    )
+    given_id = p.raw("id")
+    if given_id is not None and given_id != offer.offer_id:
+        raise ImportRejectedError([OfferRowError(
+            row, "id", f"does not match the offer's natural key (expected {offer.offer_id}); "
+            "ids are derived from provider, instance_type, region, zone, term and "
+            "payment_option", "id_mismatch")])
+    return offer
+
+
+def parse_offers(rows: Sequence[Mapping[str, Any]], accelerators: set[str]) -> list[OfferContent]:
+    """Validate every row; all or nothing. Duplicate natural keys are errors too."""
+    if len(rows) > MAX_IMPORT_ROWS:
+        raise ImportRejectedError([OfferRowError(
+            0, "offers", f"at most {MAX_IMPORT_ROWS} rows per import", "too_long")])
+    errors: list[OfferRowError] = []
+    offers: list[OfferContent] = []
+    first_row: dict[str, int] = {}
+    for index, values in enumerate(rows, start=1):
+        if not isinstance(values, Mapping):
+            errors.append(OfferRowError(index, "row", "must be an object", "dict_type"))
+            continue
+        try:
+            offer = parse_offer(index, values, accelerators)
+        except ImportRejectedError as exc:
+            errors.extend(exc.errors)
+            continue
+        seen = first_row.setdefault(offer.offer_id, index)
+        if seen != index:
+            errors.append(OfferRowError(index, "id", f"duplicates row {seen} (same provider, "
+                                        "instance_type, region, zone, term, payment_option)",
+                                        "duplicate"))
+            continue
+        offers.append(offer)
+    if errors:
+        raise ImportRejectedError(errors)
+    return offers

@@ -1,0 +1,417 @@
+"""The versioned price catalogue: reads, imports, edits and exports. Functions take a Session
+and never commit; the caller's unit of work makes each write all or nothing.
+
+Every write starts with ``lock_catalog``, which bumps the single ``catalog_state`` row. On
+PostgreSQL that row lock serialises writers (the next one waits, then sees the new current
+version); on SQLite the write is the transaction's first statement, so it takes the database
+write lock through the busy timeout instead of failing to upgrade a read lock ("database is
+locked").
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from service.catalog.errors import NotFoundError, PreconditionFailedError
+from service.catalog.models import (
+    Accelerator,
+    CatalogState,
+    CatalogVersion,
+    CatalogVersionOffer,
+    InstanceType,
+    OfferRevision,
+    Provider,
+    Region,
+)
+from service.catalog.offers import (
+    COLUMNS,
+    ImportRejectedError,
+    OfferContent,
+    OfferRowError,
+    PaymentOption,
+    QualityFlag,
+    Term,
+    micros_to_text,
+    parse_offer,
+    parse_offers,
+    version_content_hash,
+)
+from service.catalog.quality import FLAG_CODES, check_offers
+
+REPORT_IDS_SHOWN = 50
+"""Offer ids listed per flag in a version's data-quality report (the count is always full)."""
+
+
+class ImportMode(StrEnum):
+    REPLACE = "replace"
+    """The import is the whole new version."""
+    PATCH = "patch"
+    """The import's offers are added to, or replace same-id offers of, the current version."""
+
+
+@dataclass(frozen=True, slots=True)
+class OfferFilter:
+    accelerator: str | None = None
+    provider: str | None = None
+    region: str | None = None
+    term: Term | None = None
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def lock_catalog(session: Session) -> None:
+    """Take the catalogue write lock for the rest of the transaction (module docstring)."""
+    session.execute(
+        update(CatalogState).where(CatalogState.id == 1)
+        .values(write_seq=CatalogState.write_seq + 1)
+    )
+
+
+def current_version_id(session: Session) -> str | None:
+    return session.scalar(select(CatalogState.current_version_id).where(CatalogState.id == 1))
+
+
+def get_version(session: Session, version_id: str | None) -> CatalogVersion:
+    """A version by id; ``None`` means the current one."""
+    wanted = version_id if version_id is not None else current_version_id(session)
+    row = session.get(CatalogVersion, wanted) if wanted is not None else None
+    if row is None:
+        raise NotFoundError("catalog version", version_id or "current")
+    return row
+
+
+def list_versions(
+    session: Session, *, limit: int, before_number: int | None = None
+) -> Sequence[CatalogVersion]:
+    """Newest first (keyset on ``number``)."""
+    query = select(CatalogVersion).order_by(CatalogVersion.number.desc()).limit(limit)
+    if before_number is not None:
+        query = query.where(CatalogVersion.number < before_number)
+    return session.scalars(query).all()
+
+
+def version_revisions(session: Session, version_id: str) -> Sequence[OfferRevision]:
+    """Every offer revision of a version, ordered by offer id."""
+    return session.scalars(
+        select(OfferRevision)
+        .join(CatalogVersionOffer, CatalogVersionOffer.revision_id == OfferRevision.id)
+        .where(CatalogVersionOffer.version_id == version_id)
+        .order_by(OfferRevision.offer_id)
+    ).all()
+
+
+def list_offers(
+    session: Session, version_id: str, offer_filter: OfferFilter, *, limit: int,
+    after: tuple[int, str] | None = None,
+) -> Sequence[OfferRevision]:
+    """Offers of a version, cheapest per GPU-hour first, ties by id (keyset pagination)."""
+    query = (
+        select(OfferRevision)
+        .join(CatalogVersionOffer, CatalogVersionOffer.revision_id == OfferRevision.id)
+        .where(CatalogVersionOffer.version_id == version_id)
+    )
+    if offer_filter.accelerator is not None:
+        query = query.where(OfferRevision.accelerator_id == offer_filter.accelerator)
+    if offer_filter.provider is not None:
+        query = query.where(OfferRevision.provider_id == offer_filter.provider)
+    if offer_filter.region is not None:
+        query = query.where(OfferRevision.region == offer_filter.region)
+    if offer_filter.term is not None:
+        query = query.where(OfferRevision.term == offer_filter.term.value)
+    if after is not None:
+        price, offer_id = after
+        query = query.where(
+            (OfferRevision.price_per_gpu_hour_micros > price)
+            | ((OfferRevision.price_per_gpu_hour_micros == price)
+               & (OfferRevision.offer_id > offer_id))
+        )
+    query = query.order_by(OfferRevision.price_per_gpu_hour_micros, OfferRevision.offer_id)
+    return session.scalars(query.limit(limit)).all()
+
+
+def get_offer(session: Session, offer_id: str, version_id: str) -> OfferRevision:
+    row = session.scalar(
+        select(OfferRevision)
+        .join(CatalogVersionOffer, CatalogVersionOffer.revision_id == OfferRevision.id)
+        .where(CatalogVersionOffer.version_id == version_id,
+               CatalogVersionOffer.offer_id == offer_id)
+    )
+    if row is None:
+        raise NotFoundError("offer", offer_id)
+    return row
+
+
+def revision_content(row: OfferRevision) -> OfferContent:
+    return OfferContent(
+        provider=row.provider_id, region=row.region, zone=row.zone,
+        instance_type=row.instance_type, accelerator=row.accelerator_id,
+        gpus_per_instance=row.gpus_per_instance, vcpus=row.vcpus, memory_gib=row.memory_gib,
+        gpu_memory_gib=row.gpu_memory_gib, interconnect=row.interconnect, term=Term(row.term),
+        payment_option=PaymentOption(row.payment_option) if row.payment_option else None,
+        currency=row.currency, price_per_hour_micros=row.price_per_hour_micros,
+        upfront_fee_micros=row.upfront_fee_micros,
+        interruption_rate_per_hour=row.interruption_rate_per_hour,
+        interruption_rate_source=row.interruption_rate_source,
+        region_carbon_g_per_kwh=row.region_carbon_g_per_kwh,
+        region_carbon_source=row.region_carbon_source, source=row.source, as_of=row.as_of,
+        indicative=row.indicative, notes=row.notes,
+    )
+
+
+def accelerator_memory(session: Session) -> dict[str, float]:
+    return {row[0]: row[1] for row in session.execute(select(Accelerator.id, Accelerator.memory_gib))}
+
+
+def _register(session: Session, offers: Sequence[OfferContent], now: dt.datetime) -> None:
+    """Create providers, regions and instance types the offers name; refresh their facts."""
+    known_providers = set(session.scalars(select(Provider.id)))
+    for provider in sorted({o.provider for o in offers} - known_providers):
+        session.add(Provider(id=provider, created_at=now))
+    session.flush()
+    regions = {(r.provider_id, r.code): r for r in session.scalars(select(Region))}
+    types = {(t.provider_id, t.name): t for t in session.scalars(select(InstanceType))}
+    for offer in offers:
+        region = regions.get((offer.provider, offer.region))
+        if region is None:
+            region = Region(provider_id=offer.provider, code=offer.region)
+            session.add(region)
+            regions[(offer.provider, offer.region)] = region
+        if offer.region_carbon_g_per_kwh is not None:
+            region.carbon_g_per_kwh = offer.region_carbon_g_per_kwh
+            region.carbon_source = offer.region_carbon_source
+        facts = {"accelerator_id": offer.accelerator, "gpus_per_instance": offer.gpus_per_instance,
+                 "vcpus": offer.vcpus, "memory_gib": offer.memory_gib,
+                 "gpu_memory_gib": offer.gpu_memory_gib, "interconnect": offer.interconnect}
+        instance = types.get((offer.provider, offer.instance_type))
+        if instance is None:
+            instance = InstanceType(provider_id=offer.provider, name=offer.instance_type, **facts)
+            session.add(instance)
+            types[(offer.provider, offer.instance_type)] = instance
+        else:
+            for key, value in facts.items():
+                if value is not None and getattr(instance, key) != value:
+                    setattr(instance, key, value)
+    session.flush()
+
+
+def _flag_dicts(flags: Sequence[QualityFlag]) -> list[dict[str, str]]:
+    return [{"code": f.code, "detail": f.detail} for f in flags]
+
+
+def _revision_values(offer: OfferContent, flags: Sequence[QualityFlag]) -> dict[str, Any]:
+    return {
+        "offer_id": offer.offer_id, "content_hash": offer.content_hash,
+        "provider_id": offer.provider, "region": offer.region, "zone": offer.zone,
+        "instance_type": offer.instance_type, "accelerator_id": offer.accelerator,
+        "gpus_per_instance": offer.gpus_per_instance, "vcpus": offer.vcpus,
+        "memory_gib": offer.memory_gib, "gpu_memory_gib": offer.gpu_memory_gib,
+        "interconnect": offer.interconnect, "term": offer.term.value,
+        "payment_option": offer.payment_option.value if offer.payment_option else None,
+        "currency": offer.currency, "price_per_hour_micros": offer.price_per_hour_micros,
+        "upfront_fee_micros": offer.upfront_fee_micros,
+        "effective_price_per_hour_micros": offer.effective_price_per_hour_micros,
+        "price_per_gpu_hour_micros": offer.price_per_gpu_hour_micros,
+        "interruption_rate_per_hour": offer.interruption_rate_per_hour,
+        "interruption_rate_source": offer.interruption_rate_source,
+        "region_carbon_g_per_kwh": offer.region_carbon_g_per_kwh,
+        "region_carbon_source": offer.region_carbon_source, "source": offer.source,
+        "as_of": offer.as_of, "indicative": offer.indicative, "notes": offer.notes,
+        "quality_flags": _flag_dicts(flags),
+    }
+
+
+def commit_version(
+    session: Session, offers: Sequence[OfferContent], *, created_by: str, note: str, kind: str,
+) -> CatalogVersion:
+    """Store ``offers`` as a new version and make it current. Call ``lock_catalog`` first.
+
+    Unchanged offers (same content and flags as in the parent) keep their revision, so an
+    edit of one offer stores one new revision plus the membership rows."""
+    now = _now()
+    parent_id = current_version_id(session)
+    flags = check_offers(offers, accelerator_memory(session))
+    _register(session, offers, now)
+    parent: dict[str, OfferRevision] = (
+        {row.offer_id: row for row in version_revisions(session, parent_id)} if parent_id else {}
+    )
+    membership: dict[str, int] = {}
+    new_rows: list[dict[str, Any]] = []
+    changes = Counter[str]()
+    for offer in offers:
+        offer_flags = _flag_dicts(flags.get(offer.offer_id, ()))
+        old = parent.get(offer.offer_id)
+        if old is not None and old.content_hash == offer.content_hash and (
+            old.quality_flags == offer_flags
+        ):
+            membership[offer.offer_id] = old.id
+            changes["unchanged"] += 1
+            continue
+        changes["changed" if old is not None else "added"] += 1
+        new_rows.append(_revision_values(offer, flags.get(offer.offer_id, ())))
+    changes["removed"] = len(set(parent) - {o.offer_id for o in offers})
+    if new_rows:
+        inserted = session.execute(
+            insert(OfferRevision).returning(OfferRevision.offer_id, OfferRevision.id,
+                                            sort_by_parameter_order=True),
+            new_rows,
+        )
+        membership.update({row[0]: row[1] for row in inserted})
+
+    number = (session.scalar(select(func.max(CatalogVersion.number))) or 0) + 1
+    version = CatalogVersion(
+        id=f"cv_{number:06d}", number=number, parent_id=parent_id, created_at=now,
+        created_by=created_by, note=note, kind=kind,
+        content_hash=version_content_hash(offers), offer_count=len(offers),
+        report=_report(offers, flags, changes),
+    )
+    session.add(version)
+    session.flush()
+    session.execute(insert(CatalogVersionOffer), [
+        {"version_id": version.id, "offer_id": offer_id, "revision_id": revision_id}
+        for offer_id, revision_id in sorted(membership.items())
+    ])
+    session.execute(
+        update(CatalogState).where(CatalogState.id == 1).values(current_version_id=version.id)
+    )
+    return version
+
+
+def _report(
+    offers: Sequence[OfferContent], flags: Mapping[str, Sequence[QualityFlag]],
+    changes: Counter[str],
+) -> dict[str, Any]:
+    by_code: dict[str, list[str]] = {code: [] for code in FLAG_CODES}
+    for offer_id in sorted(flags):
+        for flag in flags[offer_id]:
+            by_code[flag.code].append(offer_id)
+    return {
+        "by_provider": dict(sorted(Counter(o.provider for o in offers).items())),
+        "by_term": dict(sorted(Counter(o.term.value for o in offers).items())),
+        "indicative": sum(o.indicative for o in offers),
+        "changes": {k: changes[k] for k in ("added", "changed", "removed", "unchanged")},
+        "quality": {
+            "flagged_offers": len(flags),
+            "flags": {code: {"count": len(ids), "offer_ids": ids[:REPORT_IDS_SHOWN]}
+                      for code, ids in by_code.items()},
+        },
+    }
+
+
+def accelerator_ids(session: Session) -> set[str]:
+    return set(session.scalars(select(Accelerator.id)))
+
+
+def import_offers(
+    session: Session, rows: Sequence[Mapping[str, Any]], *, mode: ImportMode, created_by: str,
+    note: str,
+) -> CatalogVersion:
+    """Validate every row (all or nothing), then store a new current version."""
+    lock_catalog(session)
+    offers = parse_offers(rows, accelerator_ids(session))
+    if mode is ImportMode.PATCH:
+        current = current_version_id(session)
+        merged = {o.offer_id: o for o in (
+            revision_content(r) for r in (version_revisions(session, current) if current else ())
+        )}
+        merged.update((o.offer_id, o) for o in offers)
+        offers = [merged[k] for k in sorted(merged)]
+    return commit_version(session, offers, created_by=created_by, note=note,
+                          kind=f"import-{mode.value}")
+
+
+EDITABLE_COLUMNS = (
+    "price_per_hour", "upfront_fee", "interruption_rate_per_hour", "interruption_rate_source",
+    "region_carbon_g_per_kwh", "region_carbon_source", "source", "as_of", "indicative", "notes",
+)
+"""What ``PUT /v1/offers/{id}`` may change; the rest is the offer's identity and facts."""
+
+
+def edit_offer(
+    session: Session, offer_id: str, *, expected_revision_id: int | None,
+    changes: Mapping[str, Any], created_by: str, note: str,
+) -> tuple[CatalogVersion, OfferRevision]:
+    """Change one offer of the current version, if it is still at ``expected_revision_id``
+    (``None``: whatever it is now, as ``If-Match: *`` asks)."""
+    lock_catalog(session)
+    current = get_version(session, None)
+    revisions = version_revisions(session, current.id)
+    by_id = {r.offer_id: r for r in revisions}
+    old = by_id.get(offer_id)
+    if old is None:
+        raise NotFoundError("offer", offer_id)
+    if expected_revision_id is not None and old.id != expected_revision_id:
+        raise PreconditionFailedError(
+            f"offer {offer_id} has changed (now revision {old.id}); GET it again and retry"
+        )
+    values = {**revision_content(old).canonical(), **changes}
+    try:
+        edited = parse_offer(1, values, accelerator_ids(session))
+    except ImportRejectedError as exc:
+        raise ImportRejectedError([
+            OfferRowError(0, e.field, e.message, e.code) for e in exc.errors
+        ]) from None
+    offers = [edited if r.offer_id == offer_id else revision_content(r) for r in revisions]
+    version = commit_version(session, offers, created_by=created_by, note=note, kind="edit")
+    return version, get_offer(session, offer_id, version.id)
+
+
+# --- export --------------------------------------------------------------------------------
+
+
+def export_row(row: OfferRevision) -> dict[str, str]:
+    content = revision_content(row)
+    return {
+        "id": row.offer_id, **content.canonical(),
+        "effective_price_per_hour": micros_to_text(row.effective_price_per_hour_micros),
+        "price_per_gpu_hour": micros_to_text(row.price_per_gpu_hour_micros),
+        "quality_flags": ";".join(f["code"] for f in row.quality_flags),
+    }
+
+
+def export_csv(rows: Sequence[OfferRevision]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(export_row(row) for row in rows)
+    return buffer.getvalue()
+
+
+def export_json(version: CatalogVersion, rows: Sequence[OfferRevision]) -> str:
+    offers = []
+    for row in rows:
+        item: dict[str, Any] = {k: (v if v != "" else None) for k, v in export_row(row).items()}
+        for name in ("gpus_per_instance", "vcpus", "memory_gib", "gpu_memory_gib",
+                     "interruption_rate_per_hour", "region_carbon_g_per_kwh"):
+            item[name] = getattr(row, name)
+        item["indicative"] = row.indicative
+        item["quality_flags"] = row.quality_flags
+        offers.append(item)
+    document = {"catalog_version": version.id, "content_hash": version.content_hash,
+                "offers": offers}
+    return json.dumps(document, indent=1, sort_keys=False) + "\n"
+
+
+def parse_csv(text: str) -> list[dict[str, str]]:
+    """CSV rows as dicts; a header naming an unknown column fails every row (422)."""
+    reader = csv.DictReader(io.StringIO(text))
+    rows: list[dict[str, str]] = []
+    for line in reader:
+        if None in line:
+            raise ImportRejectedError([OfferRowError(
+                reader.line_num, "row", "has more values than the header has columns",
+                "too_many_values")])
+        rows.append(line)
+    return rows

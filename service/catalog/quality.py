@@ -1,0 +1,106 @@
+"""Data-quality checks run over a whole catalogue version at every import and edit.
+
+They flag, never drop: each flag is stored with its offer revision and shown by the API, and
+the version keeps a report of the counts. The problems they catch are the ones documented in
+the research data (``seed/prices/README.md``): GCP A100-80GB on-demand below its own spot
+price, GCP per-GPU prices 2.3× apart between regions, AWS p5e with no on-demand price, spot
+equal to on-demand in some AWS zones, and RunPod's memory written as MiB when it meant GB.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from service.catalog.offers import OfferContent, QualityFlag, Term, micros_to_text
+
+OUTLIER_FACTOR = 2.5
+"""A per-GPU price more than this factor above or below its group median is an outlier
+(issue 3's rule)."""
+OUTLIER_MIN_GROUP = 3
+"""A median of fewer offers says nothing about which one is wrong."""
+MEMORY_TOLERANCE_FRACTION = 0.10
+"""Stated GPU memory may differ from the datasheet by rounding (GB vs GiB is 7%), not more."""
+
+SPOT_ABOVE_ON_DEMAND = "spot_above_on_demand"
+SPOT_NOT_DISCOUNTED = "spot_not_discounted"
+PRICE_OUTLIER = "price_outlier"
+MISSING_ON_DEMAND = "missing_on_demand"
+GPU_MEMORY_MISMATCH = "gpu_memory_mismatch"
+FLAG_CODES = (SPOT_ABOVE_ON_DEMAND, SPOT_NOT_DISCOUNTED, PRICE_OUTLIER, MISSING_ON_DEMAND,
+              GPU_MEMORY_MISMATCH)
+
+
+def _instance_key(offer: OfferContent) -> tuple[str, str, str, str]:
+    return offer.provider, offer.instance_type, offer.region, offer.currency
+
+
+def check_offers(
+    offers: Sequence[OfferContent], accelerator_memory_gib: Mapping[str, float]
+) -> dict[str, tuple[QualityFlag, ...]]:
+    """Flags per offer id (offers without flags are absent)."""
+    flags: dict[str, list[QualityFlag]] = defaultdict(list)
+    on_demand: dict[tuple[str, str, str, str], OfferContent] = {}
+    for offer in offers:
+        if offer.term is Term.ON_DEMAND and offer.zone is None:
+            on_demand[_instance_key(offer)] = offer
+    for offer in offers:
+        if offer.term is Term.ON_DEMAND and offer.zone is not None:
+            on_demand.setdefault(_instance_key(offer), offer)
+
+    for offer in offers:
+        base = on_demand.get(_instance_key(offer))
+        if base is None:
+            flags[offer.offer_id].append(QualityFlag(
+                code=MISSING_ON_DEMAND,
+                detail=f"no on-demand price for {offer.instance_type} in {offer.region}, so "
+                       "this price cannot be checked against one",
+            ))
+        elif offer.term is Term.SPOT:
+            spot, od = offer.price_per_gpu_hour_micros, base.price_per_gpu_hour_micros
+            if spot > od:
+                flags[offer.offer_id].append(QualityFlag(
+                    code=SPOT_ABOVE_ON_DEMAND,
+                    detail=f"spot {micros_to_text(spot)} is above on-demand "
+                           f"{micros_to_text(od)} per GPU-hour",
+                ))
+            elif spot == od:
+                flags[offer.offer_id].append(QualityFlag(
+                    code=SPOT_NOT_DISCOUNTED,
+                    detail="spot equals on-demand: no useful spot market here",
+                ))
+
+    groups: dict[tuple[str, str, str, str, str], list[OfferContent]] = defaultdict(list)
+    for offer in offers:
+        payment = offer.payment_option.value if offer.payment_option else ""
+        groups[(offer.provider, offer.accelerator, offer.term.value, payment,
+                offer.currency)].append(offer)
+    for (provider, accelerator, term, _, _), members in groups.items():
+        if len(members) < OUTLIER_MIN_GROUP:
+            continue
+        median = statistics.median(m.price_per_gpu_hour_micros for m in members)
+        for offer in members:
+            price = offer.price_per_gpu_hour_micros
+            if price > OUTLIER_FACTOR * median or price * OUTLIER_FACTOR < median:
+                flags[offer.offer_id].append(QualityFlag(
+                    code=PRICE_OUTLIER,
+                    detail=f"{micros_to_text(price)} per GPU-hour is more than "
+                           f"{OUTLIER_FACTOR}x from the median {micros_to_text(round(median))} "
+                           f"of {len(members)} {provider} {accelerator} {term} offers",
+                ))
+
+    for offer in offers:
+        expected = accelerator_memory_gib.get(offer.accelerator)
+        if expected and offer.gpus_per_instance < 1:
+            expected *= offer.gpus_per_instance  # a slice states the slice's memory (AWS g6f)
+        stated = offer.gpu_memory_gib
+        if expected and stated is not None and (
+            abs(stated - expected) > MEMORY_TOLERANCE_FRACTION * expected
+        ):
+            flags[offer.offer_id].append(QualityFlag(
+                code=GPU_MEMORY_MISMATCH,
+                detail=f"states {stated:g} GiB per GPU; {offer.accelerator} has "
+                       f"{expected:g} GiB (a unit error, or a different accelerator)",
+            ))
+    return {offer_id: tuple(found) for offer_id, found in flags.items()}

@@ -1,0 +1,172 @@
+"""The seed price catalogue: offers built from verbatim copies of the research price files in
+``service/catalog/seed/prices`` (``seed/prices/README.md`` gives their sources and problems).
+
+What is left out, and why, is listed in ``SKIPPED_ACCELERATORS`` and ``docs/catalog.md``:
+rows whose accelerator has no datasheet row in the catalogue, and rows with no price at all.
+Indicative reserved offers are derived from every on-demand offer by ``RESERVED_DISCOUNTS``.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from decimal import ROUND_HALF_EVEN, Decimal
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from service.catalog.offers import (
+    OfferContent,
+    PaymentOption,
+    Term,
+    micros_to_text,
+    parse_offers,
+)
+
+SKYPILOT_AS_OF = dt.date(2026, 10, 27)
+"""The SkyPilot snapshot carries no fetch date. Its content is from late 2025 or later, and
+the first client reading schema v8 was published on 2026-10-27; that date is used, and every
+row's notes say the true date is unknown."""
+SKYPILOT_NOTE = "snapshot date unknown (late 2025 to 2026); re-pull before relying on it"
+
+RESERVED_DISCOUNTS: dict[Term, tuple[Decimal, str]] = {
+    Term.RESERVED_1Y: (Decimal("0.45"), "a 1-year reservation saves about 45% against "
+                       "on-demand (the A100 figure in issue 3; AWS's p4d 1-year no-upfront "
+                       "Reserved Instance is about 41-45% below on-demand)"),
+    Term.RESERVED_3Y: (Decimal("0.60"), "a 3-year reservation is assumed to save 60% "
+                       "(hyperscaler 3-year commitments are typically 55-65% below on-demand; "
+                       "no primary per-SKU rate was reachable)"),
+}
+"""Indicative reserved rate = on-demand × (1 − discount), no up-front fee (docs/catalog.md)."""
+
+ACCELERATORS: dict[str, dict[str, str]] = {
+    "aws": {"L40S": "l40s-48gb", "L4": "l4-24gb", "V100": "v100-sxm2-32gb",
+            "V100-32GB": "v100-sxm2-32gb", "A100": "a100-sxm4-40gb",
+            "A100-80GB": "a100-sxm4-80gb", "H100": "h100-sxm5-80gb", "H200": "h200-sxm-141gb",
+            "B200": "b200-sxm-180gb"},
+    "gcp": {"A100": "a100-sxm4-40gb", "A100-80GB": "a100-sxm4-80gb", "H100": "h100-sxm5-80gb",
+            "H100-MEGA": "h100-sxm5-80gb", "H200": "h200-sxm-141gb", "B200": "b200-sxm-180gb"},
+    "lambda": {"V100": "v100-sxm2-32gb", "A100": "a100-sxm4-40gb",
+               "A100-80GB": "a100-sxm4-80gb", "H100": "h100-sxm5-80gb",
+               "B200": "b200-sxm-180gb"},
+    "nebius": {"L40S": "l40s-48gb", "H100": "h100-sxm5-80gb", "H200": "h200-sxm-141gb",
+               "B200": "b200-sxm-180gb"},
+    "azure": {"H100": "h100-sxm5-80gb", "H100 NVL": "h100-nvl-94gb"},
+}
+"""Source accelerator names -> catalogue ids. The PCIe H100 is told apart by instance name."""
+SKIPPED_ACCELERATORS = {"B300", "A6000", "RTX6000", "A10", "GH200", "Trainium"}
+"""No datasheet row in the catalogue, so no estimate could use these offers."""
+
+SOURCES = {
+    "aws": "SkyPilot catalog v8 aws/vms.csv (commit 00148f2af367); AWS EC2 public price list "
+           "(on-demand) and EC2 spot price history (per zone)",
+    "gcp": "SkyPilot catalog v8 gcp/vms.csv (commit 006059e0f18a), host VM + accelerator SKUs "
+           "summed per region; GCP Cloud Billing Catalog",
+    "lambda": "SkyPilot catalog v8 lambda/vms.csv (commit 0f4070387edc); Lambda Cloud price "
+              "table",
+    "nebius": "SkyPilot catalog v8 nebius/vms.csv (commit 0082b0435f39); Nebius price table",
+}
+
+
+def _rows(name: str) -> list[dict[str, str]]:
+    path = resources.files("service.catalog").joinpath(f"seed/prices/{name}")
+    return list(csv.DictReader(path.read_text("utf-8").splitlines()))
+
+
+def _mib_to_gib(text: str) -> str:
+    return repr(float(text) / 1024) if text else ""
+
+
+def _skypilot_rows() -> Iterator[dict[str, Any]]:
+    files = {"aws": "gpu_prices_aws.csv", "gcp": "gpu_prices_gcp_instance_totals.csv",
+             "lambda": "gpu_prices_lambda.csv", "nebius": "gpu_prices_nebius.csv"}
+    for provider, filename in files.items():
+        seen_on_demand: set[tuple[str, str]] = set()
+        for row in _rows(filename):
+            name = row["AcceleratorName"]
+            if name in SKIPPED_ACCELERATORS:
+                continue
+            accelerator = ACCELERATORS[provider][name]
+            if accelerator == "h100-sxm5-80gb" and "pcie" in row["InstanceType"]:
+                accelerator = "h100-pcie-80gb"
+            notes = SKYPILOT_NOTE
+            if name == "H100-MEGA":
+                notes += "; a3-megagpu: H100 with the faster GPUDirect-TCPXO network"
+            common = {
+                "provider": provider, "region": row["Region"],
+                "instance_type": row["InstanceType"], "accelerator": accelerator,
+                "gpus_per_instance": row["AcceleratorCount"], "vcpus": row["vCPUs"],
+                "memory_gib": row["MemoryGiB"], "gpu_memory_gib": _mib_to_gib(row["GpuMemoryMiB"]),
+                "currency": "USD", "source": SOURCES[provider],
+                "as_of": SKYPILOT_AS_OF.isoformat(), "indicative": "false", "notes": notes,
+            }
+            key = (row["InstanceType"], row["Region"])
+            if row["Price"] and key not in seen_on_demand:
+                seen_on_demand.add(key)
+                yield {**common, "term": "on_demand", "price_per_hour": row["Price"]}
+            if row.get("SpotPrice"):
+                yield {**common, "term": "spot", "price_per_hour": row["SpotPrice"],
+                       "zone": row.get("AvailabilityZone", "")}
+
+
+def _azure_rows() -> Iterator[dict[str, Any]]:
+    for row in _rows("gpu_prices_azure_indicative.csv"):
+        price = row["Price"] or row["SpotPrice"]
+        if not price:
+            continue  # ND96asr_v4: VM facts only, no price in any reachable source
+        stated = row["AsOf"]  # "2026-06" or "2026": the first day of the stated period
+        as_of = stated + "-01-01"[len(stated) - 4:] if len(stated) < 10 else stated
+        date_note = "" if len(stated) == 10 else f"; the source dates it only as {stated}"
+        yield {
+            "provider": "azure", "region": row["Region"], "instance_type": row["InstanceType"],
+            "accelerator": ACCELERATORS["azure"][row["AcceleratorName"]],
+            "gpus_per_instance": row["AcceleratorCount"], "gpu_memory_gib": row["GpuMemoryGiB"],
+            "term": row["Term"], "currency": "USD", "price_per_hour": price,
+            "source": row["Source"], "as_of": as_of, "indicative": "true",
+            "notes": row["Notes"] + date_note,
+        }
+
+
+def _capacity_block_rows() -> Iterator[dict[str, Any]]:
+    accelerators = {"H100": "h100-sxm5-80gb", "H200": "h200-sxm-141gb", "A100": "a100-sxm4-40gb"}
+    source = ""
+    for row in _rows("committed_and_reserved_prices.csv"):
+        source = row["source"] if row["source"] != "same as above" else source
+        if row["accelerator"] in SKIPPED_ACCELERATORS:
+            continue
+        yield {
+            "provider": "aws", "region": row["region"], "instance_type": row["instance_type"],
+            "accelerator": accelerators[row["accelerator"]],
+            "gpus_per_instance": row["accelerator_count"], "term": "capacity_block",
+            "payment_option": "all_upfront", "currency": "USD",
+            "price_per_hour": row["effective_instance_hourly_usd"], "source": source,
+            "as_of": "2024-12-31", "indicative": "false",
+            "notes": "effective hourly rate of a 1-182 day block, paid up front; prices valid "
+                     "until 2025-01-01; OS fee extra. " + row["notes"],
+        }
+
+
+def _reserved_rows(on_demand: OfferContent) -> Iterator[dict[str, Any]]:
+    for term, (discount, basis) in RESERVED_DISCOUNTS.items():
+        micros = (Decimal(on_demand.price_per_hour_micros) * (1 - discount)).to_integral_value(
+            ROUND_HALF_EVEN
+        )
+        row = {k: v for k, v in on_demand.canonical().items() if v != ""}
+        row.update({
+            "term": term.value, "payment_option": PaymentOption.NO_UPFRONT.value,
+            "price_per_hour": micros_to_text(int(micros)), "indicative": "true",
+            "source": f"derived: on-demand x (1 - {discount}); {basis}. On-demand from "
+                      f"{on_demand.source}",
+        })
+        yield row
+
+
+@cache
+def seed_offers(accelerator_ids: frozenset[str]) -> tuple[OfferContent, ...]:
+    """Every seed offer, validated like an import."""
+    rows: list[Mapping[str, Any]] = [*_skypilot_rows(), *_azure_rows(), *_capacity_block_rows()]
+    offers = parse_offers(rows, set(accelerator_ids))
+    reserved = [r for o in offers if o.term is Term.ON_DEMAND for r in _reserved_rows(o)]
+    return (*offers, *parse_offers(reserved, set(accelerator_ids)))
+

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.api.deps import get_session
 from service.catalog.db import make_engine
+from service.catalog.keys import create_key
 from service.catalog.migrate import upgrade
 from service.catalog.seed import seed_catalog
 from service.main import create_app
@@ -111,3 +112,15 @@ def client(migrated_engine: Engine, db_session: Session) -> Iterator[TestClient]
 @pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def api_key(db_session: Session) -> object:
+    """Makes API keys in the test's database: ``api_key("catalog:write")`` -> headers."""
+
+    def make(*scopes: str) -> dict[str, str]:
+        _, key = create_key(db_session, name=f"test-{uuid.uuid4().hex[:8]}", scopes=scopes,
+                            pepper=Settings().api_key_pepper.get_secret_value())
+        return {"Authorization": f"Bearer {key}"}
+
+    return make

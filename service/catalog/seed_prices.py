@@ -93,6 +93,10 @@ def _skypilot_rows() -> Iterator[dict[str, Any]]:
             notes = SKYPILOT_NOTE
             if name == "H100-MEGA":
                 notes += "; a3-megagpu: H100 with the faster GPUDirect-TCPXO network"
+            parts = row.get("AcceleratorPrice"), row.get("AcceleratorSpotPrice")
+            if parts[0] and parts[1] and Decimal(parts[1]) > Decimal(parts[0]):
+                notes += (f"; source problem: the accelerator SKU's spot price {parts[1]} is "
+                          f"above its on-demand {parts[0]} (masked in this host+GPU total)")
             common = {
                 "provider": provider, "region": row["Region"],
                 "instance_type": row["InstanceType"], "accelerator": accelerator,

@@ -1,0 +1,88 @@
+"""``cq``: the ComputeQuote command line.
+
+``cq keys`` manages API keys in the database named by ``CQ_DATABASE_URL`` (or the embedded
+SQLite default), so it runs where the database is reachable: a laptop, or a one-off pod.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from service.catalog.db import make_engine, make_session_factory, unit_of_work
+from service.catalog.errors import CatalogError
+from service.catalog.keys import SCOPES, create_key, list_keys, revoke_key
+from service.settings import Settings
+
+app = typer.Typer(help="ComputeQuote: what will it take to train this model?",
+                  no_args_is_help=True, add_completion=False)
+keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code=1)
+
+
+@keys_app.command("create")
+def keys_create(
+    name: Annotated[str, typer.Option(help="A unique name; it becomes created_by on writes.")],
+    scope: Annotated[list[str], typer.Option(
+        help=f"Repeat for several: {', '.join(SCOPES)}.")],
+) -> None:
+    """Create a key and print it once; only its hash is stored."""
+    settings = Settings()
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        with unit_of_work(make_session_factory(engine)) as session:
+            row, key = create_key(session, name=name, scopes=scope,
+                                  pepper=settings.api_key_pepper.get_secret_value())
+            scopes = row.scopes
+    except (ValueError, CatalogError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        engine.dispose()
+    err.print(f"created key [bold]{name}[/] with scopes {scopes}; it is shown only once:")
+    print(key)
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """Every key with its scopes (never the key itself)."""
+    settings = Settings()
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        with unit_of_work(make_session_factory(engine)) as session:
+            rows = [(r.name, r.id, r.scopes, r.created_at.isoformat(),
+                     r.revoked_at.isoformat() if r.revoked_at else "")
+                    for r in list_keys(session)]
+    finally:
+        engine.dispose()
+    table = Table("name", "id", "scopes", "created_at", "revoked_at")
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(name: Annotated[str, typer.Argument(help="The key's name.")]) -> None:
+    """Revoke a key at once; requests with it get 401."""
+    settings = Settings()
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        with unit_of_work(make_session_factory(engine)) as session:
+            revoke_key(session, name)
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        engine.dispose()
+    err.print(f"revoked {name}")
+
+
+def main() -> None:
+    app()

@@ -172,7 +172,8 @@ def revision_content(row: OfferRevision) -> OfferContent:
 
 
 def accelerator_memory(session: Session) -> dict[str, float]:
-    return {row[0]: row[1] for row in session.execute(select(Accelerator.id, Accelerator.memory_gib))}
+    rows = session.execute(select(Accelerator.id, Accelerator.memory_gib))
+    return {row[0]: row[1] for row in rows}
 
 
 def _register(session: Session, offers: Sequence[OfferContent], now: dt.datetime) -> None:

@@ -61,7 +61,8 @@ class TestListOffers:
             expected = Decimal(offer["effective_price_per_hour"]) / Decimal(
                 str(offer["gpus_per_instance"]))
             assert abs(Decimal(offer["price_per_gpu_hour"]) - expected) <= Decimal("0.000001")
-            assert offer["source"] and offer["as_of"] and offer["currency"] == "USD"
+            assert offer["source"]
+            assert offer["currency"] == "USD"
 
     def test_provider_and_region_filters(self, client: TestClient) -> None:
         items = client.get("/v1/offers", params={"provider": "aws", "region": "us-east-1",

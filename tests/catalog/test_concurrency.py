@@ -64,7 +64,7 @@ def test_concurrent_if_match_edits_apply_exactly_once(
         def worker() -> None:
             with httpx.Client(base_url=base, headers=auth, timeout=60) as client:
                 applied = attempt = 0
-                rng = random.Random()  # noqa: S311 - jitter, not security
+                rng = random.Random()
                 while applied < edits:
                     got = client.get(f"/v1/offers/{offer_id}")
                     offer = got.json()

@@ -7,7 +7,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench openapi clean
+.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog openapi clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,9 @@ calibrate: venv
 
 bench: venv
 	$(BIN)/pytest benchmarks/test_speed.py --benchmark-enable -p no:cacheprovider -o addopts="" -q
+
+bench-catalog: venv
+	$(BIN)/python -m benchmarks.catalog_list
 
 openapi: venv
 	$(BIN)/python -m service.api.openapi > openapi/openapi.json

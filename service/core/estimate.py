@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.flops import TokenFlops, token_flops
-from service.core.geometry import build_geometry
-from service.core.memory import MemoryBreakdown, memory_breakdown
+from service.core.geometry import PlanVars, build_geometry
+from service.core.memory import MemoryBreakdown, memory_breakdown, stage_activation_bytes
+from service.core.ops import SCALAR, Num
 from service.core.params import ParameterCount, count_parameters
 from service.core.specs import (
     ClusterSpec,
@@ -45,6 +46,46 @@ class Throughput:
     tokens_per_s_low: float
     tokens_per_s_high: float
     """80% band on tokens/s from the calibration residuals (10th to 90th percentile)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFigures:
+    """Whole-job figures from the step time (scalars, or arrays in the plan search)."""
+
+    tokens_per_s: Num
+    mfu_fraction: Num
+    hfu_fraction: Num
+    train_s: Num
+    gpu_hours: Num
+    num_steps: Num
+    kwh: Num
+
+
+def job_figures(
+    step_s: Num, plan: PlanVars, training: TrainingSpec, num_gpus: Num, flops: TokenFlops,
+    peak_flops_per_s: float, power_w_per_gpu: float, pue: float, xp: Num = SCALAR,
+) -> JobFigures:
+    """tokens/s = B*s / step; MFU and HFU against the dense peak (PaLM appendix B); energy
+    kWh = GPU-hours x power per GPU x PUE (docs/model.md section 7)."""
+    tokens_per_step = plan.global_batch_seqs * training.seq_len
+    tokens_per_s = tokens_per_step / step_s
+    recompute = xp.where(
+        plan.full_recompute, flops.recompute_flops(RecomputeMode.FULL),
+        xp.where(plan.selective_recompute, flops.recompute_flops(RecomputeMode.SELECTIVE), 0.0),
+    )
+    mfu = flops.model_training_flops * tokens_per_s / (num_gpus * peak_flops_per_s)
+    hfu = (flops.model_training_flops + recompute) * tokens_per_s / (num_gpus * peak_flops_per_s)
+    train_s = training.tokens / tokens_per_s
+    gpu_hours = train_s * num_gpus / SECONDS_PER_HOUR
+    kwh = gpu_hours * SECONDS_PER_HOUR * power_w_per_gpu * pue / JOULES_PER_KWH
+    return JobFigures(tokens_per_s=tokens_per_s, mfu_fraction=mfu, hfu_fraction=hfu,
+                      train_s=train_s, gpu_hours=gpu_hours,
+                      num_steps=training.tokens / tokens_per_step, kwh=kwh)
+
+
+def average_power_w_per_gpu(tdp_w: float, energy: EnergySpec) -> float:
+    """Board power x utilisation plus host power per GPU, before PUE (docs/model.md §7)."""
+    return tdp_w * (energy.gpu_power_fraction + energy.host_power_fraction)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,37 +131,35 @@ def estimate(
     layout = validate_plan(model, cluster, plan, training)
     counts = count_parameters(model)
     flops = token_flops(model, counts, training.seq_len)
-    geometry = build_geometry(model, counts, cluster, plan, training, layout)
-    memory = memory_breakdown(model, plan, training, geometry, calibration, acc.memory_bytes)
-    step = step_time(model, counts, cluster, plan, training, geometry, calibration)
+    plan_vars = PlanVars.of(plan, layout, training)
+    geometry = build_geometry(model, counts, cluster, plan_vars, training)
+    activations = stage_activation_bytes(model, plan_vars, training, geometry)
+    memory = memory_breakdown(model, plan_vars, training, geometry, calibration,
+                              acc.memory_bytes, stage_activations=activations)
+    step = step_time(model, counts, cluster, plan_vars, training, geometry, calibration,
+                     activations[0])
 
-    step_s = step.step_s
-    tokens_per_step = training.global_batch_seqs * training.seq_len
-    tokens_per_s = tokens_per_step / step_s
     n = cluster.num_gpus
-    mfu = flops.model_training_flops * tokens_per_s / (n * peak)
-    hfu = flops.hardware_training_flops(plan.recompute) * tokens_per_s / (n * peak)
-    train_s = training.tokens / tokens_per_s
-    gpu_hours = train_s * n / SECONDS_PER_HOUR
+    power_w = average_power_w_per_gpu(acc.tdp_w, energy)
+    job = job_figures(step.step_s, plan_vars, training, n, flops, peak, power_w, energy.pue)
+    tokens_per_s = job.tokens_per_s
+    mfu = job.mfu_fraction
     throughput = Throughput(
         step=step,
         tokens_per_s=tokens_per_s,
         tokens_per_s_per_gpu=tokens_per_s / n,
         mfu_fraction=mfu,
-        hfu_fraction=hfu,
-        train_s=train_s,
-        gpu_hours=gpu_hours,
-        num_steps=training.tokens / tokens_per_step,
+        hfu_fraction=job.hfu_fraction,
+        train_s=job.train_s,
+        gpu_hours=job.gpu_hours,
+        num_steps=job.num_steps,
         # A prediction that ran high by r on the fit rows means truth = predicted / (1 + r).
         tokens_per_s_low=tokens_per_s / (1.0 + calibration.residual_high_fraction),
         tokens_per_s_high=tokens_per_s / (1.0 + calibration.residual_low_fraction),
     )
-
-    power_w = acc.tdp_w * (energy.gpu_power_fraction + energy.host_power_fraction)
-    kwh = gpu_hours * SECONDS_PER_HOUR * power_w * energy.pue / JOULES_PER_KWH
     energy_result = Energy(
-        kwh=kwh,
-        co2e_kg=kwh * energy.grid_gco2e_per_kwh / GRAMS_PER_KG,
+        kwh=job.kwh,
+        co2e_kg=job.kwh * energy.grid_gco2e_per_kwh / GRAMS_PER_KG,
         average_power_w_per_gpu=power_w * energy.pue,
     )
 

@@ -11,42 +11,86 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.core.ops import SCALAR, Num
 from service.core.params import ParameterCount
-from service.core.specs import ClusterSpec, ModelSpec, ParallelismPlan, PlanLayout, TrainingSpec
+from service.core.specs import (
+    ClusterSpec,
+    ModelSpec,
+    ParallelismPlan,
+    PlanLayout,
+    RecomputeMode,
+    TrainingSpec,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanVars:
+    """The plan-dependent inputs of the formulas: one plan as Python numbers, or many plans as
+    numpy arrays of equal length (``service/core/ops.py``). Recomputation and sequence
+    parallelism are booleans so that arrays can hold them."""
+
+    tp: Num
+    pp: Num
+    dp: Num
+    cp: Num
+    ep: Num
+    vp: Num
+    micro_batch: Num
+    zero_stage: Num
+    sequence_parallel: Num
+    full_recompute: Num
+    selective_recompute: Num
+    global_batch_seqs: Num
+    num_micro_batches: Num
+    layers_per_stage: Num
+    expert_tp: Num
+
+    @classmethod
+    def of(cls, plan: ParallelismPlan, layout: PlanLayout, training: TrainingSpec) -> PlanVars:
+        return cls(
+            tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp, ep=plan.ep, vp=plan.vp,
+            micro_batch=plan.micro_batch, zero_stage=plan.zero_stage,
+            sequence_parallel=plan.sequence_parallel,
+            full_recompute=plan.recompute == RecomputeMode.FULL,
+            selective_recompute=plan.recompute == RecomputeMode.SELECTIVE,
+            global_batch_seqs=training.global_batch_seqs,
+            num_micro_batches=layout.num_micro_batches,
+            layers_per_stage=layout.layers_per_stage, expert_tp=layout.expert_tp,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Geometry:
     """Per-GPU quantities for the slowest (most loaded) pipeline stage."""
 
-    tokens_per_micro_batch: float
+    tokens_per_micro_batch: Num
     """Tokens one GPU handles per micro-batch: b*s/c (CP splits the sequence)."""
-    num_micro_batches: int
-    layers_per_stage: int
-    dense_layers_per_stage: float
-    moe_layers_per_stage: float
-    layer_params_per_gpu: float
+    num_micro_batches: Num
+    layers_per_stage: Num
+    dense_layers_per_stage: Num
+    moe_layers_per_stage: Num
+    layer_params_per_gpu: Num
     """Non-expert parameters of the stage's layers on one GPU (divided by tp)."""
-    expert_params_per_gpu: float
+    expert_params_per_gpu: Num
     """Routed-expert parameters of the stage's layers on one GPU (divided by ep and expert tp)."""
-    embedding_params_per_gpu: float
+    embedding_params_per_gpu: Num
     """Input embedding on the first stage, divided by tp."""
-    head_params_per_gpu: float
+    head_params_per_gpu: Num
     """Output layer on the last stage, divided by tp (a tied copy when pp > 1)."""
-    dp_group_size: int
+    dp_group_size: Num
     """Ranks sharing the non-expert parameters: dp*cp (Megatron shards the optimizer over both)."""
-    expert_dp_group_size: int
+    expert_dp_group_size: Num
     """Ranks sharing one expert shard: tp*dp*cp / (ep*expert_tp)."""
-    expert_tp: int
-    tp_per_node: int
+    expert_tp: Num
+    tp_per_node: Num
     """Members of one tensor-parallel group inside a node (stride 1)."""
-    cp_per_node: int
+    cp_per_node: Num
     """Members of one context-parallel group inside a node (stride tp)."""
-    dp_per_node: int
+    dp_per_node: Num
     """Members of one data-parallel (dp*cp) group inside a node (stride tp)."""
-    ep_per_node: int
+    ep_per_node: Num
     """Members of one expert-parallel group inside a node (stride expert tp)."""
-    pp_in_scaleup: bool
+    pp_in_scaleup: Num
     """Whether neighbouring pipeline stages share a node (stride tp*cp*dp)."""
 
 
@@ -54,26 +98,26 @@ def build_geometry(
     model: ModelSpec,
     counts: ParameterCount,
     cluster: ClusterSpec,
-    plan: ParallelismPlan,
+    plan: PlanVars,
     training: TrainingSpec,
-    layout: PlanLayout,
+    xp: Num = SCALAR,
 ) -> Geometry:
     """Derive the per-GPU shapes of ``plan``; the stage with the most layers is modelled."""
     t, c = plan.tp, plan.cp
-    ls = layout.layers_per_stage
+    ls = plan.layers_per_stage
     moe_share = counts.num_moe_layers / model.num_layers
     moe_layers = ls * moe_share
     dense_layers = ls - moe_layers
     non_expert_moe_layer = counts.moe_layer - counts.routed_experts_per_layer
     layer_params = (dense_layers * counts.dense_layer + moe_layers * non_expert_moe_layer) / t
-    expert_params = moe_layers * counts.routed_experts_per_layer / (plan.ep * layout.expert_tp)
+    expert_params = moe_layers * counts.routed_experts_per_layer / (plan.ep * plan.expert_tp)
     head = counts.output_head if not model.tied_embeddings else counts.embedding
-    if plan.pp == 1 and model.tied_embeddings:
-        head = 0
+    if model.tied_embeddings:
+        head = xp.where(plan.pp == 1, 0, head)
     node = cluster.gpus_per_node
     return Geometry(
         tokens_per_micro_batch=plan.micro_batch * training.seq_len / c,
-        num_micro_batches=layout.num_micro_batches,
+        num_micro_batches=plan.num_micro_batches,
         layers_per_stage=ls,
         dense_layers_per_stage=dense_layers,
         moe_layers_per_stage=moe_layers,
@@ -82,16 +126,16 @@ def build_geometry(
         embedding_params_per_gpu=counts.embedding / t,
         head_params_per_gpu=head / t,
         dp_group_size=plan.dp * c,
-        expert_dp_group_size=max(1, (t * plan.dp * c) // (plan.ep * layout.expert_tp)),
-        expert_tp=layout.expert_tp,
-        tp_per_node=_members_per_node(t, 1, node),
-        cp_per_node=_members_per_node(c, t, node),
-        dp_per_node=_members_per_node(plan.dp * c, t, node),
-        ep_per_node=_members_per_node(plan.ep, layout.expert_tp, node),
+        expert_dp_group_size=xp.maximum(1, (t * plan.dp * c) // (plan.ep * plan.expert_tp)),
+        expert_tp=plan.expert_tp,
+        tp_per_node=_members_per_node(t, 1, node, xp),
+        cp_per_node=_members_per_node(c, t, node, xp),
+        dp_per_node=_members_per_node(plan.dp * c, t, node, xp),
+        ep_per_node=_members_per_node(plan.ep, plan.expert_tp, node, xp),
         pp_in_scaleup=t * c * plan.dp * plan.pp <= node,
     )
 
 
-def _members_per_node(group: int, stride: int, gpus_per_node: int) -> int:
+def _members_per_node(group: Num, stride: Num, gpus_per_node: int, xp: Num) -> Num:
     """How many ranks of a group whose members are ``stride`` ranks apart share one node."""
-    return max(1, min(group, gpus_per_node // stride))
+    return xp.maximum(1, xp.minimum(group, gpus_per_node // stride))

@@ -34,8 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.core.calibration import Calibration
-from service.core.geometry import Geometry
-from service.core.specs import MlpKind, ModelSpec, ParallelismPlan, RecomputeMode, TrainingSpec
+from service.core.geometry import Geometry, PlanVars
+from service.core.ops import SCALAR, Num
+from service.core.specs import MlpKind, ModelSpec, TrainingSpec
 
 WEIGHT_BYTES_PER_PARAM = 2.0
 """bf16/fp16 working weights (Micikevicius et al. 2018, mixed-precision training)."""
@@ -57,15 +58,15 @@ ACTIVATION_BYTES = 2.0
 class MemoryBreakdown:
     """Peak bytes on the most loaded GPU, by kind."""
 
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    other_bytes: float
+    weights_bytes: Num
+    gradients_bytes: Num
+    optimizer_bytes: Num
+    activations_bytes: Num
+    other_bytes: Num
     capacity_bytes: float
 
     @property
-    def peak_bytes(self) -> float:
+    def peak_bytes(self) -> Num:
         return (
             self.weights_bytes
             + self.gradients_bytes
@@ -75,7 +76,7 @@ class MemoryBreakdown:
         )
 
     @property
-    def fits(self) -> bool:
+    def fits(self) -> Num:
         return self.peak_bytes <= self.capacity_bytes
 
 
@@ -86,20 +87,19 @@ def mlp_activation_bytes(ffn: float, kind: MlpKind) -> float:
 
 def layer_activation_bytes_per_token(
     model: ModelSpec,
-    plan: ParallelismPlan,
+    plan: PlanVars,
     *,
     moe_layer: bool,
-    expert_tp: int,
     unfused_attention_seq_len: int = 0,
-) -> float:
+    xp: Num = SCALAR,
+) -> Num:
     """Bytes stored per token for one layer without recomputation (see module docstring)."""
     h, t = model.hidden_size, plan.tp
     a, g = model.num_heads, model.num_kv_heads
     d_qk, d_v = model.attention_head_dim, model.value_head_dim
     kv_heads = a if model.mla is not None else g
     outside = 4 * ACTIVATION_BYTES * h
-    if plan.sequence_parallel:
-        outside /= t
+    outside = xp.where(plan.sequence_parallel, outside / t, outside)
     attention = (
         ACTIVATION_BYTES * (a * d_qk + kv_heads * (d_qk + d_v) + a * d_v)
         + 4.0 * a
@@ -108,10 +108,10 @@ def layer_activation_bytes_per_token(
     if not moe_layer:
         return outside + attention + mlp_activation_bytes(model.ffn_hidden_size, model.mlp) / t
     k = model.experts_per_token
-    sp_divisor = t if plan.sequence_parallel else 1
+    sp_divisor = xp.where(plan.sequence_parallel, t, 1)
     expert = k * (
         ACTIVATION_BYTES * h / sp_divisor
-        + mlp_activation_bytes(model.expert_ffn_hidden_size, model.mlp) / expert_tp
+        + mlp_activation_bytes(model.expert_ffn_hidden_size, model.mlp) / plan.expert_tp
     )
     shared = model.num_shared_experts * mlp_activation_bytes(
         model.expert_ffn_hidden_size, model.mlp
@@ -121,18 +121,17 @@ def layer_activation_bytes_per_token(
 
 
 def stage_activation_bytes(
-    model: ModelSpec, plan: ParallelismPlan, training: TrainingSpec, geometry: Geometry
-) -> tuple[float, float]:
+    model: ModelSpec, plan: PlanVars, training: TrainingSpec, geometry: Geometry,
+    xp: Num = SCALAR,
+) -> tuple[Num, Num]:
     """Activation bytes of one micro-batch for the whole stage, and of its largest layer."""
     unfused = 0 if training.flash_attention else training.seq_len
     dense = layer_activation_bytes_per_token(
-        model, plan, moe_layer=False, expert_tp=geometry.expert_tp,
-        unfused_attention_seq_len=unfused,
+        model, plan, moe_layer=False, unfused_attention_seq_len=unfused, xp=xp,
     )
     moe = (
         layer_activation_bytes_per_token(
-            model, plan, moe_layer=True, expert_tp=geometry.expert_tp,
-            unfused_attention_seq_len=unfused,
+            model, plan, moe_layer=True, unfused_attention_seq_len=unfused, xp=xp,
         )
         if model.is_moe
         else 0.0
@@ -141,66 +140,73 @@ def stage_activation_bytes(
     per_micro_batch = tokens * (
         geometry.dense_layers_per_stage * dense + geometry.moe_layers_per_stage * moe
     )
-    return per_micro_batch, tokens * max(dense, moe)
+    return per_micro_batch, tokens * xp.maximum(dense, moe)
 
 
-def in_flight_micro_batches(plan: ParallelismPlan, num_micro_batches: int) -> float:
+def in_flight_micro_batches(plan: PlanVars, xp: Num = SCALAR) -> Num:
     """Micro-batches whose activations the first stage holds at once under (interleaved) 1F1B."""
-    if plan.pp == 1:
-        return 1.0
-    in_flight = float(min(plan.pp, num_micro_batches))
-    if plan.vp > 1:
-        in_flight *= 1.0 + (plan.pp - 1) / (plan.pp * plan.vp)
-    return in_flight
+    in_flight = 1.0 * xp.minimum(plan.pp, plan.num_micro_batches)
+    in_flight = xp.where(
+        plan.vp > 1, in_flight * (1.0 + (plan.pp - 1) / (plan.pp * plan.vp)), in_flight
+    )
+    return xp.where(plan.pp == 1, 1.0, in_flight)
 
 
 def memory_breakdown(
     model: ModelSpec,
-    plan: ParallelismPlan,
+    plan: PlanVars,
     training: TrainingSpec,
     geometry: Geometry,
     calibration: Calibration,
     capacity_bytes: float,
+    xp: Num = SCALAR,
+    stage_activations: tuple[Num, Num] | None = None,
 ) -> MemoryBreakdown:
-    """Peak memory of the most loaded GPU: the larger of the first and the last stage."""
-    per_micro_batch, largest_layer = stage_activation_bytes(model, plan, training, geometry)
+    """Peak memory of the most loaded GPU: the larger of the first and the last stage.
+
+    ``stage_activations`` is ``stage_activation_bytes(...)`` when the caller has it already."""
+    per_micro_batch, largest_layer = stage_activations or stage_activation_bytes(
+        model, plan, training, geometry, xp
+    )
     tokens = geometry.tokens_per_micro_batch
-    if plan.recompute == RecomputeMode.FULL:
-        boundary = ACTIVATION_BYTES * model.hidden_size * tokens
-        if plan.sequence_parallel:
-            boundary /= plan.tp
-        stored = boundary * geometry.layers_per_stage
-        working = largest_layer
-    elif plan.recompute == RecomputeMode.SELECTIVE:
-        stored = per_micro_batch * calibration.selective_activation_fraction
-        working = 0.0
-    else:
-        stored = per_micro_batch
-        working = 0.0
-    in_flight = in_flight_micro_batches(plan, geometry.num_micro_batches)
+    boundary = ACTIVATION_BYTES * model.hidden_size * tokens
+    boundary = xp.where(plan.sequence_parallel, boundary / plan.tp, boundary)
+    selective = per_micro_batch * calibration.selective_activation_fraction
+    stored = xp.where(
+        plan.full_recompute, boundary * geometry.layers_per_stage,
+        xp.where(plan.selective_recompute, selective, per_micro_batch),
+    )
+    working = xp.where(plan.full_recompute, largest_layer, 0.0)
+    in_flight = in_flight_micro_batches(plan, xp)
     first_activations = stored * in_flight + working
     last_activations = stored + working
     logits = LOGITS_BYTES_PER_ENTRY * tokens * model.vocab_size / plan.tp
 
+    single_stage = plan.pp == 1
     first_params = geometry.layer_params_per_gpu + geometry.embedding_params_per_gpu
     last_params = geometry.layer_params_per_gpu + geometry.head_params_per_gpu
-    if plan.pp == 1:
-        first_params += geometry.head_params_per_gpu
-        last_params = first_params
+    first_params = xp.where(single_stage, first_params + geometry.head_params_per_gpu,
+                            first_params)
+    last_params = xp.where(single_stage, first_params, last_params)
 
-    def states(params: float) -> tuple[float, float, float]:
-        return _model_state_bytes(params, geometry.expert_params_per_gpu, plan, geometry)
+    first_states = _model_state_bytes(first_params, geometry.expert_params_per_gpu, plan,
+                                      geometry, xp)
+    last_states = _model_state_bytes(last_params, geometry.expert_params_per_gpu, plan,
+                                     geometry, xp)
+    first = (*first_states, first_activations + xp.where(single_stage, logits, 0.0))
+    last = (*last_states, last_activations + logits)
+    # The more loaded stage; the first wins ties (as Python's max does).
+    first_is_peak = sum(first) >= sum(last)
+    weights, grads, optimizer, activations = (
+        xp.where(first_is_peak, f, la) for f, la in zip(first, last, strict=True)
+    )
 
-    first = (*states(first_params), first_activations + (logits if plan.pp == 1 else 0.0))
-    last = (*states(last_params), last_activations + logits)
-    weights, grads, optimizer, activations = max(first, last, key=sum)
-
-    gather_buffers = 0.0
-    if plan.zero_stage == 3 and plan.pp == 1:
-        per_layer = (geometry.layer_params_per_gpu + geometry.expert_params_per_gpu) / max(
-            1, geometry.layers_per_stage
-        )
-        gather_buffers = 2.0 * WEIGHT_BYTES_PER_PARAM * per_layer
+    per_layer = (geometry.layer_params_per_gpu + geometry.expert_params_per_gpu) / xp.maximum(
+        1, geometry.layers_per_stage
+    )
+    gather_buffers = xp.where(
+        (plan.zero_stage == 3) & single_stage, 2.0 * WEIGHT_BYTES_PER_PARAM * per_layer, 0.0
+    )
     other = (
         calibration.memory_overhead_bytes
         + calibration.memory_fragmentation_fraction * activations
@@ -217,19 +223,20 @@ def memory_breakdown(
 
 
 def _model_state_bytes(
-    params: float, expert_params: float, plan: ParallelismPlan, geometry: Geometry
-) -> tuple[float, float, float]:
+    params: Num, expert_params: Num, plan: PlanVars, geometry: Geometry, xp: Num
+) -> tuple[Num, Num, Num]:
     """Weights, gradients and optimizer bytes after ZeRO sharding."""
 
     # FSDP with pipelining keeps the stage's weights and gradients unsharded across
     # micro-batches instead of re-gathering them each time (torchtitan, reshard_after_forward
     # off under PP; its PP schedule syncs gradients after the last micro-batch).
-    held_unsharded = plan.zero_stage == 3 and plan.pp > 1
+    held_unsharded = (plan.zero_stage == 3) & (plan.pp > 1)
 
-    def sharded(count: float, group: int, stage_needed: int) -> float:
-        if held_unsharded and stage_needed in (2, 3):
-            return count
-        return count / group if plan.zero_stage >= stage_needed else count
+    def sharded(count: Num, group: Num, stage_needed: int) -> Num:
+        divided = xp.where(plan.zero_stage >= stage_needed, count / group, count)
+        if stage_needed in (2, 3):
+            return xp.where(held_unsharded, count, divided)
+        return divided
 
     groups = ((params, geometry.dp_group_size), (expert_params, geometry.expert_dp_group_size))
     weights = sum(WEIGHT_BYTES_PER_PARAM * sharded(n, g, 3) for n, g in groups)

@@ -33,21 +33,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.core.calibration import Calibration
-from service.core.geometry import Geometry
-from service.core.memory import (
-    GRAD_BYTES_PER_PARAM,
-    WEIGHT_BYTES_PER_PARAM,
-    stage_activation_bytes,
-)
+from service.core.geometry import Geometry, PlanVars
+from service.core.memory import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
+from service.core.ops import SCALAR, Num
 from service.core.params import ParameterCount
 from service.core.specs import (
     AcceleratorSpec,
     ClusterSpec,
     MlpKind,
     ModelSpec,
-    ParallelismPlan,
     Precision,
-    RecomputeMode,
     TrainingSpec,
 )
 
@@ -67,17 +62,17 @@ DP_GRADIENT_BYTES = GRAD_BYTES_PER_PARAM
 class StepTime:
     """Seconds per optimizer step, by where the time goes."""
 
-    compute_s: float
-    tp_comm_s: float
-    cp_comm_s: float
-    ep_comm_s: float
-    pp_comm_s: float
-    pp_bubble_s: float
-    dp_comm_exposed_s: float
-    optimizer_s: float
+    compute_s: Num
+    tp_comm_s: Num
+    cp_comm_s: Num
+    ep_comm_s: Num
+    pp_comm_s: Num
+    pp_bubble_s: Num
+    dp_comm_exposed_s: Num
+    optimizer_s: Num
 
     @property
-    def step_s(self) -> float:
+    def step_s(self) -> Num:
         return (
             self.compute_s
             + self.tp_comm_s
@@ -90,31 +85,31 @@ class StepTime:
         )
 
 
-def gemm_intensity(m: float, k: float, n: float) -> float:
+def gemm_intensity(m: Num, k: Num, n: Num) -> Num:
     """Arithmetic intensity of an (m x k)(k x n) GEMM in 16-bit, FLOP per byte:
     2mkn / (2(mk + kn + mn)) = 1 / (1/m + 1/k + 1/n) (Williams et al. 2009, roofline)."""
     return 1.0 / (1.0 / m + 1.0 / k + 1.0 / n)
 
 
 def gemm_efficiency(
-    max_efficiency: float, intensity: float, ridge_flops_per_byte: float, cal: Calibration
-) -> float:
+    max_efficiency: float, intensity: Num, ridge_flops_per_byte: float, cal: Calibration
+) -> Num:
     """Peak fraction of a GEMM of the given intensity: max * I / (I + k * ridge)."""
     half_point = cal.gemm_shape_ridge_multiple * ridge_flops_per_byte
     return max_efficiency * intensity / (intensity + half_point)
 
 
-def _collective_s(volume_bytes: float, group: int, bandwidth: float, factor: float,
-                  cal: Calibration) -> float:
-    """alpha + factor*(n-1)/n * S/B; factor 2 for all-reduce, 1 for the others."""
-    if group <= 1 or volume_bytes <= 0:
-        return 0.0
-    return cal.collective_latency_s + factor * (group - 1) / group * volume_bytes / bandwidth
+def _collective_s(volume_bytes: Num, group: Num, bandwidth: Num, factor: float,
+                  cal: Calibration, xp: Num) -> Num:
+    """alpha + factor*(n-1)/n * S/B; factor 2 for all-reduce, 1 for the others; 0 for a group
+    of one or nothing to send."""
+    seconds = cal.collective_latency_s + factor * (group - 1) / group * volume_bytes / bandwidth
+    return xp.where((group > 1) & (volume_bytes > 0), seconds, 0.0)
 
 
 def ring_bandwidth(
-    acc: AcceleratorSpec, group: int, per_node: int, cal: Calibration
-) -> float:
+    acc: AcceleratorSpec, group: Num, per_node: Num, cal: Calibration, xp: Num = SCALAR
+) -> Num:
     """Achieved bus bandwidth of a ring collective over ``group`` ranks, ``per_node`` per node.
 
     Inside one node it is the scale-up link. Across nodes NCCL runs one ring per NIC, so the
@@ -123,51 +118,58 @@ def ring_bandwidth(
     multi-node bus bandwidth approaches the per-node network bandwidth).
     """
     scaleup = acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction
-    if per_node >= group:
-        return scaleup
-    return min(scaleup, per_node * acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction)
+    across = xp.minimum(
+        scaleup, per_node * acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
+    )
+    return xp.where(per_node >= group, scaleup, across)
 
 
 def all_to_all_s(
-    volume_bytes: float, group: int, per_node: int, acc: AcceleratorSpec, cal: Calibration
-) -> float:
+    volume_bytes: Num, group: Num, per_node: Num, acc: AcceleratorSpec, cal: Calibration,
+    xp: Num = SCALAR,
+) -> Num:
     """All-to-all of ``volume_bytes`` per rank: (per_node-1)/group of it stays on the scale-up
     link, (group-per_node)/group crosses the rank's own NIC; the two run concurrently."""
-    if group <= 1 or volume_bytes <= 0:
-        return 0.0
     intra = (per_node - 1) / group * volume_bytes / (
         acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction
     )
     inter = (group - per_node) / group * volume_bytes / (
         acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
     )
-    return cal.collective_latency_s + max(intra, inter)
+    seconds = cal.collective_latency_s + xp.maximum(intra, inter)
+    return xp.where((group > 1) & (volume_bytes > 0), seconds, 0.0)
 
 
-def point_to_point_bandwidth(acc: AcceleratorSpec, in_scaleup: bool, cal: Calibration) -> float:
-    if in_scaleup:
-        return acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction
-    return acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
+def point_to_point_bandwidth(
+    acc: AcceleratorSpec, in_scaleup: Num, cal: Calibration, xp: Num = SCALAR
+) -> Num:
+    return xp.where(
+        in_scaleup,
+        acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction,
+        acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _MicroBatch:
-    compute_s: float
-    attention_s: float
-    tp_s: float
-    cp_s: float
-    ep_s: float
-    pp_s: float
+    compute_s: Num
+    attention_s: Num
+    tp_s: Num
+    cp_s: Num
+    ep_s: Num
+    pp_s: Num
 
 
 def _micro_batch_time(
     model: ModelSpec,
     counts: ParameterCount,
     cluster: ClusterSpec,
-    plan: ParallelismPlan,
+    plan: PlanVars,
     training: TrainingSpec,
     geo: Geometry,
     cal: Calibration,
+    per_micro_batch_bytes: Num,
+    xp: Num,
 ) -> _MicroBatch:
     acc = cluster.accelerator
     t, h = plan.tp, model.hidden_size
@@ -182,7 +184,8 @@ def _micro_batch_time(
     half_max = cal.gemm_efficiency_for(acc.id, half_precision)
     ridge = half_peak / acc.hbm_bytes_per_s
 
-    passes = 3.0 + (1.0 if plan.recompute == RecomputeMode.FULL else 0.0)
+    full = plan.full_recompute
+    passes = 3.0 + xp.where(full, 1.0, 0.0)
     q_width = model.num_heads * model.attention_head_dim
     gated = 2.0 if model.mlp == MlpKind.SWIGLU else 1.0
 
@@ -212,7 +215,8 @@ def _micro_batch_time(
         eff_expert = cal.moe_expert_efficiency_fraction * gemm_efficiency(
             linear_max,
             gemm_intensity(
-                max(tokens_per_expert, 1.0), h, gated * model.expert_ffn_hidden_size / geo.expert_tp
+                xp.maximum(tokens_per_expert, 1.0), h,
+                gated * model.expert_ffn_hidden_size / geo.expert_tp,
             ),
             ridge,
             cal,
@@ -235,8 +239,8 @@ def _micro_batch_time(
         2.0 * training.seq_len * model.num_heads
         * (model.attention_head_dim + model.value_head_dim) / t * causal
     )
-    attn_passes = 1.0 + ATTENTION_BACKWARD_MULTIPLIER + (
-        1.0 if plan.recompute != RecomputeMode.NONE else 0.0
+    attn_passes = 1.0 + ATTENTION_BACKWARD_MULTIPLIER + xp.where(
+        full | plan.selective_recompute, 1.0, 0.0
     )
     attention_s = (
         tokens * geo.layers_per_stage * attn_core_per_token * attn_passes
@@ -245,7 +249,6 @@ def _micro_batch_time(
 
     # Memory-bound elementwise work over the stored activations (forward, backward, and the
     # recomputed forward under full recomputation).
-    per_micro_batch_bytes, _ = stage_activation_bytes(model, plan, training, geo)
     elementwise_s = (
         cal.elementwise_passes * per_micro_batch_bytes * passes / 3.0 / acc.hbm_bytes_per_s
     )
@@ -253,42 +256,45 @@ def _micro_batch_time(
 
     # Tensor parallel: 4 collectives per layer (+2 with full recompute) of tokens*h bf16.
     tp_volume = tokens * h * ACTIVATION_COMM_BYTES
-    tp_count = (4.0 + (2.0 if plan.recompute == RecomputeMode.FULL else 0.0)) * (
-        geo.layers_per_stage
-    )
+    tp_count = (4.0 + xp.where(full, 2.0, 0.0)) * geo.layers_per_stage
     tp_s = tp_count * _collective_s(
-        tp_volume, t, ring_bandwidth(acc, t, geo.tp_per_node, cal), 2.0, cal
+        tp_volume, t, ring_bandwidth(acc, t, geo.tp_per_node, cal, xp), 2.0, cal, xp
     ) * cal.tp_comm_exposed_fraction
 
     # Context parallel: ring exchange of local K and V, hidden behind attention where possible.
-    cp_s = 0.0
-    if plan.cp > 1:
-        kv_heads = model.num_heads if model.mla is not None else model.num_kv_heads
-        kv_bytes = tokens * kv_heads * (model.attention_head_dim + model.value_head_dim) * (
-            ACTIVATION_COMM_BYTES
-        ) / min(t, kv_heads)
-        per_layer = 3.0 * (plan.cp - 1) * kv_bytes / ring_bandwidth(
-            acc, plan.cp, geo.cp_per_node, cal
-        )
-        attention_per_layer = attention_s / geo.layers_per_stage
-        cp_s = geo.layers_per_stage * max(0.0, per_layer - attention_per_layer)
+    kv_heads = model.num_heads if model.mla is not None else model.num_kv_heads
+    kv_bytes = tokens * kv_heads * (model.attention_head_dim + model.value_head_dim) * (
+        ACTIVATION_COMM_BYTES
+    ) / xp.minimum(t, kv_heads)
+    cp_per_layer = 3.0 * (plan.cp - 1) * kv_bytes / ring_bandwidth(
+        acc, plan.cp, geo.cp_per_node, cal, xp
+    )
+    attention_per_layer = attention_s / geo.layers_per_stage
+    cp_s = xp.where(
+        plan.cp > 1,
+        geo.layers_per_stage * xp.maximum(0.0, cp_per_layer - attention_per_layer),
+        0.0,
+    )
 
     # Expert parallel: dispatch + combine, forward and backward (+ forward again on recompute).
-    ep_s = 0.0
-    if model.is_moe and plan.ep > 1:
-        sp_divisor = t if plan.sequence_parallel else 1
+    ep_s: Num = 0.0
+    if model.is_moe:
+        sp_divisor = xp.where(plan.sequence_parallel, t, 1)
         a2a_volume = tokens * model.experts_per_token * h * ACTIVATION_COMM_BYTES / sp_divisor
-        a2a_count = 4.0 + (2.0 if plan.recompute == RecomputeMode.FULL else 0.0)
-        ep_s = cal.ep_comm_exposed_fraction * geo.moe_layers_per_stage * a2a_count * (
-            all_to_all_s(a2a_volume, plan.ep, geo.ep_per_node, acc, cal)
+        a2a_count = 4.0 + xp.where(full, 2.0, 0.0)
+        ep_s = xp.where(
+            plan.ep > 1,
+            cal.ep_comm_exposed_fraction * geo.moe_layers_per_stage * a2a_count
+            * all_to_all_s(a2a_volume, plan.ep, geo.ep_per_node, acc, cal, xp),
+            0.0,
         )
 
     # Pipeline: activations and their gradients cross each stage boundary, v times each.
-    pp_s = 0.0
-    if plan.pp > 1:
-        p2p_bytes = tokens * h * ACTIVATION_COMM_BYTES / (t if plan.sequence_parallel else 1)
-        bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal)
-        pp_s = 2.0 * plan.vp * (cal.collective_latency_s + p2p_bytes / bandwidth)
+    p2p_bytes = tokens * h * ACTIVATION_COMM_BYTES / xp.where(plan.sequence_parallel, t, 1)
+    bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal, xp)
+    pp_s = xp.where(
+        plan.pp > 1, 2.0 * plan.vp * (cal.collective_latency_s + p2p_bytes / bandwidth), 0.0
+    )
 
     return _MicroBatch(
         compute_s=compute_s,
@@ -304,34 +310,37 @@ def step_time(
     model: ModelSpec,
     counts: ParameterCount,
     cluster: ClusterSpec,
-    plan: ParallelismPlan,
+    plan: PlanVars,
     training: TrainingSpec,
     geo: Geometry,
     cal: Calibration,
+    per_micro_batch_bytes: Num,
+    xp: Num = SCALAR,
 ) -> StepTime:
-    """Seconds per optimizer step on the slowest stage, with the breakdown."""
+    """Seconds per optimizer step on the slowest stage, with the breakdown.
+    ``per_micro_batch_bytes`` is the stage's activations of one micro-batch (from
+    ``memory.stage_activation_bytes``), which sets the elementwise work."""
     acc = cluster.accelerator
-    mb = _micro_batch_time(model, counts, cluster, plan, training, geo, cal)
+    mb = _micro_batch_time(model, counts, cluster, plan, training, geo, cal,
+                           per_micro_batch_bytes, xp)
     m = geo.num_micro_batches
     micro_batch_s = mb.compute_s + mb.tp_s + mb.cp_s + mb.ep_s + mb.pp_s
     bubble_s = (plan.pp - 1) / plan.vp * micro_batch_s
 
-    params = geo.layer_params_per_gpu + max(geo.embedding_params_per_gpu, geo.head_params_per_gpu)
-    experts = geo.expert_params_per_gpu
-    dp_bw = ring_bandwidth(acc, geo.dp_group_size, geo.dp_per_node, cal)
-    dp_comm = _dp_traffic_s(params, geo.dp_group_size, plan.zero_stage, dp_bw, cal) + (
-        _dp_traffic_s(experts, geo.expert_dp_group_size, plan.zero_stage, dp_bw, cal)
+    params = geo.layer_params_per_gpu + xp.maximum(
+        geo.embedding_params_per_gpu, geo.head_params_per_gpu
     )
-    floor = cal.dp_comm_min_exposed_fraction
-    if plan.zero_stage == 3 and plan.pp == 1:
-        # FSDP gathers and reduces every micro-batch, overlapping with that micro-batch.
-        per_mb = max(dp_comm - micro_batch_s, floor * dp_comm)
-        dp_exposed = m * per_mb
-    else:
-        dp_exposed = max(dp_comm - micro_batch_s, floor * dp_comm)
+    experts = geo.expert_params_per_gpu
+    dp_bw = ring_bandwidth(acc, geo.dp_group_size, geo.dp_per_node, cal, xp)
+    dp_comm = _dp_traffic_s(params, geo.dp_group_size, plan.zero_stage, dp_bw, cal, xp) + (
+        _dp_traffic_s(experts, geo.expert_dp_group_size, plan.zero_stage, dp_bw, cal, xp)
+    )
+    exposed = xp.maximum(dp_comm - micro_batch_s, cal.dp_comm_min_exposed_fraction * dp_comm)
+    # FSDP (ZeRO-3 without PP) gathers and reduces every micro-batch, overlapping with it.
+    dp_exposed = xp.where((plan.zero_stage == 3) & (plan.pp == 1), m * exposed, exposed)
 
-    shard = geo.dp_group_size if plan.zero_stage >= 1 else 1
-    expert_shard = geo.expert_dp_group_size if plan.zero_stage >= 1 else 1
+    shard = xp.where(plan.zero_stage >= 1, geo.dp_group_size, 1)
+    expert_shard = xp.where(plan.zero_stage >= 1, geo.expert_dp_group_size, 1)
     optimizer_s = OPTIMIZER_BYTES_TOUCHED_PER_PARAM * (
         params / shard + experts / expert_shard
     ) / acc.hbm_bytes_per_s
@@ -349,19 +358,18 @@ def step_time(
 
 
 def _dp_traffic_s(
-    params: float, group: int, zero_stage: int, bandwidth: float, cal: Calibration
-) -> float:
-    """Data-parallel traffic per step (ZeRO 0-2) or per micro-batch (ZeRO-3)."""
-    if group <= 1 or params <= 0:
-        return 0.0
+    params: Num, group: Num, zero_stage: Num, bandwidth: Num, cal: Calibration, xp: Num
+) -> Num:
+    """Data-parallel traffic per step (ZeRO 0-2) or per micro-batch (ZeRO-3): all-reduce of
+    the gradients (ZeRO-0), or their reduce-scatter plus one all-gather of the weights
+    (ZeRO-1/2), or plus two (ZeRO-3: forward and backward)."""
     grads = params * DP_GRADIENT_BYTES
     weights = params * WEIGHT_BYTES_PER_PARAM
-    if zero_stage == 0:
-        return _collective_s(grads, group, bandwidth, 2.0, cal)
-    if zero_stage in (1, 2):
-        return _collective_s(grads, group, bandwidth, 1.0, cal) + _collective_s(
-            weights, group, bandwidth, 1.0, cal
-        )
-    return _collective_s(grads, group, bandwidth, 1.0, cal) + 2.0 * _collective_s(
-        weights, group, bandwidth, 1.0, cal
+    all_reduce = _collective_s(grads, group, bandwidth, 2.0, cal, xp)
+    reduce_scatter = _collective_s(grads, group, bandwidth, 1.0, cal, xp)
+    all_gather = _collective_s(weights, group, bandwidth, 1.0, cal, xp)
+    seconds = xp.where(
+        zero_stage == 0, all_reduce,
+        xp.where(zero_stage == 3, reduce_scatter + 2.0 * all_gather, reduce_scatter + all_gather),
     )
+    return xp.where((group > 1) & (params > 0), seconds, 0.0)

@@ -43,6 +43,15 @@ class Settings(BaseSettings):
         default=False,
         description="When true, reads need a key with catalog:read (or quotes:read).",
     )
+    search_deadline_s: float = Field(
+        default=10.0, gt=0.0, le=600.0,
+        description="Wall-clock limit of one parallelism search; it then answers with what it "
+                    "has, marked truncated.",
+    )
+    search_max_candidates: int = Field(
+        default=50_000_000, ge=1, le=1_000_000_000,
+        description="Largest search space accepted; bigger requests get 422 before any work.",
+    )
     catalog_cache_ttl_s: float = Field(
         default=60.0, ge=0.0, le=86_400.0,
         description="Seconds the in-process accelerator cache serves before re-reading.",

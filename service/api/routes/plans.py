@@ -1,0 +1,90 @@
+"""``POST /v1/parallelism-plans``: the plan search."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from service.api.deps import AcceleratorsDep, SettingsDep
+from service.api.problems import problem_responses
+from service.api.schemas.plans import (
+    PLAN_SEARCH_EXAMPLE,
+    SWEEP_EXAMPLE,
+    PlanSearchRequest,
+    PlanSearchResponse,
+)
+from service.catalog.errors import NotFoundError
+from service.core.calibration import DEFAULT_CALIBRATION
+from service.core.errors import InvalidSpecError
+from service.core.search import SearchRequest, SearchSpace, search
+from service.core.specs import ClusterSpec
+
+router = APIRouter(tags=["plans"])
+
+
+@router.post(
+    "/v1/parallelism-plans", summary="Find the best parallel layouts",
+    response_model=PlanSearchResponse, status_code=200, responses=problem_responses(413, 422),
+)
+def optimise_parallelism(
+    request: Annotated[
+        PlanSearchRequest,
+        Body(openapi_examples={
+            "gpt3-175b on 1024 A100": {"summary": "GPT-3 175B, 1,024 A100-80GB, every "
+                                                  "dimension free", "value": PLAN_SEARCH_EXAMPLE},
+            "405B sweep": {"summary": "Llama 3.1 405B over 512-16,384 GPUs of two kinds, "
+                                      "time against cost", "value": SWEEP_EXAMPLE},
+        }),
+    ],
+    accelerators: AcceleratorsDep,
+    settings: SettingsDep,
+) -> PlanSearchResponse:
+    """Enumerate every valid tp/pp/dp/cp/ep/vp, micro-batch, ZeRO stage, recomputation and
+    sequence-parallel layout, evaluate them in bulk with the estimate's model, drop those that
+    do not fit in memory (or miss the deadline or budget), and rank the rest. 422 with the
+    closest candidates when nothing fits; 422 before any work when the space is over the cap."""
+    model = request.model.to_core()
+    clusters: list[ClusterSpec] = []
+    for index, candidate in enumerate(request.candidate_clusters()):
+        field = "cluster" if request.cluster is not None else f"clusters.{index}"
+        try:
+            accelerator = accelerators.get(candidate.accelerator)
+        except NotFoundError:
+            known = ", ".join(sorted(accelerators.all()))
+            raise InvalidSpecError(
+                f"unknown accelerator {candidate.accelerator!r}; known: {known}",
+                field=f"{field}.accelerator") from None
+        for count in candidate.counts():
+            per_node = candidate.gpus_per_node or min(accelerator.scaleup_domain_size, count)
+            clusters.append(ClusterSpec(accelerator=accelerator, num_gpus=count,
+                                        gpus_per_node=per_node))
+    constraints = request.constraints
+    prices = constraints.price_per_gpu_hour_usd
+    if isinstance(prices, str):
+        price_map = {c.accelerator.id: Decimal(prices) for c in clusters}
+    else:
+        price_map = {k: Decimal(v) for k, v in (prices or {}).items()}
+    batches = request.training.batches()
+    core_training = request.training.to_core(batches[0])
+    fixed = constraints.fixed.to_core(clusters[0].num_gpus)
+    energy = request.energy.to_core()
+    result = search(
+        SearchRequest(
+            model=model, clusters=tuple(clusters), training=core_training,
+            global_batches=tuple(batches),
+            space=SearchSpace(vary=frozenset(constraints.vary), base=fixed,
+                              max_tp=constraints.max_tp,
+                              memory_headroom_fraction=constraints.memory_headroom_fraction),
+            objective=request.objective, top_k=request.top_k,
+            max_train_s=constraints.max_train_s,
+            budget_usd=Decimal(constraints.budget_usd) if constraints.budget_usd else None,
+            price_per_gpu_hour_usd=price_map, energy=energy,
+            max_candidates=settings.search_max_candidates, deadline_s=settings.search_deadline_s,
+        ),
+        clock=time.monotonic,
+    )
+    return PlanSearchResponse.from_core(result, request.objective, model, energy,
+                                        DEFAULT_CALIBRATION.version)

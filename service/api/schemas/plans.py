@@ -1,0 +1,265 @@
+"""``POST /v1/parallelism-plans``: request and response bodies."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Self
+
+from pydantic import BaseModel, Field, model_validator
+
+from service.api.schemas.common import RequestModel
+from service.api.schemas.estimate import (
+    Count,
+    EnergyIn,
+    EnergyOut,
+    EstimateResponse,
+    MemoryOut,
+    ModelIn,
+    ParallelismIn,
+    TimeOut,
+)
+from service.api.schemas.prices import DecimalString
+from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult
+from service.core.specs import EnergySpec, ModelSpec, Precision, TrainingSpec
+
+Dimension = Annotated[str, Field(pattern="^(" + "|".join(DIMENSIONS) + ")$")]
+MAX_CLUSTER_OPTIONS = 1024
+"""GPU counts per request across all candidate clusters (each is a separate search group)."""
+MAX_BATCH_OPTIONS = 64
+
+PLAN_SEARCH_EXAMPLE: dict[str, Any] = {
+    "model": {"preset": "gpt3-175b"},
+    "training": {"seq_len": 2048, "global_batch_seqs": 1536, "tokens": 300e9,
+                 "precision": "bf16"},
+    "cluster": {"accelerator": "a100-sxm4-80gb", "num_gpus": 1024, "gpus_per_node": 8},
+    "objective": "time",
+    "top_k": 5,
+}
+SWEEP_EXAMPLE: dict[str, Any] = {
+    "model": {"preset": "llama3.1-405b"},
+    "training": {"seq_len": 8192, "global_batch_seqs": 2048, "tokens": 15.6e12},
+    "clusters": [
+        {"accelerator": "h100-sxm5-80gb", "num_gpus_range": {"start": 512, "stop": 16384,
+                                                             "step": 512}},
+        {"accelerator": "h200-sxm-141gb", "num_gpus_range": {"start": 512, "stop": 16384,
+                                                             "step": 512}},
+    ],
+    "constraints": {"memory_headroom_fraction": 0.05, "max_train_s": 7776000,
+                    "price_per_gpu_hour_usd": {"h100-sxm5-80gb": "2.50",
+                                               "h200-sxm-141gb": "3.20"}},
+    "objective": "pareto",
+}
+
+
+class IntRange(RequestModel):
+    """start, start+step, ... up to and including stop."""
+
+    start: Count
+    stop: Count
+    step: Count = 1
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.stop < self.start:
+            raise ValueError("stop must be >= start")
+        return self
+
+    def values(self) -> list[int]:
+        return list(range(self.start, self.stop + 1, self.step))
+
+
+class CandidateClusterIn(RequestModel):
+    accelerator: str = Field(max_length=64, examples=["h100-sxm5-80gb"])
+    num_gpus: Count | None = Field(default=None, description="One GPU count.")
+    num_gpus_range: IntRange | None = Field(default=None, description="Several GPU counts.")
+    gpus_per_node: int | None = Field(strict=True, default=None, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _one_count(self) -> Self:
+        if (self.num_gpus is None) == (self.num_gpus_range is None):
+            raise ValueError("give exactly one of num_gpus and num_gpus_range")
+        if self.num_gpus_range is not None and (
+            len(range(self.num_gpus_range.start, self.num_gpus_range.stop + 1,
+                      self.num_gpus_range.step)) > MAX_CLUSTER_OPTIONS
+        ):
+            raise ValueError(f"num_gpus_range may hold at most {MAX_CLUSTER_OPTIONS} counts")
+        return self
+
+    def counts(self) -> list[int]:
+        if self.num_gpus is not None:
+            return [self.num_gpus]
+        assert self.num_gpus_range is not None  # noqa: S101 - checked by the validator
+        return self.num_gpus_range.values()
+
+
+class PlanTrainingIn(RequestModel):
+    seq_len: int = Field(strict=True, ge=1, le=10_000_000, examples=[2048])
+    global_batch_seqs: int | None = Field(strict=True, default=None, ge=1, le=100_000_000,
+                                          description="One global batch (sequences).")
+    global_batch_seqs_options: list[Count] | None = Field(
+        default=None, max_length=MAX_BATCH_OPTIONS, description="Allowed global batches.")
+    global_batch_range: IntRange | None = Field(default=None,
+                                                description="Allowed global batches.")
+    tokens: float = Field(strict=True, gt=0, le=1e18, examples=[300e9])
+    precision: Precision = Precision.BF16
+    flash_attention: bool = Field(strict=True, default=True)
+
+    @model_validator(mode="after")
+    def _one_batch(self) -> Self:
+        given = [x is not None for x in (self.global_batch_seqs, self.global_batch_seqs_options,
+                                         self.global_batch_range)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of global_batch_seqs, global_batch_seqs_options "
+                             "and global_batch_range")
+        if self.global_batch_range is not None and len(self.global_batch_range.values()) > (
+            MAX_BATCH_OPTIONS
+        ):
+            raise ValueError(f"global_batch_range may hold at most {MAX_BATCH_OPTIONS} values")
+        return self
+
+    def to_core(self, global_batch_seqs: int) -> TrainingSpec:
+        return TrainingSpec(seq_len=self.seq_len, global_batch_seqs=global_batch_seqs,
+                            tokens=self.tokens, precision=self.precision,
+                            flash_attention=self.flash_attention)
+
+    def batches(self) -> list[int]:
+        if self.global_batch_seqs is not None:
+            return [self.global_batch_seqs]
+        if self.global_batch_seqs_options is not None:
+            return sorted(set(self.global_batch_seqs_options))
+        assert self.global_batch_range is not None  # noqa: S101 - checked by the validator
+        return self.global_batch_range.values()
+
+
+class FixedParallelismIn(ParallelismIn):
+    """Values for the dimensions that do not vary (dp is always derived)."""
+
+    @model_validator(mode="after")
+    def _no_dp(self) -> Self:
+        if self.dp is not None:
+            raise ValueError("dp is derived from the GPU count; leave it out")
+        return self
+
+
+class ConstraintsIn(RequestModel):
+    vary: list[Dimension] = Field(
+        default_factory=lambda: list(DIMENSIONS), max_length=len(DIMENSIONS),
+        description="Dimensions the search may vary; the others take their value from fixed.")
+    fixed: FixedParallelismIn = Field(default_factory=FixedParallelismIn)
+    max_tp: Count | None = Field(default=None,
+                                 description="Largest tp. Default: GPUs per node.")
+    memory_headroom_fraction: float = Field(
+        strict=True, default=0.0, ge=0.0, le=0.9,
+        description="Share of GPU memory kept free: a plan fits when its peak is at most "
+                    "capacity x (1 - headroom).")
+    max_train_s: float | None = Field(strict=True, default=None, gt=0, le=1e11,
+                                      description="Deadline for the training run, seconds.")
+    budget_usd: DecimalString | None = Field(
+        default=None, description="Largest cost; needs price_per_gpu_hour_usd.")
+    price_per_gpu_hour_usd: DecimalString | dict[str, DecimalString] | None = Field(
+        default=None, description="One price for every accelerator, or one per accelerator "
+                                  "id. Until quotes land this is how cost is known.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> Self:
+        if len(set(self.vary)) != len(self.vary):
+            raise ValueError("vary lists a dimension twice")
+        if isinstance(self.price_per_gpu_hour_usd, dict) and len(
+            self.price_per_gpu_hour_usd) > 64:
+            raise ValueError("price_per_gpu_hour_usd may name at most 64 accelerators")
+        return self
+
+
+class PlanSearchRequest(RequestModel):
+    model: ModelIn
+    training: PlanTrainingIn
+    cluster: CandidateClusterIn | None = Field(default=None, description="One cluster.")
+    clusters: list[CandidateClusterIn] | None = Field(
+        default=None, max_length=16, description="Candidate accelerators and GPU counts.")
+    constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
+    objective: Objective = Objective.TIME
+    top_k: int = Field(strict=True, default=10, ge=1, le=100)
+    energy: EnergyIn = Field(default_factory=EnergyIn)
+
+    @model_validator(mode="after")
+    def _one_cluster_form(self) -> Self:
+        if (self.cluster is None) == (self.clusters is None):
+            raise ValueError("give exactly one of cluster and clusters")
+        total = sum(len(c.counts()) for c in self.candidate_clusters())
+        if total > MAX_CLUSTER_OPTIONS:
+            raise ValueError(f"at most {MAX_CLUSTER_OPTIONS} (accelerator, GPU count) pairs")
+        return self
+
+    def candidate_clusters(self) -> list[CandidateClusterIn]:
+        return [self.cluster] if self.cluster is not None else list(self.clusters or [])
+
+
+class SearchOut(BaseModel):
+    candidates_total: int = Field(description="Valid layouts enumerated.")
+    candidates_evaluated: int
+    feasible: int = Field(description="Candidates that fit in memory, the deadline and budget.")
+    pruned_by_rule: dict[str, int] = Field(
+        description="Layouts dropped by each enumeration rule (counted where the rule "
+                    "applies), and candidates dropped by memory, deadline and budget.")
+    elapsed_s: float
+    candidates_per_s: float
+    truncated: bool = Field(description="The search stopped at its deadline; the answer is "
+                                        "the best of what was evaluated.")
+
+
+class PlanOut(BaseModel):
+    rank: int
+    accelerator: str
+    num_gpus: int
+    gpus_per_node: int
+    global_batch_seqs: int
+    parallelism: dict[str, int | bool | str]
+    cost_usd: str | None = Field(description="GPU-hours x price, when a price was given.")
+    memory: MemoryOut
+    time: TimeOut
+    energy: EnergyOut
+    warnings: list[str]
+
+    @classmethod
+    def from_core(cls, rank: int, ranked: RankedPlan, model: ModelSpec,
+                  energy: EnergySpec) -> PlanOut:
+        blocks = EstimateResponse.from_core(
+            ranked.estimate, model=model, cluster=ranked.cluster,
+            plan=ranked.plan, energy=energy)
+        return cls(
+            rank=rank, accelerator=ranked.cluster.accelerator.id,
+            num_gpus=ranked.cluster.num_gpus, gpus_per_node=ranked.cluster.gpus_per_node,
+            global_batch_seqs=ranked.global_batch_seqs,
+            parallelism=blocks.resolved.parallelism,
+            cost_usd=str(ranked.cost_usd) if ranked.cost_usd is not None else None,
+            memory=blocks.memory, time=blocks.time, energy=blocks.energy,
+            warnings=blocks.warnings,
+        )
+
+
+class PlanSearchResponse(BaseModel):
+    objective: Objective
+    cost_basis: str = Field(description="usd when prices were given; otherwise gpu_hours, "
+                                        "and the Pareto front is time against GPU-hours.")
+    plans: list[PlanOut]
+    pareto: list[PlanOut] = Field(description="The time/cost front, fastest first (at most "
+                                              "50 points, evenly spread).")
+    search: SearchOut
+    calibration_version: str
+
+    @classmethod
+    def from_core(cls, result: SearchResult, objective: Objective, model: ModelSpec,
+                  energy: EnergySpec, calibration_version: str) -> PlanSearchResponse:
+        stats = result.stats
+        return cls(
+            objective=objective, cost_basis=result.cost_basis,
+            plans=[PlanOut.from_core(i + 1, p, model, energy)
+                   for i, p in enumerate(result.plans)],
+            pareto=[PlanOut.from_core(i + 1, p, model, energy)
+                    for i, p in enumerate(result.pareto)],
+            search=SearchOut(
+                candidates_total=stats.candidates_total,
+                candidates_evaluated=stats.candidates_evaluated, feasible=stats.feasible,
+                pruned_by_rule=stats.pruned_by_rule, elapsed_s=stats.elapsed_s,
+                candidates_per_s=stats.candidates_per_s, truncated=stats.truncated),
+            calibration_version=calibration_version,
+        )

@@ -1,0 +1,564 @@
+"""Parallelism search: every valid layout, evaluated in bulk, ranked (docs/model.md §8).
+
+Enumeration follows the rules ``validate_plan`` enforces (Narayanan et al. 2021 section 2;
+MODEL.md section 8): t divides the query heads and divides or is divided by the KV heads, and
+stays within ``max_tp`` (default: the scale-up domain); p is at most L (uneven stages allowed,
+as in Llama 3 405B's 126 layers on 16 stages); c divides the sequence; d = N/(t·p·c) and d
+divides the global batch; b divides B/d; v divides the layers per stage (Megatron's interleaved
+schedule needs whole virtual stages) and needs p > 1; e divides the experts and t·d·c. ZeRO
+stage 0-3, recomputation none/selective/full, and sequence parallelism on/off (only with t > 1;
+with t = 1 it changes nothing) complete a candidate.
+
+Candidates are evaluated as numpy arrays by the same geometry, memory and timing functions
+that ``estimate()`` runs on Python numbers (``service/core/ops.py``), so there is one model.
+The returned plans are re-estimated one by one with ``estimate()``, so their blocks are exactly
+what ``POST /v1/estimates`` answers.
+
+The core reads no clock: the caller passes ``clock`` for the search deadline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from service.core.calibration import DEFAULT_CALIBRATION, Calibration
+from service.core.errors import InvalidSpecError, NoFeasiblePlanError
+from service.core.estimate import Estimate, average_power_w_per_gpu, estimate, job_figures
+from service.core.flops import token_flops
+from service.core.geometry import PlanVars, build_geometry
+from service.core.memory import memory_breakdown, stage_activation_bytes
+from service.core.params import count_parameters
+from service.core.specs import (
+    ClusterSpec,
+    EnergySpec,
+    ModelSpec,
+    ParallelismPlan,
+    RecomputeMode,
+    TrainingSpec,
+)
+from service.core.timing import step_time
+from service.core.units import bytes_to_gib
+
+DIMENSIONS = ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero_stage", "recompute",
+              "sequence_parallel")
+RECOMPUTE_CODES = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)
+DEFAULT_MAX_CANDIDATES = 50_000_000
+"""Work cap: a request whose space is larger is refused before any work (docs/decisions.md)."""
+DEFAULT_DEADLINE_S = 10.0
+CHUNK_CANDIDATES = 1 << 18
+"""Candidates evaluated per numpy pass: bounds memory (about 0.5 GB of temporaries) and sets
+how often the deadline is checked."""
+PARETO_POINTS_MAX = 50
+CLOSEST_SHOWN = 3
+
+
+class Objective(StrEnum):
+    TIME = "time"
+    GPU_HOURS = "gpu_hours"
+    COST = "cost"
+    ENERGY = "energy"
+    PARETO = "pareto"
+
+
+class SearchTooLargeError(InvalidSpecError):
+    """The space holds more candidates than the work cap allows."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchSpace:
+    """Which dimensions vary; the others keep ``base``'s value (dp is always derived)."""
+
+    vary: frozenset[str] = frozenset(DIMENSIONS)
+    base: ParallelismPlan = field(default_factory=ParallelismPlan)
+    max_tp: int | None = None
+    memory_headroom_fraction: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchRequest:
+    model: ModelSpec
+    clusters: tuple[ClusterSpec, ...]
+    training: TrainingSpec
+    global_batches: tuple[int, ...] = ()
+    """Allowed global batches in sequences; empty means ``training.global_batch_seqs``."""
+    space: SearchSpace = field(default_factory=SearchSpace)
+    objective: Objective = Objective.TIME
+    top_k: int = 10
+    max_train_s: float | None = None
+    budget_usd: Decimal | None = None
+    price_per_gpu_hour_usd: Mapping[str, Decimal] = field(default_factory=dict)
+    """Per accelerator id; needed for the cost objective and a budget."""
+    energy: EnergySpec = field(default_factory=EnergySpec)
+    calibration: Calibration = DEFAULT_CALIBRATION
+    max_candidates: int = DEFAULT_MAX_CANDIDATES
+    deadline_s: float = DEFAULT_DEADLINE_S
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankedPlan:
+    cluster: ClusterSpec
+    plan: ParallelismPlan
+    global_batch_seqs: int
+    estimate: Estimate
+    cost_usd: Decimal | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchStats:
+    candidates_total: int
+    candidates_evaluated: int
+    feasible: int
+    pruned_by_rule: dict[str, int]
+    elapsed_s: float
+    truncated: bool
+
+    @property
+    def candidates_per_s(self) -> float:
+        return self.candidates_evaluated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchResult:
+    plans: tuple[RankedPlan, ...]
+    pareto: tuple[RankedPlan, ...]
+    stats: SearchStats
+    cost_basis: str
+    """``usd`` when prices were given, else ``gpu_hours`` (the front is then time vs GPU-hours)."""
+
+
+# --- enumeration ---------------------------------------------------------------------------
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass(frozen=True, slots=True)
+class _Skeleton:
+    """A (tp, pp, cp, dp, ep) layout with the per-skeleton option lists of the inner dims."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    ep: int
+    vps: tuple[int, ...]
+    micro_batches: tuple[int, ...]
+    sps: tuple[bool, ...]
+
+    def count(self, inner: int) -> int:
+        return len(self.vps) * len(self.micro_batches) * len(self.sps) * inner
+
+
+@dataclass(slots=True)
+class _Group:
+    cluster: ClusterSpec
+    batch: int
+    skeletons: list[_Skeleton]
+
+
+def _options(space: SearchSpace, name: str, values: Sequence[Any]) -> list[Any]:
+    if name in space.vary:
+        return list(values)
+    base = getattr(space.base, name)
+    return [base] if base in values else []
+
+
+def _skeletons(
+    model: ModelSpec, cluster: ClusterSpec, batch: int, seq_len: int, space: SearchSpace,
+    pruned: dict[str, int],
+) -> list[_Skeleton]:
+    n = cluster.num_gpus
+    max_tp = space.max_tp or cluster.gpus_per_node
+    result: list[_Skeleton] = []
+
+    def drop(rule: str, count: int = 1) -> None:
+        pruned[rule] = pruned.get(rule, 0) + count
+
+    for tp in _options(space, "tp", _divisors(n)):
+        if tp > max_tp:
+            drop("tp_above_max_tp")
+            continue
+        if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
+            drop("tp_not_dividing_heads")
+            continue
+        for pp in _options(space, "pp", _divisors(n // tp)):
+            if pp > model.num_layers:
+                drop("pp_above_layers")
+                continue
+            layers_per_stage = -(-model.num_layers // pp)
+            for cp in _options(space, "cp", _divisors(n // (tp * pp))):
+                if seq_len % cp:
+                    drop("cp_not_dividing_seq_len")
+                    continue
+                dp = n // (tp * pp * cp)
+                if batch % dp:
+                    drop("dp_not_dividing_global_batch")
+                    continue
+                vps = [v for v in _divisors(layers_per_stage) if pp > 1 or v == 1]
+                vps = _options(space, "vp", vps)
+                mbs = _options(space, "micro_batch", _divisors(batch // dp))
+                sps = [space.base.sequence_parallel] if tp == 1 else _options(
+                    space, "sequence_parallel", [True, False])
+                if not (vps and mbs and sps):
+                    drop("fixed_value_invalid")
+                    continue
+                span = tp * dp * cp
+                if model.is_moe:
+                    eps = [e for e in _divisors(model.num_experts) if span % e == 0]
+                else:
+                    eps = [1]
+                for ep in _options(space, "ep", eps):
+                    result.append(_Skeleton(tp, pp, cp, dp, ep, tuple(vps), tuple(mbs),
+                                            tuple(sps)))
+    return result
+
+
+def _inner(space: SearchSpace) -> tuple[list[int], list[int]]:
+    zeros = _options(space, "zero_stage", [0, 1, 2, 3])
+    base_code = RECOMPUTE_CODES.index(space.base.recompute)
+    codes = [0, 1, 2] if "recompute" in space.vary else [base_code]
+    return zeros, codes
+
+
+def _columns(skeletons: Sequence[_Skeleton], zeros: Sequence[int], codes: Sequence[int],
+             batch: int) -> dict[str, np.ndarray]:
+    """All candidates of the skeletons as int64/bool columns."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in (
+        "tp", "pp", "cp", "dp", "ep", "vp", "micro_batch", "zero_stage", "recompute", "sp")}
+    for sk in skeletons:
+        grid = np.meshgrid(np.array(sk.vps), np.array(sk.micro_batches), np.array(zeros),
+                           np.array(codes), np.array(sk.sps), indexing="ij")
+        size = grid[0].size
+        for key, value in (("tp", sk.tp), ("pp", sk.pp), ("cp", sk.cp), ("dp", sk.dp),
+                           ("ep", sk.ep)):
+            parts[key].append(np.full(size, value, dtype=np.int64))
+        for key, array in zip(("vp", "micro_batch", "zero_stage", "recompute", "sp"), grid,
+                              strict=True):
+            parts[key].append(array.ravel())
+    columns = {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64)
+               for k, v in parts.items()}
+    columns["sp"] = columns["sp"].astype(bool)
+    columns["batch"] = np.full(columns["tp"].size, batch, dtype=np.int64)
+    return columns
+
+
+def plan_vars(columns: Mapping[str, np.ndarray], model: ModelSpec) -> PlanVars:
+    """The formulas' inputs for a set of candidates (what ``validate_plan`` derives)."""
+    tp, pp, cp, dp, ep = (columns[k] for k in ("tp", "pp", "cp", "dp", "ep"))
+    # Megatron-Core parallel folding, as in ``specs._validate_experts``.
+    expert_tp = np.where((dp * cp) % ep == 0, tp, 1) if model.is_moe else tp
+    return PlanVars(
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=columns["vp"],
+        micro_batch=columns["micro_batch"], zero_stage=columns["zero_stage"],
+        sequence_parallel=columns["sp"], full_recompute=columns["recompute"] == 2,
+        selective_recompute=columns["recompute"] == 1, global_batch_seqs=columns["batch"],
+        num_micro_batches=columns["batch"] // (dp * columns["micro_batch"]),
+        layers_per_stage=-(-model.num_layers // pp), expert_tp=expert_tp,
+    )
+
+
+def plan_at(columns: Mapping[str, np.ndarray], i: int) -> ParallelismPlan:
+    return ParallelismPlan(
+        tp=int(columns["tp"][i]), pp=int(columns["pp"][i]), dp=int(columns["dp"][i]),
+        cp=int(columns["cp"][i]), ep=int(columns["ep"][i]), vp=int(columns["vp"][i]),
+        micro_batch=int(columns["micro_batch"][i]),
+        sequence_parallel=bool(columns["sp"][i]), zero_stage=int(columns["zero_stage"][i]),
+        recompute=RECOMPUTE_CODES[int(columns["recompute"][i])],
+    )
+
+
+# --- bulk evaluation ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkFigures:
+    """Per-candidate figures from the shared formulas (arrays)."""
+
+    peak_bytes: np.ndarray
+    step_s: np.ndarray
+    tokens_per_s: np.ndarray
+    train_s: np.ndarray
+    gpu_hours: np.ndarray
+    kwh: np.ndarray
+    mfu_fraction: np.ndarray
+
+
+def evaluate_bulk(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+    columns: Mapping[str, np.ndarray], *, energy: EnergySpec, calibration: Calibration,
+) -> BulkFigures:
+    """Run the estimate's formulas on every candidate at once."""
+    counts = count_parameters(model)
+    flops = token_flops(model, counts, training.seq_len)
+    acc = cluster.accelerator
+    pv = plan_vars(columns, model)
+    geometry = build_geometry(model, counts, cluster, pv, training, np)
+    activations = stage_activation_bytes(model, pv, training, geometry, np)
+    memory = memory_breakdown(model, pv, training, geometry, calibration, acc.memory_bytes,
+                              np, stage_activations=activations)
+    step = step_time(model, counts, cluster, pv, training, geometry, calibration,
+                     activations[0], np)
+    power_w = average_power_w_per_gpu(acc.tdp_w, energy)
+    job = job_figures(step.step_s, pv, training, cluster.num_gpus, flops,
+                      acc.peak_for(training.precision), power_w, energy.pue, np)
+    return BulkFigures(
+        peak_bytes=np.asarray(memory.peak_bytes, dtype=float),
+        step_s=np.asarray(step.step_s, dtype=float),
+        tokens_per_s=np.asarray(job.tokens_per_s, dtype=float),
+        train_s=np.asarray(job.train_s, dtype=float),
+        gpu_hours=np.asarray(job.gpu_hours, dtype=float),
+        kwh=np.asarray(job.kwh, dtype=float),
+        mfu_fraction=np.asarray(job.mfu_fraction, dtype=float),
+    )
+
+
+# --- the search ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """One evaluated candidate kept for ranking; ``key`` orders candidates deterministically."""
+
+    key: tuple[Any, ...]
+    cluster_index: int
+    batch: int
+    plan: ParallelismPlan
+    train_s: float
+    cost: float
+    peak_bytes: float
+    usable_bytes: float
+
+
+def _chunks(skeletons: list[_Skeleton], inner: int) -> Iterator[list[_Skeleton]]:
+    chunk: list[_Skeleton] = []
+    size = 0
+    for sk in skeletons:
+        chunk.append(sk)
+        size += sk.count(inner)
+        if size >= CHUNK_CANDIDATES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
+    """Enumerate, evaluate, filter and rank. Raises ``SearchTooLargeError`` before any work
+    when the space exceeds ``max_candidates``, and ``NoFeasiblePlanError`` with the closest
+    misses when nothing fits the memory, deadline and budget."""
+    started = clock()
+    model, space = request.model, request.space
+    if request.objective is Objective.COST and not request.price_per_gpu_hour_usd:
+        raise InvalidSpecError("the cost objective needs price_per_gpu_hour_usd",
+                               field="price_per_gpu_hour_usd")
+    if request.budget_usd is not None and not request.price_per_gpu_hour_usd:
+        raise InvalidSpecError("a budget needs price_per_gpu_hour_usd",
+                               field="price_per_gpu_hour_usd")
+    priced = bool(request.price_per_gpu_hour_usd)
+    for cluster in request.clusters:
+        if priced and cluster.accelerator.id not in request.price_per_gpu_hour_usd:
+            raise InvalidSpecError(
+                f"no price_per_gpu_hour_usd for accelerator {cluster.accelerator.id}",
+                field="price_per_gpu_hour_usd")
+    batches = request.global_batches or (request.training.global_batch_seqs,)
+    zeros, codes = _inner(space)
+    inner = len(zeros) * len(codes)
+    pruned: dict[str, int] = {}
+    groups = [
+        _Group(cluster, batch, _skeletons(model, cluster, batch, request.training.seq_len,
+                                          space, pruned))
+        for cluster in request.clusters for batch in batches
+    ]
+    total = sum(sk.count(inner) for g in groups for sk in g.skeletons)
+    if total > request.max_candidates:
+        raise SearchTooLargeError(
+            f"the search space holds {total:,} candidates; the limit is "
+            f"{request.max_candidates:,}: fix some dimensions, narrow the GPU counts or batches",
+            field="constraints")
+
+    kept: list[_Candidate] = []
+    front: list[_Candidate] = []
+    closest: list[_Candidate] = []
+    evaluated = feasible = 0
+    truncated = False
+    headroom = 1.0 - space.memory_headroom_fraction
+    for cluster_index, group in enumerate(groups):
+        if truncated:
+            break
+        cluster = group.cluster
+        training = dataclasses.replace(request.training, global_batch_seqs=group.batch)
+        usable = cluster.accelerator.memory_bytes * headroom
+        price = float(request.price_per_gpu_hour_usd.get(cluster.accelerator.id, 0))
+        for chunk in _chunks(group.skeletons, inner):
+            if clock() - started > request.deadline_s:
+                truncated = True
+                break
+            columns = _columns(chunk, zeros, codes, group.batch)
+            figures = evaluate_bulk(model, cluster, training, columns, energy=request.energy,
+                                    calibration=request.calibration)
+            size = columns["tp"].size
+            evaluated += size
+            cost = figures.gpu_hours * price if priced else figures.gpu_hours
+            fits = figures.peak_bytes <= usable
+            ok = fits.copy()
+            pruned["memory"] = pruned.get("memory", 0) + int(size - fits.sum())
+            if request.max_train_s is not None:
+                late = ok & (figures.train_s > request.max_train_s)
+                pruned["deadline"] = pruned.get("deadline", 0) + int(late.sum())
+                ok &= ~late
+            if request.budget_usd is not None:
+                over = ok & (cost > float(request.budget_usd))
+                pruned["budget"] = pruned.get("budget", 0) + int(over.sum())
+                ok &= ~over
+            feasible += int(ok.sum())
+            objective = _objective_values(request.objective, figures, cost)
+            order_keys = _sort_keys(columns, objective, figures, cluster_index)
+            picked = _top(order_keys, ok, request.top_k)
+            make = _maker(columns, figures, cost, usable, cluster_index, group.batch,
+                          objective, figures.train_s)
+            kept.extend(make(i) for i in picked)
+            front.extend(make(i) for i in _pareto_indices(figures.train_s, cost, ok))
+            if not ok.any():
+                ratio = figures.peak_bytes / usable
+                near = np.where(fits, figures.train_s, np.inf) if fits.any() else ratio
+                closest.extend(make(int(i)) for i in np.argsort(near, kind="stable")[
+                    :CLOSEST_SHOWN])
+    elapsed = clock() - started
+    stats = SearchStats(candidates_total=total, candidates_evaluated=evaluated,
+                        feasible=feasible, pruned_by_rule=dict(sorted(pruned.items())),
+                        elapsed_s=elapsed, truncated=truncated)
+    if not kept:
+        raise NoFeasiblePlanError(
+            "no candidate fits in memory within the deadline and budget"
+            + (" (the search was truncated at its deadline)" if truncated else ""),
+            closest=[_closest_entry(c, request, groups) for c in sorted(
+                closest, key=lambda c: (c.peak_bytes / c.usable_bytes, c.key))[:CLOSEST_SHOWN]],
+        )
+    kept.sort(key=lambda c: c.key)
+    pareto = _merge_front(front)
+    chosen = pareto[: request.top_k] if request.objective is Objective.PARETO else (
+        kept[: request.top_k])
+    return SearchResult(
+        plans=tuple(_rank(c, request, groups) for c in chosen),
+        pareto=tuple(_rank(c, request, groups) for c in _thin(pareto)),
+        stats=stats,
+        cost_basis="usd" if priced else "gpu_hours",
+    )
+
+
+def _objective_values(objective: Objective, figures: BulkFigures, cost: np.ndarray) -> np.ndarray:
+    if objective is Objective.GPU_HOURS:
+        return figures.gpu_hours
+    if objective is Objective.COST:
+        return cost
+    if objective is Objective.ENERGY:
+        return figures.kwh
+    return figures.train_s
+
+
+def _sort_keys(columns: Mapping[str, np.ndarray], objective: np.ndarray,
+               figures: BulkFigures, cluster_index: int) -> list[np.ndarray]:
+    """Primary first: objective, time, GPU-hours, then the layout itself (deterministic)."""
+    layout = [columns[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero_stage",
+                                   "recompute")]
+    return [objective, figures.train_s, figures.gpu_hours,
+            np.full(objective.size, cluster_index), *layout, ~columns["sp"]]
+
+
+def _top(keys: list[np.ndarray], ok: np.ndarray, k: int) -> list[int]:
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return []
+    if idx.size > 4 * k:  # cheap pre-selection on the primary key, ties kept
+        threshold = np.partition(keys[0][idx], k - 1)[k - 1] if k <= idx.size else np.inf
+        idx = idx[keys[0][idx] <= threshold]
+    order = np.lexsort(tuple(key[idx] for key in reversed(keys)))
+    return [int(i) for i in idx[order[:k]]]
+
+
+def _maker(columns: Mapping[str, np.ndarray], figures: BulkFigures, cost: np.ndarray,
+           usable: float, cluster_index: int, batch: int, objective: np.ndarray,
+           train_s: np.ndarray) -> Callable[[int], _Candidate]:
+    def make(i: int) -> _Candidate:
+        plan = plan_at(columns, i)
+        key = (float(objective[i]), float(train_s[i]), float(figures.gpu_hours[i]),
+               cluster_index, plan.tp, plan.pp, plan.cp, plan.ep, plan.vp, plan.micro_batch,
+               plan.zero_stage, RECOMPUTE_CODES.index(plan.recompute),
+               not plan.sequence_parallel)
+        return _Candidate(key=key, cluster_index=cluster_index, batch=batch, plan=plan,
+                          train_s=float(train_s[i]), cost=float(cost[i]),
+                          peak_bytes=float(figures.peak_bytes[i]), usable_bytes=usable)
+    return make
+
+
+def _pareto_indices(time_s: np.ndarray, cost: np.ndarray, ok: np.ndarray) -> list[int]:
+    """Indices on the time/cost front: no other candidate is at least as fast and cheaper."""
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return []
+    order = idx[np.lexsort((cost[idx], time_s[idx]))]
+    running = np.minimum.accumulate(cost[order])
+    better = np.empty(order.size, dtype=bool)
+    better[0] = True
+    better[1:] = cost[order][1:] < running[:-1]
+    return [int(i) for i in order[better]]
+
+
+def _merge_front(candidates: list[_Candidate]) -> list[_Candidate]:
+    front: list[_Candidate] = []
+    best = math.inf
+    for c in sorted(candidates, key=lambda c: (c.train_s, c.cost, c.key)):
+        if c.cost < best:
+            front.append(c)
+            best = c.cost
+    return front
+
+
+def _thin(front: list[_Candidate]) -> list[_Candidate]:
+    """At most PARETO_POINTS_MAX points, evenly spread along the front, both ends kept."""
+    if len(front) <= PARETO_POINTS_MAX:
+        return front
+    step = (len(front) - 1) / (PARETO_POINTS_MAX - 1)
+    return [front[round(i * step)] for i in range(PARETO_POINTS_MAX)]
+
+
+def _rank(c: _Candidate, request: SearchRequest, groups: Sequence[_Group]) -> RankedPlan:
+    group = groups[c.cluster_index]
+    training = dataclasses.replace(request.training, global_batch_seqs=c.batch)
+    result = estimate(request.model, group.cluster, c.plan, training, energy=request.energy,
+                      calibration=request.calibration)
+    price = request.price_per_gpu_hour_usd.get(group.cluster.accelerator.id)
+    cost = None
+    if price is not None:
+        cost = (Decimal(repr(result.throughput.gpu_hours)) * price).quantize(Decimal("0.01"))
+    return RankedPlan(cluster=group.cluster, plan=c.plan, global_batch_seqs=c.batch,
+                      estimate=result, cost_usd=cost)
+
+
+def _closest_entry(c: _Candidate, request: SearchRequest,
+                   groups: Sequence[_Group]) -> dict[str, Any]:
+    cluster = groups[c.cluster_index].cluster
+    reasons = []
+    if c.peak_bytes > c.usable_bytes:
+        reasons.append(
+            f"needs {bytes_to_gib(c.peak_bytes):.1f} GiB per GPU, has "
+            f"{bytes_to_gib(c.usable_bytes):.1f} GiB usable ({cluster.accelerator.id}, "
+            f"{request.space.memory_headroom_fraction:.0%} headroom)")
+    if request.max_train_s is not None and c.train_s > request.max_train_s:
+        reasons.append(f"takes {c.train_s:,.0f} s; the deadline is {request.max_train_s:,.0f} s")
+    if request.budget_usd is not None and c.cost > float(request.budget_usd):
+        reasons.append(f"costs about {c.cost:,.2f} USD; the budget is {request.budget_usd} USD")
+    return {"accelerator": cluster.accelerator.id, "num_gpus": cluster.num_gpus,
+            "global_batch_seqs": c.batch, "parallelism": dataclasses.asdict(c.plan),
+            "reasons": reasons}
+

@@ -1,0 +1,140 @@
+"""POST /v1/parallelism-plans over HTTP."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+
+from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
+from service.main import create_app
+from service.settings import Settings
+from tests.api.test_estimates import assert_problem
+
+
+def body(**changes: Any) -> dict[str, Any]:
+    result = copy.deepcopy(PLAN_SEARCH_EXAMPLE)
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = result
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return result
+
+
+def test_documented_example_ranks_plans_that_agree_with_estimates(client: TestClient) -> None:
+    response = client.post("/v1/parallelism-plans", json=PLAN_SEARCH_EXAMPLE)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    plans = result["plans"]
+    assert [p["rank"] for p in plans] == [1, 2, 3, 4, 5]
+    times = [p["time"]["train_s"] for p in plans]
+    assert times == sorted(times)
+    assert result["search"]["candidates_total"] >= 100_000
+    assert result["search"]["feasible"] <= result["search"]["candidates_evaluated"]
+    assert result["search"]["truncated"] is False
+    best = plans[0]
+    assert best["memory"]["fits"] is True
+    estimate = client.post("/v1/estimates", json={
+        "model": {"preset": "gpt3-175b"},
+        "cluster": {"accelerator": "a100-sxm4-80gb", "num_gpus": 1024, "gpus_per_node": 8},
+        "parallelism": best["parallelism"],
+        "training": {"seq_len": 2048, "global_batch_seqs": 1536, "tokens": 300e9},
+    }).json()
+    assert estimate["time"]["tokens_per_s"] == pytest.approx(best["time"]["tokens_per_s"],
+                                                             rel=1e-12)
+    assert estimate["memory"] == best["memory"]
+
+
+def test_sweep_with_prices_returns_a_time_cost_front(client: TestClient) -> None:
+    request = body(**{
+        "model": {"preset": "llama3.1-8b"},
+        "training": {"seq_len": 8192, "global_batch_range": {"start": 64, "stop": 256,
+                                                             "step": 64}, "tokens": 1e12},
+        "cluster": None,
+        "clusters": [
+            {"accelerator": "h100-sxm5-80gb", "num_gpus_range": {"start": 32, "stop": 128,
+                                                                 "step": 32}},
+            {"accelerator": "a100-sxm4-80gb", "num_gpus": 64},
+        ],
+        "constraints": {"price_per_gpu_hour_usd": {"h100-sxm5-80gb": "2.50",
+                                                   "a100-sxm4-80gb": "1.20"},
+                        "memory_headroom_fraction": 0.1},
+        "objective": "pareto",
+    })
+    response = client.post("/v1/parallelism-plans", json=request)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["cost_basis"] == "usd"
+    front = result["pareto"]
+    assert front
+    times = [p["time"]["train_s"] for p in front]
+    costs = [float(p["cost_usd"]) for p in front]
+    assert times == sorted(times)
+    assert costs == sorted(costs, reverse=True)
+    assert result["plans"] == front[: len(result["plans"])]
+    for plan in front:
+        capacity = plan["memory"]["capacity_bytes_per_gpu"]
+        assert plan["memory"]["peak_bytes_per_gpu"] <= 0.9 * capacity
+
+
+def test_nothing_fits_is_422_with_the_closest_candidates(client: TestClient) -> None:
+    response = client.post("/v1/parallelism-plans",
+                           json=body(**{"cluster.num_gpus": 8}))
+    problem = assert_problem(response, 422)
+    assert problem["type"].endswith("no-feasible-plan")
+    assert problem["closest"]
+    assert "GiB per GPU, has" in problem["closest"][0]["reasons"][0]
+
+
+@pytest.fixture
+def capped_client(migrated_engine: Engine) -> Iterator[TestClient]:
+    settings = Settings(database_url=migrated_engine.url.render_as_string(hide_password=False),
+                        search_max_candidates=10_000)
+    app = create_app(settings)
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+    app.state.engine.dispose()
+
+
+def test_space_over_the_work_cap_is_422_before_any_work(capped_client: TestClient) -> None:
+    problem = assert_problem(capped_client.post("/v1/parallelism-plans", json=body()), 422,
+                             "constraints")
+    assert "limit is 10,000" in problem["detail"]
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"top_k": 101}, "top_k"),
+    ({"top_k": 0}, "top_k"),
+    ({"objective": "fastest"}, "objective"),
+    ({"cluster.accelerator": "h900"}, "cluster.accelerator"),
+    ({"cluster.num_gpus": 0}, "cluster.num_gpus"),
+    ({"constraints": {"vary": ["tp", "warp"]}}, "constraints.vary.1"),
+    ({"constraints": {"memory_headroom_fraction": 0.95}},
+     "constraints.memory_headroom_fraction"),
+    ({"constraints": {"fixed": {"dp": 4}}}, "constraints.fixed"),
+    ({"constraints": {"budget_usd": "-5"}}, "constraints.budget_usd"),
+    ({"objective": "cost"}, "price_per_gpu_hour_usd"),
+    ({"training.global_batch_seqs_options": [64]}, "training"),
+    ({"clusters": [{"accelerator": "h100-sxm5-80gb", "num_gpus": 8}]}, "body"),
+    ({"cluster.num_gpus_range": {"start": 8, "stop": 100000, "step": 8}}, "cluster"),
+    ({"training.tokens": float("nan")}, "training.tokens"),
+    ({"training.tokens": "3e11"}, "training.tokens"),
+    ({"constraints": {"max_train_s": True}}, "constraints.max_train_s"),
+])
+def test_bad_requests_are_problems_naming_the_field(
+    client: TestClient, changes: dict[str, Any], field: str
+) -> None:
+    payload = json.dumps(body(**changes))  # NaN is written as the bare token NaN
+    response = client.post("/v1/parallelism-plans", content=payload,
+                           headers={"content-type": "application/json"})
+    assert_problem(response, 422, field)

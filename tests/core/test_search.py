@@ -1,0 +1,262 @@
+"""The plan search: bulk figures equal the scalar estimate, enumeration obeys validate_plan,
+ranking is deterministic and optimal, and the caps, deadline and failure paths work."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.core.calibration import DEFAULT_CALIBRATION
+from service.core.errors import NoFeasiblePlanError
+from service.core.estimate import estimate
+from service.core.search import (
+    CHUNK_CANDIDATES,
+    Objective,
+    SearchRequest,
+    SearchSpace,
+    SearchTooLargeError,
+    _columns,
+    _inner,
+    _skeletons,
+    evaluate_bulk,
+    plan_at,
+    search,
+)
+from service.core.specs import (
+    ClusterSpec,
+    EnergySpec,
+    ParallelismPlan,
+    RecomputeMode,
+    TrainingSpec,
+    validate_plan,
+)
+from tests.factories import accelerator, model
+
+CASES = [
+    # (preset, accelerator, GPUs, seq_len, global batch)
+    ("gpt3-175b", "a100-sxm4-80gb", 64, 2048, 192),
+    ("llama3.1-70b", "h100-sxm5-80gb", 128, 8192, 256),
+    ("mixtral-8x7b", "h100-sxm5-80gb", 64, 4096, 128),
+    ("deepseek-v3", "h200-sxm-141gb", 256, 4096, 512),
+    ("llama2-7b", "l40s-48gb", 24, 4096, 96),
+]
+
+
+def _space_columns(case: tuple[str, str, int, int, int]) -> tuple[
+    object, ClusterSpec, TrainingSpec, dict[str, np.ndarray]
+]:
+    preset, acc, gpus, seq, batch = case
+    m = model(preset)
+    cluster = ClusterSpec(accelerator=accelerator(acc), num_gpus=gpus,
+                          gpus_per_node=min(8, gpus))
+    training = TrainingSpec(seq_len=seq, global_batch_seqs=batch, tokens=1e12)
+    space = SearchSpace()
+    skeletons = _skeletons(m, cluster, batch, seq, space, {})
+    zeros, codes = _inner(space)
+    return m, cluster, training, _columns(skeletons, zeros, codes, batch)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(CASES), pick=st.integers(min_value=0, max_value=10**9),
+       precision=st.sampled_from(["bf16", "fp8"]), flash=st.booleans())
+def test_bulk_figures_equal_the_single_estimate(
+    case: tuple[str, str, int, int, int], pick: int, precision: str, flash: bool
+) -> None:
+    m, cluster, training, columns = _space_columns(case)
+    if precision not in cluster.accelerator.peak_flops_per_s:
+        precision = "bf16"  # A100 and L40S have no FP8 peak in the catalogue
+    training = dataclasses.replace(training, precision=precision, flash_attention=flash)
+    size = columns["tp"].size
+    assert size > 0
+    rows = sorted({(pick * 7919 + j * 104729) % size for j in range(8)})
+    sample = {k: v[rows] for k, v in columns.items()}
+    bulk = evaluate_bulk(m, cluster, training, sample, energy=EnergySpec(),  # type: ignore[arg-type]
+                         calibration=DEFAULT_CALIBRATION)
+    for j in range(len(rows)):
+        plan = plan_at(sample, j)
+        single = estimate(m, cluster, plan, training)  # type: ignore[arg-type]
+        pairs = [
+            (bulk.peak_bytes[j], single.memory.peak_bytes),
+            (bulk.step_s[j], single.throughput.step.step_s),
+            (bulk.tokens_per_s[j], single.throughput.tokens_per_s),
+            (bulk.train_s[j], single.throughput.train_s),
+            (bulk.gpu_hours[j], single.throughput.gpu_hours),
+            (bulk.kwh[j], single.energy.kwh),
+            (bulk.mfu_fraction[j], single.throughput.mfu_fraction),
+        ]
+        for got, want in pairs:
+            assert got == pytest.approx(want, rel=1e-9, abs=0), plan
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_every_enumerated_candidate_passes_validate_plan(
+    case: tuple[str, str, int, int, int]
+) -> None:
+    m, cluster, training, columns = _space_columns(case)
+    size = columns["tp"].size
+    for i in range(0, size, max(1, size // 400)):
+        plan = plan_at(columns, i)
+        layout = validate_plan(m, cluster, plan, training)  # type: ignore[arg-type]
+        assert plan.num_gpus == cluster.num_gpus
+        assert layout.layers_per_stage % plan.vp == 0
+    stacked = np.stack([columns[k].astype(np.int64) for k in sorted(columns)], axis=1)
+    assert np.unique(stacked, axis=0).shape[0] == size, "the enumeration repeats a candidate"
+
+
+def _exhaustive_best(m: object, cluster: ClusterSpec, training: TrainingSpec) -> float:
+    """Brute force over every plan validate_plan accepts (small space), scalar path only."""
+    best = np.inf
+    n = cluster.num_gpus
+    for tp, pp, cp in itertools.product([1, 2, 4, 8], [1, 2, 4, 8], [1, 2]):
+        if n % (tp * pp * cp):
+            continue
+        dp = n // (tp * pp * cp)
+        for vp, mb, zero, rec, sp in itertools.product(
+            [1, 2, 4, 8], [1, 2, 4], [0, 1, 2, 3], list(RecomputeMode), [True, False]
+        ):
+            try:
+                plan = ParallelismPlan(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch=mb,
+                                       zero_stage=zero, recompute=rec, sequence_parallel=sp)
+                layout = validate_plan(m, cluster, plan, training)  # type: ignore[arg-type]
+            except ValueError:
+                continue
+            if layout.layers_per_stage % vp:
+                continue
+            result = estimate(m, cluster, plan, training)  # type: ignore[arg-type]
+            if result.memory.fits:
+                best = min(best, result.throughput.train_s)
+    return float(best)
+
+
+def test_the_best_plan_is_the_exhaustive_optimum() -> None:
+    m = model("llama2-7b")
+    cluster = ClusterSpec(accelerator=accelerator("a100-sxm4-40gb"), num_gpus=16,
+                          gpus_per_node=8)
+    training = TrainingSpec(seq_len=4096, global_batch_seqs=64, tokens=1e11)
+    result = search(SearchRequest(model=m, clusters=(cluster,), training=training,
+                                  space=SearchSpace(max_tp=8)), clock=_Clock())
+    best = result.plans[0].estimate.throughput.train_s
+    assert best == pytest.approx(_exhaustive_best(m, cluster, training), rel=1e-12)
+    times = [p.estimate.throughput.train_s for p in result.plans]
+    assert times == sorted(times)
+    assert all(p.estimate.memory.fits for p in result.plans)
+
+
+class _Clock:
+    """A clock that advances ``step`` seconds per reading."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _gpt3_request(**changes: object) -> SearchRequest:
+    request = SearchRequest(
+        model=model("gpt3-175b"),
+        clusters=(ClusterSpec(accelerator=accelerator("a100-sxm4-80gb"), num_gpus=1024,
+                              gpus_per_node=8),),
+        training=TrainingSpec(seq_len=2048, global_batch_seqs=1536, tokens=300e9),
+    )
+    return dataclasses.replace(request, **changes)  # type: ignore[arg-type]
+
+
+def test_gpt3_full_space_is_over_100k_candidates_and_ranking_is_deterministic() -> None:
+    first = search(_gpt3_request(), clock=_Clock())
+    second = search(_gpt3_request(), clock=_Clock())
+    assert first.stats.candidates_total >= 100_000
+    assert first.stats.candidates_evaluated == first.stats.candidates_total
+    assert not first.stats.truncated
+    assert [p.plan for p in first.plans] == [p.plan for p in second.plans]
+    assert len(first.plans) == 10
+    assert first.stats.pruned_by_rule["memory"] > 0
+
+
+def test_the_published_gpt3_layout_is_not_better_than_the_best() -> None:
+    # Narayanan et al. 2021 Table 1: GPT-3 175B on 1,024 A100 with tp 8, pp 8, batch 1536.
+    request = _gpt3_request()
+    published = ParallelismPlan(tp=8, pp=8, dp=16, micro_batch=1, vp=1)
+    mine = estimate(request.model, request.clusters[0], published, request.training)
+    best = search(request, clock=_Clock()).plans[0].estimate
+    assert best.throughput.train_s <= mine.throughput.train_s
+
+
+def test_work_cap_refuses_before_any_work() -> None:
+    clock = _Clock()
+    with pytest.raises(SearchTooLargeError) as info:
+        search(_gpt3_request(max_candidates=1000), clock=clock)
+    assert "limit is 1,000" in str(info.value)
+    assert info.value.field == "constraints"
+
+
+def test_deadline_truncates_and_returns_what_it_has() -> None:
+    request = _gpt3_request(clusters=tuple(
+        ClusterSpec(accelerator=accelerator("a100-sxm4-80gb"), num_gpus=n, gpus_per_node=8)
+        for n in (512, 768, 1024)), deadline_s=2.5)
+    result = search(request, clock=_Clock(step=1.0))
+    assert result.stats.truncated
+    assert 0 < result.stats.candidates_evaluated < result.stats.candidates_total
+    assert result.plans
+
+
+def test_nothing_fits_names_the_closest_with_gib_needed() -> None:
+    request = _gpt3_request(clusters=(
+        ClusterSpec(accelerator=accelerator("a100-sxm4-80gb"), num_gpus=8, gpus_per_node=8),))
+    with pytest.raises(NoFeasiblePlanError) as info:
+        search(request, clock=_Clock())
+    closest = info.value.closest
+    assert 1 <= len(closest) <= 3
+    assert all("GiB per GPU, has" in reason for c in closest for reason in c["reasons"])
+
+
+def test_deadline_constraint_and_its_reason() -> None:
+    with pytest.raises(NoFeasiblePlanError) as info:
+        search(_gpt3_request(max_train_s=3600.0), clock=_Clock())
+    assert any("deadline" in r for c in info.value.closest for r in c["reasons"])
+
+
+def test_cost_objective_picks_the_cheaper_accelerator_and_prices_exactly() -> None:
+    clusters = tuple(ClusterSpec(accelerator=accelerator(a), num_gpus=64, gpus_per_node=8)
+                     for a in ("h100-sxm5-80gb", "a100-sxm4-80gb"))
+    prices = {"h100-sxm5-80gb": Decimal("100.00"), "a100-sxm4-80gb": Decimal("0.50")}
+    request = SearchRequest(model=model("llama3.1-8b"), clusters=clusters,
+                            training=TrainingSpec(seq_len=8192, global_batch_seqs=128,
+                                                  tokens=1e12),
+                            objective=Objective.COST, price_per_gpu_hour_usd=prices)
+    result = search(request, clock=_Clock())
+    top = result.plans[0]
+    assert top.cluster.accelerator.id == "a100-sxm4-80gb"
+    assert top.cost_usd == (Decimal(repr(top.estimate.throughput.gpu_hours))
+                            * Decimal("0.50")).quantize(Decimal("0.01"))
+    costs = [p.cost_usd for p in result.plans]
+    assert costs == sorted(costs)  # type: ignore[type-var]
+    front = result.pareto
+    assert [p.estimate.throughput.train_s for p in front] == sorted(
+        p.estimate.throughput.train_s for p in front)
+    assert [p.cost_usd for p in front] == sorted((p.cost_usd for p in front), reverse=True)  # type: ignore[type-var]
+    assert result.cost_basis == "usd"
+
+
+def test_fixed_dimensions_stay_fixed() -> None:
+    space = SearchSpace(vary=frozenset({"pp", "micro_batch"}),
+                        base=ParallelismPlan(tp=8, zero_stage=1, recompute=RecomputeMode.FULL))
+    result = search(_gpt3_request(space=space), clock=_Clock())
+    assert {(p.plan.tp, p.plan.cp, p.plan.zero_stage, p.plan.recompute, p.plan.vp)
+            for p in result.plans} == {(8, 1, 1, RecomputeMode.FULL, 1)}
+
+
+def test_chunking_does_not_change_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = search(_gpt3_request(), clock=_Clock())
+    monkeypatch.setattr("service.core.search.CHUNK_CANDIDATES", CHUNK_CANDIDATES // 64)
+    chunked = search(_gpt3_request(), clock=_Clock())
+    assert [p.plan for p in chunked.plans] == [p.plan for p in whole.plans]
+    assert chunked.stats.feasible == whole.stats.feasible

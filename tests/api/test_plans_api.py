@@ -56,21 +56,21 @@ def test_documented_example_ranks_plans_that_agree_with_estimates(client: TestCl
 
 
 def test_sweep_with_prices_returns_a_time_cost_front(client: TestClient) -> None:
-    request = body(**{
-        "model": {"preset": "llama3.1-8b"},
-        "training": {"seq_len": 8192, "global_batch_range": {"start": 64, "stop": 256,
-                                                             "step": 64}, "tokens": 1e12},
-        "cluster": None,
-        "clusters": [
+    request = body(
+        model={"preset": "llama3.1-8b"},
+        training={"seq_len": 8192, "global_batch_range": {"start": 64, "stop": 256, "step": 64},
+                  "tokens": 1e12},
+        cluster=None,
+        clusters=[
             {"accelerator": "h100-sxm5-80gb", "num_gpus_range": {"start": 32, "stop": 128,
                                                                  "step": 32}},
             {"accelerator": "a100-sxm4-80gb", "num_gpus": 64},
         ],
-        "constraints": {"price_per_gpu_hour_usd": {"h100-sxm5-80gb": "2.50",
-                                                   "a100-sxm4-80gb": "1.20"},
-                        "memory_headroom_fraction": 0.1},
-        "objective": "pareto",
-    })
+        constraints={"price_per_gpu_hour_usd": {"h100-sxm5-80gb": "2.50",
+                                                "a100-sxm4-80gb": "1.20"},
+                     "memory_headroom_fraction": 0.1},
+        objective="pareto",
+    )
     response = client.post("/v1/parallelism-plans", json=request)
     assert response.status_code == 200, response.text
     result = response.json()

@@ -17,9 +17,11 @@ Dao et al. 2022) and no dropout (modern LLM pre-training uses none):
 - MoE layers: every routed copy of a token keeps its expert input (2h) and expert MLP
   tensors, plus fp32 router logits (4E).
 Without a fused attention kernel each layer also stores 5*a*s/t bytes per token (softmax,
-dropout mask and output; Korthikanti et al. 2022, Table 2). Full recomputation keeps only each
-layer's input (2h, sharded with sequence parallelism) plus one layer's working set. Selective
-recomputation keeps ``Calibration.selective_activation_fraction`` of the stored activations:
+dropout mask and output; Korthikanti et al. 2022, Table 2); with context parallelism each
+query still meets all s keys, so the per-token figure keeps the full s. Full recomputation
+keeps only each layer's input (2h, sharded with sequence parallelism) plus one layer's working
+set. Selective recomputation keeps ``Calibration.selective_activation_fraction`` of the stored
+activations:
 Megatron's "core attention" variant saves the score matrix (which fused kernels never store),
 torchtitan's per-op variant also recomputes the cheap elementwise tensors.
 
@@ -103,7 +105,7 @@ def layer_activation_bytes_per_token(
     attention = (
         ACTIVATION_BYTES * (a * d_qk + kv_heads * (d_qk + d_v) + a * d_v)
         + 4.0 * a
-        + UNFUSED_ATTENTION_BYTES * a * unfused_attention_seq_len / plan.cp
+        + UNFUSED_ATTENTION_BYTES * a * unfused_attention_seq_len
     ) / t
     if not moe_layer:
         return outside + attention + mlp_activation_bytes(model.ffn_hidden_size, model.mlp) / t

@@ -11,7 +11,8 @@ Per micro-batch, on the slowest pipeline stage, one GPU spends:
   sequence parallelism, same volume) of b*s*h 16-bit activations per layer, 2 more with full
   recomputation (Narayanan et al. 2021 section 3.2; Korthikanti et al. 2022 section 4.2.2).
 - **context-parallel** ring exchange of K and V, c-1 hops forward and twice that backward,
-  hidden behind the attention compute where it can be (Liu et al. 2023, Ring Attention).
+  each hop paying the collective latency, hidden behind the attention compute where it can be
+  (Liu et al. 2023, Ring Attention).
 - **expert-parallel** all-to-alls: dispatch and combine, forward and backward (Lepikhin et al.
   2021, GShard; Megatron-Core MoE).
 - **pipeline** point-to-point sends of b*s*h per stage boundary, each way, v times with
@@ -266,9 +267,10 @@ def _micro_batch_time(
     kv_bytes = tokens * kv_heads * (model.attention_head_dim + model.value_head_dim) * (
         ACTIVATION_COMM_BYTES
     ) / xp.minimum(t, kv_heads)
-    cp_per_layer = 3.0 * (plan.cp - 1) * kv_bytes / ring_bandwidth(
+    # Each of the c-1 ring steps is a send/receive with its own launch latency.
+    cp_per_layer = 3.0 * (plan.cp - 1) * (cal.collective_latency_s + kv_bytes / ring_bandwidth(
         acc, plan.cp, geo.cp_per_node, cal, xp
-    )
+    ))
     attention_per_layer = attention_s / geo.layers_per_stage
     cp_s = xp.where(
         plan.cp > 1,

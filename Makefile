@@ -7,7 +7,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog openapi clean
+.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog bench-optimiser optimiser-vs-published openapi clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ bench: venv
 
 bench-catalog: venv
 	$(BIN)/python -m benchmarks.catalog_list
+
+bench-optimiser: venv
+	$(BIN)/python -m benchmarks.optimiser_speed
+
+optimiser-vs-published: venv
+	$(BIN)/python -m benchmarks.optimiser_vs_published
 
 openapi: venv
 	$(BIN)/python -m service.api.openapi > openapi/openapi.json

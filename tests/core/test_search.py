@@ -260,3 +260,15 @@ def test_chunking_does_not_change_the_answer(monkeypatch: pytest.MonkeyPatch) ->
     chunked = search(_gpt3_request(), clock=_Clock())
     assert [p.plan for p in chunked.plans] == [p.plan for p in whole.plans]
     assert chunked.stats.feasible == whole.stats.feasible
+
+
+def test_the_search_never_loses_to_a_published_layout() -> None:
+    # Every usable validation row: a published layout that fits and lies in the search space
+    # must not beat the optimiser's best plan under our own model (issue 4, quality).
+    from benchmarks.accuracy import usable_inputs
+    from benchmarks.optimiser_vs_published import check, compare
+
+    comparisons = [compare(inputs) for inputs in usable_inputs()]
+    assert len(comparisons) >= 50
+    assert check(comparisons) == []
+    assert sum(c.published_fits for c in comparisons) >= 40

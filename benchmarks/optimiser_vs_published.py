@@ -88,7 +88,7 @@ def main() -> int:
         gain = f"{c.gain:+.1%}" if c.gain is not None else "-"
         best = f"{c.best_tokens_per_s:,.0f}" if c.best_tokens_per_s is not None else "none"
         rank = str(c.published_rank) if c.published_rank else "-"
-        print(f"{c.row:34} {c.published_tokens_per_s:15,.0f} {str(c.published_fits):>5} "
+        print(f"{c.row:34} {c.published_tokens_per_s:15,.0f} {c.published_fits!s:>5} "
               f"{best:>11} {gain:>7} {rank:>9}  {c.best_plan}")
     gains = [c.gain for c in comparisons if c.gain is not None and c.published_fits]
     in_top = sum(1 for c in comparisons if c.published_rank)

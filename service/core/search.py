@@ -53,11 +53,14 @@ RECOMPUTE_CODES = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FU
 DEFAULT_MAX_CANDIDATES = 50_000_000
 """Work cap: a request whose space is larger is refused before any work (docs/decisions.md)."""
 DEFAULT_DEADLINE_S = 10.0
+"""Search wall-clock limit (issue 4); the API passes ``CQ_SEARCH_DEADLINE_S``."""
 CHUNK_CANDIDATES = 1 << 18
 """Candidates evaluated per numpy pass: bounds memory (about 0.5 GB of temporaries) and sets
 how often the deadline is checked."""
 PARETO_POINTS_MAX = 50
+"""Front points returned; a longer front is thinned evenly (both ends kept)."""
 CLOSEST_SHOWN = 3
+"""Near misses listed when nothing is feasible."""
 
 
 class Objective(StrEnum):

@@ -12,7 +12,7 @@ from service.api.deps import AcceleratorCache
 from service.api.limits import BodySizeLimitMiddleware
 from service.api.openapi import build_openapi, operation_id
 from service.api.problems import install_problem_handlers
-from service.api.routes import catalog, estimates, health, plans, prices
+from service.api.routes import catalog, estimates, health, plans, prices, quotes
 from service.catalog.db import make_engine, make_session_factory
 from service.settings import Settings
 
@@ -30,6 +30,8 @@ TAGS = [
     {"name": "estimates", "description": "Training-run estimates."},
     {"name": "plans", "description": "Parallelism search: the best layouts for a model, "
                                      "GPUs and batch."},
+    {"name": "quotes", "description": "Priced, stored, reproducible quotes with budget "
+                                      "gating; budget plans."},
     {"name": "accelerators", "description": "Accelerator datasheet catalogue."},
     {"name": "catalog", "description": "Versioned cloud price catalogue: offers, versions, "
                                        "imports, exports and edits."},
@@ -61,7 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes,
         path_limits={"/v1/catalog/imports": settings.max_import_bytes},
     )
-    for module in (estimates, plans, catalog, prices, health):
+    for module in (estimates, plans, quotes, catalog, prices, health):
         app.include_router(module.router)
 
     def custom_openapi() -> dict[str, Any]:

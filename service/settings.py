@@ -52,6 +52,9 @@ class Settings(BaseSettings):
         default=50_000_000, ge=1, le=1_000_000_000,
         description="Largest search space accepted; bigger requests get 422 before any work.",
     )
+    quote_ttl_days: int = Field(
+        default=30, ge=1, le=3650, description="Days until a stored quote's expires_at.",
+    )
     catalog_cache_ttl_s: float = Field(
         default=60.0, ge=0.0, le=86_400.0,
         description="Seconds the in-process accelerator cache serves before re-reading.",

@@ -19,6 +19,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -202,3 +203,29 @@ class ApiKey(Base):
     scopes: Mapped[str] = mapped_column(String(512))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Quote(Base):
+    """An immutable priced quote. ``response`` holds the exact JSON body first answered, so an
+    idempotent replay is byte for byte; ``request`` is the canonical request it came from."""
+
+    __tablename__ = "quotes"
+    __table_args__ = (
+        UniqueConstraint("principal", "idempotency_key", name="uq_quotes_principal_idempotency"),
+        Index("ix_quotes_created_at_id", "created_at", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(128), index=True)
+    idempotency_key: Mapped[str] = mapped_column(String(255))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    request_id: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    catalog_version_id: Mapped[str] = mapped_column(ForeignKey("catalog_versions.id"))
+    catalog_content_hash: Mapped[str] = mapped_column(String(64))
+    estimator_version: Mapped[str] = mapped_column(String(128))
+    verdict: Mapped[str | None] = mapped_column(String(16), index=True)
+    requote_of: Mapped[str | None] = mapped_column(ForeignKey("quotes.id"))
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    response: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,88 @@
+"""Stored quotes: immutable rows, idempotency keys claimed in the same transaction as the
+insert, reads and listing. Functions take a Session; ``insert_quote`` uses a savepoint so a
+lost race leaves the caller's transaction usable for the replay."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.catalog.errors import CatalogError, NotFoundError
+from service.catalog.models import Quote
+
+
+class IdempotencyKeyReusedError(CatalogError):
+    """The key was used before with a different request body (HTTP 422)."""
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces: the form requests are hashed and stored in."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def request_hash(canonical_request: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(canonical_request).encode()).hexdigest()
+
+
+def find_by_key(session: Session, principal: str, key: str) -> Quote | None:
+    return session.scalar(
+        select(Quote).where(Quote.principal == principal, Quote.idempotency_key == key)
+    )
+
+
+def replay_or_refuse(existing: Quote, hash_: str) -> Quote:
+    """The stored quote for a repeated key, if the body is the same; else an error."""
+    if existing.request_hash != hash_:
+        raise IdempotencyKeyReusedError(
+            "this Idempotency-Key was used with a different request body; use a new key")
+    return existing
+
+
+def insert_quote(session: Session, row: Quote) -> Quote:
+    """Insert, or return the row that won a race for the same (principal, key)."""
+    try:
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+    except IntegrityError:
+        existing = find_by_key(session, row.principal, row.idempotency_key)
+        if existing is None:
+            raise
+        return replay_or_refuse(existing, row.request_hash)
+    return row
+
+
+def get_quote(session: Session, quote_id: str) -> Quote:
+    row = session.get(Quote, quote_id)
+    if row is None:
+        raise NotFoundError("quote", quote_id)
+    return row
+
+
+def list_quotes(
+    session: Session, *, limit: int, principal: str | None = None,
+    created_after: dt.datetime | None = None, created_before: dt.datetime | None = None,
+    verdict: str | None = None, after: tuple[dt.datetime, str] | None = None,
+) -> Sequence[Quote]:
+    """Newest first; keyset on (created_at, id)."""
+    query = select(Quote).order_by(Quote.created_at.desc(), Quote.id.desc())
+    if principal is not None:
+        query = query.where(Quote.principal == principal)
+    if created_after is not None:
+        query = query.where(Quote.created_at >= created_after)
+    if created_before is not None:
+        query = query.where(Quote.created_at < created_before)
+    if verdict is not None:
+        query = query.where(Quote.verdict == verdict)
+    if after is not None:
+        at, quote_id = after
+        query = query.where((Quote.created_at < at)
+                            | ((Quote.created_at == at) & (Quote.id < quote_id)))
+    return session.scalars(query.limit(limit)).all()

@@ -40,6 +40,12 @@ TAGS = [
 ]
 
 
+def dispose(app: FastAPI) -> None:
+    """Close both connection pools (tests and shutdown)."""
+    app.state.engine.dispose()
+    app.state.cache_engine.dispose()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the application. The engine is created lazily: it connects on first use."""
     settings = settings or Settings()
@@ -51,12 +57,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_tags=TAGS,
         generate_unique_id_function=operation_id,
     )
-    engine = make_engine(settings.resolved_database_url)
+    engine = make_engine(settings.resolved_database_url, pool_size=settings.db_pool_size,
+                         max_overflow=settings.db_pool_overflow)
     factory = make_session_factory(engine)
+    # The accelerator cache refreshes on its own one-connection pool, so a refresh never
+    # waits for a connection held by a request that is itself waiting for the cache.
+    cache_engine = make_engine(settings.resolved_database_url, pool_size=1, max_overflow=0)
     app.state.settings = settings
     app.state.engine = engine
+    app.state.cache_engine = cache_engine
     app.state.session_factory = factory
-    app.state.accelerators = AcceleratorCache(factory, settings.catalog_cache_ttl_s)
+    app.state.accelerators = AcceleratorCache(
+        make_session_factory(cache_engine), settings.catalog_cache_ttl_s
+    )
 
     install_problem_handlers(app)
     app.add_middleware(

@@ -52,6 +52,12 @@ class Settings(BaseSettings):
         default=50_000_000, ge=1, le=1_000_000_000,
         description="Largest search space accepted; bigger requests get 422 before any work.",
     )
+    db_pool_size: int = Field(
+        default=10, ge=1, le=200, description="PostgreSQL connections kept per replica.")
+    db_pool_overflow: int = Field(
+        default=30, ge=0, le=500,
+        description="Extra PostgreSQL connections per replica under load (the thread pool runs "
+                    "40 requests at once).")
     quote_ttl_days: int = Field(
         default=30, ge=1, le=3650, description="Days until a stored quote's expires_at.",
     )

@@ -7,10 +7,11 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -19,7 +20,7 @@ from service.catalog.db import make_engine
 from service.catalog.keys import create_key
 from service.catalog.migrate import upgrade
 from service.catalog.seed import seed_catalog
-from service.main import create_app
+from service.main import create_app, dispose
 from service.settings import Settings
 
 POSTGRES_URL = os.environ.get(
@@ -64,6 +65,20 @@ def database_url_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[o
             pass
 
 
+def _real_sqlite_savepoints(engine: Engine) -> None:
+    """pysqlite delays BEGIN until the first write, so a SAVEPOINT's RELEASE can commit for
+    real and leak one test's writes into the next. SQLAlchemy's documented fix: let SQLAlchemy
+    emit BEGIN itself (docs: "Serializable isolation / Savepoints / Transactional DDL")."""
+
+    @event.listens_for(engine, "connect")
+    def _no_pysqlite_transactions(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+
 @pytest.fixture(scope="session", params=BACKENDS)
 def migrated_engine(
     request: pytest.FixtureRequest, database_url_factory: object
@@ -72,6 +87,8 @@ def migrated_engine(
     url = database_url_factory(request.param)  # type: ignore[operator]
     upgrade(url)
     engine = make_engine(url)
+    if request.param == "sqlite":
+        _real_sqlite_savepoints(engine)
     with Session(engine) as session:
         seed_catalog(session)
         session.commit()
@@ -106,7 +123,7 @@ def client(migrated_engine: Engine, db_session: Session) -> Iterator[TestClient]
     app.dependency_overrides[get_session] = session_override
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
-    app.state.engine.dispose()
+    dispose(app)
 
 
 @pytest.fixture

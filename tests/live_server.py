@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from service.main import create_app
+from service.main import create_app, dispose
 from service.settings import Settings
 
 
@@ -34,4 +34,4 @@ def live_server(settings: Settings) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        app.state.engine.dispose()
+        dispose(app)

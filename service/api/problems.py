@@ -17,6 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.catalog.errors import (
@@ -26,6 +28,7 @@ from service.catalog.errors import (
     PreconditionFailedError,
 )
 from service.catalog.offers import ImportRejectedError
+from service.catalog.quotes import IdempotencyKeyReusedError
 from service.core.errors import InfeasiblePlanError, InvalidSpecError, NoFeasiblePlanError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -116,6 +119,8 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str, str, Callable[[Any], dict[s
     NotFoundError: (404, "not-found", "Resource not found", lambda e: {}),
     ConflictError: (409, "conflict", "Conflict with stored state", lambda e: {}),
     PreconditionFailedError: (412, "precondition-failed", "Precondition failed", lambda e: {}),
+    IdempotencyKeyReusedError: (422, "idempotency-key-reused",
+                                "Idempotency-Key reused with another body", lambda e: {}),
     ImportRejectedError: (
         422, "invalid-offers", "The offers are invalid; nothing was stored",
         lambda e: {"errors": [
@@ -157,6 +162,18 @@ def install_problem_handlers(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": 'Bearer realm="computequote"'} if exc.status == 401 else None
         return problem_response(request, status=exc.status, slug=slug, title=title,
                                 detail=str(exc), headers=headers)
+
+    async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        logger.warning("database unavailable on %s %s: %s", request.method, request.url.path,
+                       type(exc).__name__)
+        return problem_response(
+            request, status=503, slug="unavailable", title="Service unavailable",
+            detail="the database is unavailable or busy; retry shortly",
+            headers={"Retry-After": "1"},
+        )
+
+    app.add_exception_handler(OperationalError, _database_unavailable)
+    app.add_exception_handler(PoolTimeoutError, _database_unavailable)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

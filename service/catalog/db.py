@@ -11,8 +11,11 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """Create an engine; SQLite gets WAL, foreign keys and a busy timeout."""
+def make_engine(
+    url: str, *, pool_size: int | None = None, max_overflow: int | None = None, **kwargs: Any
+) -> Engine:
+    """Create an engine; SQLite gets WAL, foreign keys and a busy timeout. The pool sizes
+    apply to PostgreSQL (SQLite opens a connection per thread)."""
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
@@ -30,7 +33,11 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, **kwargs)
+    if pool_size is not None:
+        kwargs["pool_size"] = pool_size
+    if max_overflow is not None:
+        kwargs["max_overflow"] = max_overflow
+    return create_engine(url, pool_pre_ping=True, pool_timeout=10, **kwargs)
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

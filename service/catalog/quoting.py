@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.catalog.models import Accelerator, OfferRevision
+from service.catalog.models import Accelerator, CatalogVersionOffer, OfferRevision
 from service.catalog.offers import RESERVED_YEARS, Term, micros_to_decimal
-from service.catalog.prices import version_revisions
 from service.core import pricing
 from service.core.units import SECONDS_PER_HOUR
 
@@ -234,12 +234,34 @@ def _sort_key(line: dict[str, Any]) -> tuple[Any, ...]:
             line["payment_option"] or "", line["num_gpus"], line["accelerator"])
 
 
+def _candidate_offers(session: Session, version_id: str, accelerators: set[str],
+                      options: PricingOptions) -> list[OfferRevision]:
+    """The version's offers a quote can use (plus on-demand ones, for break-even figures),
+    filtered in SQL, in offer-id order."""
+    terms = {t for t in options.terms if t != ONPREM} | {Term.ON_DEMAND.value}
+    query = (
+        select(OfferRevision)
+        .join(CatalogVersionOffer, CatalogVersionOffer.revision_id == OfferRevision.id)
+        .where(CatalogVersionOffer.version_id == version_id,
+               OfferRevision.accelerator_id.in_(accelerators),
+               OfferRevision.term.in_(terms),
+               OfferRevision.currency == options.currency)
+        .order_by(OfferRevision.offer_id)
+    )
+    if options.providers:
+        query = query.where(OfferRevision.provider_id.in_(options.providers))
+    if options.regions:
+        query = query.where(OfferRevision.region.in_(options.regions))
+    return list(session.scalars(query))
+
+
 def price_jobs(
     session: Session, jobs: Sequence[SizedJob], options: PricingOptions, version_id: str,
 ) -> dict[str, Any]:
     """Every line for every job, sorted by total, with cheapest, fastest, summary and verdict."""
-    revisions = version_revisions(session, version_id)
-    accelerators = {a.id: a for a in session.query(Accelerator).all()}
+    revisions = _candidate_offers(session, version_id, {j.accelerator for j in jobs}, options)
+    accelerators = {a.id: a for a in session.scalars(
+        select(Accelerator).where(Accelerator.id.in_({j.accelerator for j in jobs})))}
     on_demand = {(r.provider_id, r.instance_type, r.region):
                  micros_to_decimal(r.effective_price_per_hour_micros)
                  for r in revisions if r.term == Term.ON_DEMAND.value and r.zone is None}

@@ -65,14 +65,14 @@ class TestProbes:
         assert response.json() == {"status": "ready", "schema_revision": SCHEMA_HEAD}
 
     def test_readyz_is_503_on_an_unmigrated_database(self, tmp_path: object) -> None:
-        from service.main import create_app
+        from service.main import create_app, dispose
         from service.settings import Settings
 
         app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/empty.sqlite3"))
         with TestClient(app) as client:
             problem = assert_problem(client.get("/readyz"), 503)
             assert "migrations" in problem["detail"]
-        app.state.engine.dispose()
+        dispose(app)
 
     def test_unknown_route_is_a_404_problem(self, client: TestClient) -> None:
         assert_problem(client.get("/v1/nothing-here"), 404)

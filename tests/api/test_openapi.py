@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 from service.api.openapi import build_openapi
-from service.main import create_app
+from service.main import create_app, dispose
 from service.settings import Settings
 
 
 def _spec(tmp_path: Path) -> dict[str, object]:
     app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/x.sqlite3"))
     spec = json.loads(json.dumps(build_openapi(app)))
-    app.state.engine.dispose()
+    dispose(app)
     return spec
 
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
-from service.main import create_app
+from service.main import create_app, dispose
 from service.settings import Settings
 from tests.api.test_estimates import assert_problem
 
@@ -103,7 +103,7 @@ def capped_client(migrated_engine: Engine) -> Iterator[TestClient]:
     app = create_app(settings)
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
-    app.state.engine.dispose()
+    dispose(app)
 
 
 def test_space_over_the_work_cap_is_422_before_any_work(capped_client: TestClient) -> None:

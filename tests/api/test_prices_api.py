@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from service.api.deps import get_session
-from service.main import create_app
+from service.main import create_app, dispose
 from service.settings import Settings
 from tests.api.test_estimates import assert_problem
 
@@ -322,7 +322,7 @@ def read_auth_client(migrated_engine: Engine, db_session: Session) -> Iterator[T
     app.dependency_overrides[get_session] = lambda: db_session
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
-    app.state.engine.dispose()
+    dispose(app)
 
 
 def test_reads_need_catalog_read_when_the_setting_asks(

@@ -1,0 +1,250 @@
+"""Quotes over HTTP, on SQLite and PostgreSQL: lines, budget gating, idempotency, storage,
+verify after price changes, requote, listing, budget plans."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.schemas.quotes import BUDGET_PLAN_EXAMPLE, QUOTE_EXAMPLE
+from tests.api.test_estimates import assert_problem
+
+KeyMaker = Callable[..., dict[str, str]]
+
+GPU_HOURS_QUOTE: dict[str, Any] = {
+    "workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 80_000,
+                               "num_gpus": 256}},
+    "providers": ["lambda", "aws"], "regions": ["us-east-1"],
+    "terms": ["on_demand", "spot", "reserved_1y"],
+}
+
+
+def post(client: TestClient, headers: dict[str, str], body: dict[str, Any],
+         key: str | None = None) -> Any:
+    return client.post("/v1/quotes", json=body,
+                       headers={**headers, "Idempotency-Key": key or uuid.uuid4().hex})
+
+
+@pytest.fixture
+def writer(api_key: KeyMaker) -> dict[str, str]:
+    return api_key("quotes:write")
+
+
+class TestLines:
+    def test_example_prices_every_term_and_sorts_by_total(
+        self, client: TestClient, writer: dict[str, str]
+    ) -> None:
+        response = post(client, writer, QUOTE_EXAMPLE)
+        assert response.status_code == 201, response.text
+        quote = response.json()
+        assert quote["id"].startswith("q_")
+        assert response.headers["location"] == f"/v1/quotes/{quote['id']}"
+        feasible = [x for x in quote["lines"] if x["feasible"]]
+        totals = [Decimal(x["total"]) for x in feasible]
+        assert totals == sorted(totals)
+        assert quote["cheapest"] == feasible[0]
+        assert set(quote["cheapest_per_term"]) == {"on_demand", "spot", "reserved_1y",
+                                                   "reserved_3y", "capacity_block", "onprem"}
+        assert {x["provider"] for x in quote["lines"]} <= {"aws", "gcp", "onprem"}
+        assert quote["summary"]["min_total"] == feasible[0]["total"]
+        assert quote["verdict"] in {"approve", "reject"}
+        assert quote["reasons"]
+        assert quote["catalog_version"].startswith("cv_")
+        assert len(quote["catalog_content_hash"]) == 64
+        for line in feasible:
+            assert line["currency"] == "USD"
+            assert line["offer_id"] or line["term"] == "onprem"
+            assert Decimal(line["total"]) == Decimal(line["total"]).quantize(Decimal("0.01"))
+            if line["term"].startswith("reserved"):
+                assert line["reserved"]["amortised_total"] == line["total"]
+                assert Decimal(line["reserved"]["dedicated_total"]) >= Decimal(line["total"])
+            if line["flags"] and line["term"].startswith("reserved"):
+                assert "indicative_price" in line["flags"]
+
+    def test_on_demand_line_is_instances_times_hours_times_price(
+        self, client: TestClient, writer: dict[str, str]
+    ) -> None:
+        quote = post(client, writer, GPU_HOURS_QUOTE).json()
+        line = next(x for x in quote["lines"]
+                    if (x["provider"], x["term"]) == ("lambda", "on_demand")
+                    and x["instance_type"] == "gpu_8x_h100_sxm5")
+        # 80,000 GPU-hours on 256 GPUs = 312.5 h; 256 x 2.2e-5 failures per hour, no
+        # checkpoint: lost = Λ·R = 0.005632 x 600 / 3600... computed in the same units:
+        lost = 256 * 2.2e-5 / 3600 * 600
+        hours = Decimal(repr(312.5 * 3600)) / 3600 * (1 + Decimal(repr(lost)))
+        expected = (32 * hours * Decimal("31.92")).quantize(Decimal("0.01"))
+        assert line["instances"] == 32
+        assert Decimal(line["total"]) == expected
+
+    def test_unknown_currency_is_422(self, client: TestClient, writer: dict[str, str]) -> None:
+        body = {**GPU_HOURS_QUOTE, "budget": {"amount": "100.00", "currency": "EUR"}}
+        assert_problem(post(client, writer, body), 422, None)
+
+    def test_spot_line_that_cannot_progress_is_infeasible_with_the_reason(
+        self, client: TestClient, writer: dict[str, str]
+    ) -> None:
+        body = copy.deepcopy(GPU_HOURS_QUOTE)
+        body.update({"providers": ["gcp"], "regions": [], "terms": ["spot"]})
+        body["workload"]["gpu_hours"]["num_gpus"] = 4096  # 512 instances x 1/24 per hour
+        quote = post(client, writer, body).json()
+        assert quote["lines"]
+        assert all(not x["feasible"] for x in quote["lines"])
+        assert "cannot make progress" in quote["lines"][0]["infeasible_reason"]
+        assert quote["cheapest"] is None
+
+
+class TestBudget:
+    def _total(self, client: TestClient, writer: dict[str, str]) -> Decimal:
+        body = {**GPU_HOURS_QUOTE, "providers": ["lambda"], "terms": ["on_demand"]}
+        return Decimal(post(client, writer, body).json()["cheapest"]["total"])
+
+    @pytest.mark.parametrize(("delta", "within", "verdict"), [
+        (Decimal("0.00"), True, "approve"),     # equal counts as within
+        (Decimal("0.01"), True, "approve"),     # budget one cent over the total
+        (Decimal("-0.01"), False, "reject"),    # budget one cent under the total
+    ])
+    def test_boundaries(self, client: TestClient, writer: dict[str, str], delta: Decimal,
+                        within: bool, verdict: str) -> None:
+        total = self._total(client, writer)
+        body = {**GPU_HOURS_QUOTE, "providers": ["lambda"], "terms": ["on_demand"],
+                "budget": {"amount": str(total + delta), "currency": "USD"}}
+        quote = post(client, writer, body).json()
+        assert quote["cheapest"]["within_budget"] is within
+        assert quote["verdict"] == verdict
+        assert quote["reasons"]
+
+    def test_deadline_gates_the_verdict(self, client: TestClient, writer: dict[str, str]) -> None:
+        body = {**GPU_HOURS_QUOTE, "deadline_s": 3600.0}
+        quote = post(client, writer, body).json()
+        assert quote["verdict"] == "reject"
+        assert all(x["meets_deadline"] is False for x in quote["lines"] if x["feasible"])
+
+
+class TestIdempotency:
+    def test_missing_key_is_400(self, client: TestClient, writer: dict[str, str]) -> None:
+        response = client.post("/v1/quotes", json=GPU_HOURS_QUOTE, headers=writer)
+        assert_problem(response, 400)
+
+    def test_same_key_same_body_replays_byte_for_byte(
+        self, client: TestClient, writer: dict[str, str]
+    ) -> None:
+        first = post(client, writer, GPU_HOURS_QUOTE, key="same")
+        again = post(client, writer, GPU_HOURS_QUOTE, key="same")
+        assert first.status_code == again.status_code == 201
+        assert again.headers["idempotent-replayed"] == "true"
+        assert "idempotent-replayed" not in first.headers
+        assert again.content == first.content
+
+    def test_same_key_other_body_is_422(self, client: TestClient, writer: dict[str, str]) -> None:
+        post(client, writer, GPU_HOURS_QUOTE, key="k")
+        other = {**GPU_HOURS_QUOTE, "terms": ["spot"]}
+        assert_problem(post(client, writer, other, key="k"), 422)
+
+    def test_writes_need_quotes_write(self, client: TestClient, api_key: KeyMaker) -> None:
+        assert_problem(post(client, {}, GPU_HOURS_QUOTE), 401)
+        assert_problem(post(client, api_key("catalog:write"), GPU_HOURS_QUOTE), 403)
+
+    @pytest.mark.parametrize("field", ["id", "created_at", "verdict", "catalog_content_hash"])
+    def test_server_owned_fields_are_rejected(
+        self, client: TestClient, writer: dict[str, str], field: str
+    ) -> None:
+        assert_problem(post(client, writer, {**GPU_HOURS_QUOTE, field: "x"}), 422, field)
+
+
+class TestStorage:
+    def test_get_returns_the_stored_bytes_and_list_filters(
+        self, client: TestClient, writer: dict[str, str]
+    ) -> None:
+        created = post(client, writer, {**GPU_HOURS_QUOTE, "deadline_s": 3600.0})
+        quote_id = created.json()["id"]
+        fetched = client.get(f"/v1/quotes/{quote_id}")
+        assert fetched.content == created.content
+        rejected = client.get("/v1/quotes", params={"verdict": "reject"}).json()["items"]
+        assert quote_id in {q["id"] for q in rejected}
+        approved = client.get("/v1/quotes", params={"verdict": "approve"}).json()["items"]
+        assert quote_id not in {q["id"] for q in approved}
+        assert_problem(client.get("/v1/quotes/q_" + "0" * 32), 404)
+
+    def test_list_pages_newest_first(self, client: TestClient, writer: dict[str, str]) -> None:
+        made = [post(client, writer, GPU_HOURS_QUOTE).json()["id"] for _ in range(5)]
+        seen: list[str] = []
+        token = None
+        while True:
+            params: dict[str, Any] = {"page_size": 2}
+            if token:
+                params["page_token"] = token
+            page = client.get("/v1/quotes", params=params).json()
+            seen += [q["id"] for q in page["items"]]
+            token = page["next_page_token"]
+            if not token:
+                break
+        assert [q for q in seen if q in made] == list(reversed(made))
+
+    def test_price_change_keeps_the_old_quote_and_requote_links_a_new_one(
+        self, client: TestClient, writer: dict[str, str], api_key: KeyMaker
+    ) -> None:
+        body = {**GPU_HOURS_QUOTE, "providers": ["lambda"], "terms": ["on_demand"]}
+        old = post(client, writer, body)
+        old_quote = old.json()
+        line = old_quote["cheapest"]
+        offer = client.get(f"/v1/offers/{line['offer_id']}")
+        new_price = str(Decimal(offer.json()["price_per_hour"]) * 2)
+        edit = client.put(
+            f"/v1/offers/{line['offer_id']}",
+            headers={**api_key("catalog:write"), "If-Match": offer.headers["etag"]},
+            json={"price_per_hour": new_price, "source": "test", "as_of": "2026-11-22",
+                  "indicative": False})
+        assert edit.status_code == 200, edit.text
+        assert client.get(f"/v1/quotes/{old_quote['id']}").content == old.content
+        verify = client.post(f"/v1/quotes/{old_quote['id']}/verify").json()
+        assert verify == {**verify, "matches": True, "differences": []}
+        requote = client.post(f"/v1/quotes/{old_quote['id']}/requote", headers=writer)
+        assert requote.status_code == 201, requote.text
+        fresh = requote.json()
+        assert fresh["requote_of"] == old_quote["id"]
+        assert fresh["catalog_version"] == edit.json()["catalog_version"]
+        assert Decimal(fresh["cheapest"]["total"]) > Decimal(line["total"])
+
+
+def test_twenty_quotes_of_every_workload_kind_verify_exactly(
+    client: TestClient, writer: dict[str, str]
+) -> None:
+    bodies = [QUOTE_EXAMPLE, GPU_HOURS_QUOTE, {
+        "workload": {"optimise": {
+            "model": {"preset": "llama3.1-8b"},
+            "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 1e12},
+            "clusters": [{"accelerator": "h100-sxm5-80gb", "num_gpus_range": {
+                "start": 64, "stop": 128, "step": 64}}]}},
+        "providers": ["aws", "lambda", "onprem"],
+        "onprem": {"purchase_price_per_gpu": "28000"},
+    }]
+    for i in range(20):
+        body = copy.deepcopy(bodies[i % 3])
+        body["reliability"] = {"restart_s": 60.0 * (i + 1)}
+        quote = post(client, writer, body).json()
+        result = client.post(f"/v1/quotes/{quote['id']}/verify").json()
+        assert result["matches"], result["differences"][:3]
+
+
+def test_budget_plan_ranks_within_budget_and_before_deadline(
+    client: TestClient, api_key: KeyMaker
+) -> None:
+    response = client.post("/v1/budget-plans", json=BUDGET_PLAN_EXAMPLE)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    soonest = result["soonest_within_budget"]
+    assert soonest
+    assert all(Decimal(x["total"]) <= Decimal("3000000.00") for x in soonest)
+    times = [x["wall_clock_s"] for x in soonest]
+    assert times == sorted(times)
+    cheapest = result["cheapest_before_deadline"]
+    assert all(x["wall_clock_s"] <= BUDGET_PLAN_EXAMPLE["deadline_s"] for x in cheapest)
+    totals = [Decimal(x["total"]) for x in cheapest]
+    assert totals == sorted(totals)
+    assert all(x["plan"] for x in soonest + cheapest)

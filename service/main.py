@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import FastAPI
@@ -10,6 +9,7 @@ from fastapi import FastAPI
 from service import __version__
 from service.api.deps import AcceleratorCache
 from service.api.limits import BodySizeLimitMiddleware
+from service.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from service.api.openapi import build_openapi, operation_id
 from service.api.problems import install_problem_handlers
 from service.api.routes import catalog, estimates, health, plans, prices, quotes
@@ -49,7 +49,7 @@ def dispose(app: FastAPI) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the application. The engine is created lazily: it connects on first use."""
     settings = settings or Settings()
-    logging.getLogger("service").setLevel(settings.log_level.upper())
+    configure_logging(settings.log_level)
     app = FastAPI(
         title="ComputeQuote",
         version=__version__,
@@ -71,11 +71,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         make_session_factory(cache_engine), settings.catalog_cache_ttl_s
     )
 
+    app.state.metrics = Metrics()
     install_problem_handlers(app)
     app.add_middleware(
         BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes,
         path_limits={"/v1/catalog/imports": settings.max_import_bytes},
     )
+    app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)  # outermost
     for module in (estimates, plans, quotes, catalog, prices, health):
         app.include_router(module.router)
 

@@ -73,6 +73,8 @@ class BodySizeLimitMiddleware:
             "detail": f"request body exceeds the limit of {limit} bytes",
             "instance": scope.get("path", ""),
             "limit_bytes": limit,
+            **({"request_id": scope["state"]["request_id"]}
+               if "request_id" in scope.get("state", {}) else {}),
         }).encode()
         await send({
             "type": "http.response.start",

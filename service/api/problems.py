@@ -60,6 +60,7 @@ class Problem(BaseModel):
     instance: str = Field(examples=["/v1/estimates"])
     errors: list[FieldError] | None = Field(default=None)
     field: str | None = Field(default=None, description="The input a domain rule names.")
+    request_id: str | None = Field(default=None, description="The X-Request-ID of the call.")
 
 
 def problem_response(
@@ -73,6 +74,9 @@ def problem_response(
         "detail": detail,
         "instance": request.url.path,
     }
+    request_id = getattr(request.state, "request_id", None)
+    if request_id:
+        body["request_id"] = request_id
     body.update({k: v for k, v in extensions.items() if v is not None})
     return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
 

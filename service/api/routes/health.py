@@ -1,9 +1,10 @@
-"""Liveness and readiness probes."""
+"""Liveness and readiness probes, and Prometheus metrics."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from service.api.problems import problem_response, problem_responses
@@ -43,3 +44,15 @@ def get_readiness(request: Request) -> Health | JSONResponse:
             "migrations", headers={"Retry-After": "30"},
         )
     return Health(status="ready", schema_revision=revision)
+
+
+@router.get(
+    "/metrics", summary="Prometheus metrics", response_class=Response,
+    responses={200: {"description": "Prometheus text format.",
+                     "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+)
+def get_metrics(request: Request) -> Response:
+    """Request counts and latency by method, route template and status; quotes created;
+    budget rejections; optimiser candidates evaluated."""
+    return Response(generate_latest(request.app.state.metrics.registry),
+                    media_type=CONTENT_TYPE_LATEST)

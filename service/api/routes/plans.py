@@ -6,7 +6,7 @@ import time
 from decimal import Decimal
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 
 from service.api.deps import AcceleratorsDep, SettingsDep
 from service.api.problems import problem_responses
@@ -30,6 +30,7 @@ router = APIRouter(tags=["plans"])
     response_model=PlanSearchResponse, status_code=200, responses=problem_responses(413, 422),
 )
 def optimise_parallelism(
+    http_request: Request,
     request: Annotated[
         PlanSearchRequest,
         Body(openapi_examples={
@@ -86,5 +87,6 @@ def optimise_parallelism(
         ),
         clock=time.monotonic,
     )
+    http_request.app.state.metrics.candidates.inc(result.stats.candidates_evaluated)
     return PlanSearchResponse.from_core(result, request.objective, model, energy,
                                         DEFAULT_CALIBRATION.version)

@@ -239,12 +239,7 @@ def create_quote(
                             settings.search_max_candidates)
     row = _new_quote(request, principal.name, idempotency_key, hash_, canonical, version.id,
                      version.content_hash, computed, settings.quote_ttl_days, None)
-    stored = store.insert_quote(session, row)
-    session.commit()
-    if stored is not row:
-        return _replay(stored)
-    return Response(row.response, status_code=201, media_type="application/json",
-                    headers={"Location": f"/v1/quotes/{row.id}"})
+    return _store(request, session, row)
 
 
 def _new_quote(request: Request, principal: str, key: str, hash_: str,
@@ -252,7 +247,7 @@ def _new_quote(request: Request, principal: str, key: str, hash_: str,
                computed: dict[str, Any], ttl_days: int, requote_of: str | None) -> Quote:
     now = dt.datetime.now(dt.UTC)
     quote_id = "q_" + uuid.uuid4().hex
-    request_id = request.headers.get("x-request-id", "")[:64] or uuid.uuid4().hex
+    request_id = getattr(request.state, "request_id", None) or uuid.uuid4().hex
     expires = now + dt.timedelta(days=ttl_days)
     body = {
         "id": quote_id, "created_at": now.isoformat(), "expires_at": expires.isoformat(),
@@ -267,6 +262,20 @@ def _new_quote(request: Request, principal: str, key: str, hash_: str,
         estimator_version=ESTIMATOR_VERSION, verdict=computed["verdict"],
         requote_of=requote_of, request=canonical, response=_body_text(body),
     )
+
+
+def _store(request: Request, session: Session, row: Quote) -> Response:
+    """Insert (or lose the race and replay), commit before answering, count."""
+    stored = store.insert_quote(session, row)
+    session.commit()
+    if stored is not row:
+        return _replay(stored)
+    metrics = request.app.state.metrics
+    metrics.quotes_created.inc()
+    if row.verdict == "reject":
+        metrics.budget_rejections.inc()
+    return Response(row.response, status_code=201, media_type="application/json",
+                    headers={"Location": f"/v1/quotes/{row.id}"})
 
 
 def _replay(row: Quote) -> Response:
@@ -388,12 +397,7 @@ def requote_quote(
                             settings.search_max_candidates)
     row = _new_quote(request, principal.name, key, hash_, canonical, version.id,
                      version.content_hash, computed, settings.quote_ttl_days, quote_id)
-    stored = store.insert_quote(session, row)
-    session.commit()
-    if stored is not row:
-        return _replay(stored)
-    return Response(row.response, status_code=201, media_type="application/json",
-                    headers={"Location": f"/v1/quotes/{row.id}"})
+    return _store(request, session, row)
 
 
 @router.post("/v1/budget-plans", summary="Best plans within a budget or before a deadline",

@@ -12,7 +12,7 @@ from service.api.limits import BodySizeLimitMiddleware
 from service.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from service.api.openapi import build_openapi, operation_id
 from service.api.problems import install_problem_handlers
-from service.api.routes import catalog, estimates, health, plans, prices, quotes
+from service.api.routes import catalog, docs, estimates, health, plans, prices, quotes
 from service.catalog.db import make_engine, make_session_factory
 from service.settings import Settings
 
@@ -56,6 +56,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         openapi_tags=TAGS,
         generate_unique_id_function=operation_id,
+        docs_url=None,
+        redoc_url=None,
     )
     engine = make_engine(settings.resolved_database_url, pool_size=settings.db_pool_size,
                          max_overflow=settings.db_pool_overflow)
@@ -78,8 +80,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         path_limits={"/v1/catalog/imports": settings.max_import_bytes},
     )
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)  # outermost
-    for module in (estimates, plans, quotes, catalog, prices, health):
+    for module in (estimates, plans, quotes, catalog, prices, health, docs):
         app.include_router(module.router)
+    app.mount("/static", docs.static_files(), name="static")
 
     def custom_openapi() -> dict[str, Any]:
         return build_openapi(app)

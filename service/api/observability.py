@@ -106,14 +106,16 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            path = scope.get("path", "")
+            route = getattr(scope.get("route"), "path", None) or (
+                "/static" if path.startswith("/static/") else "unmatched")
             method = scope.get("method", "")
             self.metrics.requests.labels(method, route, str(status)).inc()
             self.metrics.latency.labels(method, route).observe(elapsed)
             client = scope.get("client")
             access_logger.info("request", extra={
                 "request_id": request_id, "method": method, "route": route,
-                "path": scope.get("path", ""), "status": status,
+                "path": path, "status": status,
                 "duration_ms": round(elapsed * 1000, 2),
                 "client": client[0] if client else None,
             })

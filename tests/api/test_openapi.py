@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from service.api.contract import breaking_changes
 from service.api.openapi import build_openapi
@@ -111,3 +113,19 @@ def test_additions_are_not_breaking() -> None:
     schemas["ThingOut"]["properties"]["extra"] = {"type": "string"}
     schemas["ThingIn"]["properties"]["kind"] = {"enum": ["x", "y", "z"]}
     assert breaking_changes(_tiny(), new) == []
+
+
+def test_docs_pages_use_only_assets_the_app_serves(client: TestClient) -> None:
+    for page in ("/docs", "/redoc"):
+        html = client.get(page).text
+        assets = re.findall(r'(?:src|href)="([^"]+)"', html) + re.findall(
+            r"url: '([^']+)'", html)
+        assert assets
+        for url in assets:
+            assert url.startswith("/"), f"{page} loads {url} from elsewhere"
+            if url.startswith("/static/"):
+                response = client.get(url)
+                assert response.status_code == 200, url
+                assert len(response.content) > 100, url
+        assert "fonts.googleapis" not in html
+        assert "cdn.jsdelivr" not in html

@@ -7,7 +7,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog bench-optimiser optimiser-vs-published openapi clean
+.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog bench-optimiser optimiser-vs-published openapi manifests clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,9 @@ bench-catalog: venv
 
 bench-optimiser: venv
 	$(BIN)/python -m benchmarks.optimiser_speed
+
+manifests:
+	for o in dev prod; do kubectl kustomize deploy/k8s/overlays/$$o > deploy/k8s/rendered/$$o.yaml; done
 
 optimiser-vs-published: venv
 	$(BIN)/python -m benchmarks.optimiser_vs_published

@@ -129,3 +129,9 @@ def test_docs_pages_use_only_assets_the_app_serves(client: TestClient) -> None:
                 assert len(response.content) > 100, url
         assert "fonts.googleapis" not in html
         assert "cdn.jsdelivr" not in html
+
+
+def test_readme_documents_every_setting(repo_root: Path) -> None:
+    readme = (repo_root / "README.md").read_text()
+    for name in Settings.model_fields:
+        assert f"CQ_{name.upper()}" in readme, f"README lacks CQ_{name.upper()}"

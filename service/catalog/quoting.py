@@ -23,7 +23,6 @@ from service.core.units import SECONDS_PER_HOUR
 
 ONPREM = "onprem"
 ALL_TERMS = (*(t.value for t in Term), ONPREM)
-MICROS = Decimal(1_000_000)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,7 +161,7 @@ def _onprem_line(job: SizedJob, accelerator: Accelerator | None, options: Pricin
         price = Decimal(prices)
     basis = "request"
     if price is None and accelerator is not None and accelerator.purchase_price_usd_micros:
-        price = Decimal(accelerator.purchase_price_usd_micros) / MICROS
+        price = micros_to_decimal(accelerator.purchase_price_usd_micros)
         basis = f"accelerator catalogue (indicative: {accelerator.price_basis})"
     line: dict[str, Any] = {
         "provider": ONPREM, "region": None, "zone": None, "instance_type": None,

@@ -6,16 +6,14 @@ version; later price changes are imports or edits, each a new version."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from decimal import Decimal
 
 from sqlalchemy.orm import Session
 
 from service.catalog.models import Accelerator
+from service.catalog.offers import MICROS
 from service.catalog.prices import commit_version, current_version_id, lock_catalog
 from service.catalog.seed_data import AcceleratorSeed, accelerator_seeds
 from service.catalog.seed_prices import seed_offers
-
-MICROS_PER_UNIT = Decimal(1_000_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +32,7 @@ def _columns(seed: AcceleratorSeed) -> dict[str, object]:
     }
     price = seed.purchase_price_usd
     values["purchase_price_usd_micros"] = (
-        int(price * MICROS_PER_UNIT) if price is not None else None
+        int(price * MICROS) if price is not None else None
     )
     return values
 

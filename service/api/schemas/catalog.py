@@ -8,11 +8,10 @@ from decimal import Decimal
 from pydantic import BaseModel, Field
 
 from service.catalog.models import Accelerator
+from service.catalog.offers import MICROS
 from service.core.params import count_parameters
 from service.core.presets import Preset
 from service.core.specs import MlpKind
-
-MICROS = Decimal(1_000_000)
 
 
 class AcceleratorOut(BaseModel):

@@ -9,7 +9,6 @@ from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from service.api.schemas.common import RequestModel
 from service.api.schemas.estimate import (
-    ESTIMATE_EXAMPLE,
     Count,
     EnergyIn,
     EstimateRequest,
@@ -169,8 +168,6 @@ BUDGET_PLAN_EXAMPLE: dict[str, Any] = {
     "deadline_s": 5184000,
     "terms": ["on_demand", "spot", "reserved_1y"],
 }
-
-ESTIMATE_WORKLOAD_EXAMPLE = {"workload": {"estimate": ESTIMATE_EXAMPLE}}
 
 
 class ReservedOut(BaseModel):

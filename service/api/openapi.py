@@ -38,7 +38,17 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     problem_ref = {"$ref": "#/components/schemas/Problem"}
     for path in schema.get("paths", {}).values():
         for operation in path.values():
-            for status, response in operation.get("responses", {}).items():
+            responses = operation.setdefault("responses", {})
+            # Any operation can meet a malformed request, an outage or a bug; documented
+            # once here rather than on every route.
+            common = {"400": "Malformed request", "500": "Internal error",
+                      "503": "The database is unavailable; retry after Retry-After"}
+            if "requestBody" in operation:
+                common.update({"413": "Body too large", "415": "Unsupported media type",
+                               "422": "Invalid input or an impossible plan"})
+            for status, description in common.items():
+                responses.setdefault(status, {"description": description})
+            for status, response in responses.items():
                 if status.isdigit() and int(status) >= 400:
                     response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": problem_ref}}
     components.pop("HTTPValidationError", None)

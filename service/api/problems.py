@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from service.catalog.errors import (
     AuthError,
@@ -147,6 +148,15 @@ def _domain_handler(
     return handle
 
 
+def _allowed_methods(request: Request) -> set[str]:
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return methods
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -183,9 +193,13 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         slug, title = STATUS_TITLES.get(exc.status_code, ("http-error", "HTTP error"))
         detail = exc.detail if isinstance(exc.detail, str) else title
+        headers = dict(exc.headers) if exc.headers else {}
+        if exc.status_code == 405:
+            # Starlette names only the first matching route's methods; list the path's all.
+            headers["Allow"] = ", ".join(sorted(_allowed_methods(request)))
         return problem_response(
             request, status=exc.status_code, slug=slug, title=title, detail=detail,
-            headers=dict(exc.headers) if exc.headers else None,
+            headers=headers or None,
         )
 
     @app.exception_handler(Exception)

@@ -410,6 +410,10 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
 
 def parse_offers(rows: Sequence[Mapping[str, Any]], accelerators: set[str]) -> list[OfferContent]:
     """Validate every row; all or nothing. Duplicate natural keys are errors too."""
+    if not rows:
+        raise ImportRejectedError([OfferRowError(
+            0, "offers", "an import needs at least one offer (an empty replace would empty "
+            "the catalogue)", "too_short")])
     if len(rows) > MAX_IMPORT_ROWS:
         raise ImportRejectedError([OfferRowError(
             0, "offers", f"at most {MAX_IMPORT_ROWS} rows per import", "too_long")])

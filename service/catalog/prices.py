@@ -280,10 +280,11 @@ def commit_version(
     )
     session.add(version)
     session.flush()
-    session.execute(insert(CatalogVersionOffer), [
-        {"version_id": version.id, "offer_id": offer_id, "revision_id": revision_id}
-        for offer_id, revision_id in sorted(membership.items())
-    ])
+    if membership:
+        session.execute(insert(CatalogVersionOffer), [
+            {"version_id": version.id, "offer_id": offer_id, "revision_id": revision_id}
+            for offer_id, revision_id in sorted(membership.items())
+        ])
     session.execute(
         update(CatalogState).where(CatalogState.id == 1).values(current_version_id=version.id)
     )

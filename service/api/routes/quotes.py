@@ -50,6 +50,10 @@ router = APIRouter(tags=["quotes"])
 
 QuotesWrite = Annotated[Principal, require("quotes:write")]
 QuotesRead = Annotated[Principal, read_access("quotes:read")]
+Timestamp = Annotated[str | None, Query(
+    pattern=r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?)?$",
+    max_length=32, description="ISO 8601 date or date-time; UTC when no zone is given.",
+    examples=["2026-11-01T00:00:00Z"])]
 QuoteId = Annotated[str, Path(pattern=r"^q_[0-9a-f]{32}$", examples=["q_" + "0" * 32])]
 IdempotencyKey = Annotated[str | None, Header(
     max_length=255, description="Required. The same key and body replay the stored quote.")]
@@ -202,6 +206,14 @@ def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCach
     return priced
 
 
+def _version_in_body(session: Session, version_id: str | None) -> Any:
+    """A body naming a version that does not exist is invalid input (422), not a missing URL."""
+    try:
+        return get_version(session, version_id)
+    except NotFoundError as exc:
+        raise InvalidSpecError(str(exc), field="catalog_version") from None
+
+
 def _body_text(body: dict[str, Any]) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
@@ -234,7 +246,7 @@ def create_quote(
     existing = store.find_by_key(session, principal.name, idempotency_key)
     if existing is not None:
         return _replay(store.replay_or_refuse(existing, hash_))
-    version = get_version(session, body.catalog_version)
+    version = _version_in_body(session, body.catalog_version)
     computed = compute_body(session, body, accelerators, version.id,
                             settings.search_max_candidates)
     row = _new_quote(request, principal.name, idempotency_key, hash_, canonical, version.id,
@@ -296,7 +308,7 @@ def get_quote(session: SessionDep, _: QuotesRead, quote_id: QuoteId) -> Response
 def list_quotes(
     session: SessionDep, _: QuotesRead,
     principal: Annotated[str | None, Query(max_length=128)] = None,
-    created_after: dt.datetime | None = None, created_before: dt.datetime | None = None,
+    created_after: Timestamp = None, created_before: Timestamp = None,
     verdict: Annotated[str | None, Query(pattern="^(approve|reject)$")] = None,
     page_size: Annotated[int, Query(ge=1, le=200)] = 50,
     page_token: Annotated[str | None, Query(max_length=256)] = None,
@@ -310,9 +322,9 @@ def list_quotes(
         except ValueError:
             raise HTTPException(400, "page_token is not a token this API issued") from None
     rows = store.list_quotes(session, limit=page_size + 1, principal=principal,
-                             created_after=_naive(created_after),
-                             created_before=_naive(created_before), verdict=verdict,
-                             after=after)
+                             created_after=_moment(created_after, "created_after"),
+                             created_before=_moment(created_before, "created_before"),
+                             verdict=verdict, after=after)
     items = [QuoteSummaryOut(id=r.id, created_at=as_utc(r.created_at),
                              expires_at=as_utc(r.expires_at), principal=r.principal,
                              verdict=r.verdict, catalog_version=r.catalog_version_id,
@@ -324,12 +336,16 @@ def list_quotes(
     return Page[QuoteSummaryOut](items=items, next_page_token=next_token)
 
 
-def _naive(moment: dt.datetime | None) -> dt.datetime | None:
-    """Compare in UTC; SQLite stores datetimes without their zone."""
-    if moment is None:
+def _moment(text: str | None, field: str) -> dt.datetime | None:
+    """An ISO 8601 date or date-time, in UTC (a zoneless one is taken as UTC)."""
+    if text is None:
         return None
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidSpecError(f"{field} must be an ISO 8601 date-time", field=field) from None
     if moment.tzinfo is not None:
-        moment = moment.astimezone(dt.UTC)
+        return moment.astimezone(dt.UTC)
     return moment.replace(tzinfo=dt.UTC)
 
 
@@ -412,7 +428,7 @@ def plan_budget(
     """For every candidate accelerator and GPU count, the optimiser's fastest plan is priced
     on every matching offer. Answers the lines within the budget, soonest first, and the lines
     that meet the deadline, cheapest first."""
-    version = get_version(session, body.catalog_version)
+    version = _version_in_body(session, body.catalog_version)
     _check_currency(session, body.budget.currency, version.id)
     energy = body.energy.to_core()
     jobs = _optimised_jobs(accelerators, body.model, body.training, body.clusters,

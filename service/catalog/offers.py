@@ -242,6 +242,9 @@ class _RowParser:
         if len(value) > max_length:
             self.fail(name, f"must be at most {max_length} characters", "string_too_long")
             return None
+        if any(ord(c) < 32 and c not in "\t\n\r" for c in value):
+            self.fail(name, "must not contain control characters", "string_control_character")
+            return None
         if pattern is not None and not pattern.match(value):
             self.fail(name, f"must match {pattern.pattern}", "string_pattern_mismatch")
             return None

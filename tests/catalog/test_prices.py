@@ -100,6 +100,7 @@ class TestOfferRules:
         ({"colour": "red"}, "colour", "extra_forbidden"),
         ({"id": "off_000000000000000000000000"}, "id", "id_mismatch"),
         ({"region_carbon_g_per_kwh": "300"}, "region_carbon_source", "missing"),
+        ({"source": "list\x00price"}, "source", "string_control_character"),
     ])
     def test_bad_fields_are_named_with_their_row(
         self, changes: dict[str, Any], field: str, code: str

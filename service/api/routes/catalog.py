@@ -43,7 +43,8 @@ def list_accelerators(
 )
 def get_accelerator(
     session: SessionDep,
-    accelerator_id: Annotated[str, Path(max_length=64, examples=["h100-sxm5-80gb"])],
+    accelerator_id: Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                                        examples=["h100-sxm5-80gb"])],
 ) -> AcceleratorOut:
     """One accelerator by id."""
     return AcceleratorOut.from_row(fetch_accelerator(session, accelerator_id))

@@ -56,7 +56,9 @@ Timestamp = Annotated[str | None, Query(
     examples=["2026-11-01T00:00:00Z"])]
 QuoteId = Annotated[str, Path(pattern=r"^q_[0-9a-f]{32}$", examples=["q_" + "0" * 32])]
 IdempotencyKey = Annotated[str | None, Header(
-    max_length=255, description="Required. The same key and body replay the stored quote.")]
+    max_length=255, pattern=r"^[!-~]+$",
+    description="Required (printable ASCII, at most 255). The same key and body replay the "
+                "stored quote.")]
 
 ESTIMATOR_VERSION = "{}+cal.{}+{}".format(
     __version__, DEFAULT_CALIBRATION.version,
@@ -307,7 +309,8 @@ def get_quote(session: SessionDep, _: QuotesRead, quote_id: QuoteId) -> Response
             responses=problem_responses(400, 401, 403, 422))
 def list_quotes(
     session: SessionDep, _: QuotesRead,
-    principal: Annotated[str | None, Query(max_length=128)] = None,
+    principal: Annotated[str | None, Query(max_length=128,
+                                           pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")] = None,
     created_after: Timestamp = None, created_before: Timestamp = None,
     verdict: Annotated[str | None, Query(pattern="^(approve|reject)$")] = None,
     page_size: Annotated[int, Query(ge=1, le=200)] = 50,

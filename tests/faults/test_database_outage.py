@@ -4,6 +4,7 @@ quotes answer 503 problem+json with Retry-After, and everything recovers within 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -74,10 +75,8 @@ def cluster() -> Iterator[Cluster]:
     try:
         yield result
     finally:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):
             result.stop_immediately()
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -48,6 +48,10 @@ class Settings(BaseSettings):
         description="Wall-clock limit of one parallelism search; it then answers with what it "
                     "has, marked truncated.",
     )
+    search_workers: int = Field(
+        default=2, ge=0, le=64,
+        description="Worker processes for plan searches (0: run them in the request thread).",
+    )
     search_max_candidates: int = Field(
         default=50_000_000, ge=1, le=1_000_000_000,
         description="Largest search space accepted; bigger requests get 422 before any work.",

@@ -14,8 +14,19 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def _rebuild(cls: type[CoreError], args: tuple[Any, ...], state: dict[str, Any]) -> CoreError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
 class CoreError(ValueError):
-    """Root of every error the core raises on purpose."""
+    """Root of every error the core raises on purpose. Pickles with its attributes (the plan
+    search runs in worker processes and its errors travel back)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 class InvalidSpecError(CoreError):

@@ -16,6 +16,7 @@ from service.api.schemas.plans import (
     PlanSearchRequest,
     PlanSearchResponse,
 )
+from service.api.workers import run_cpu_bound
 from service.catalog.errors import NotFoundError
 from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.errors import InvalidSpecError
@@ -72,7 +73,8 @@ def optimise_parallelism(
     core_training = request.training.to_core(batches[0])
     fixed = constraints.fixed.to_core(clusters[0].num_gpus)
     energy = request.energy.to_core()
-    result = search(
+    result = run_cpu_bound(
+        settings.search_workers, search,
         SearchRequest(
             model=model, clusters=tuple(clusters), training=core_training,
             global_batches=tuple(batches),
@@ -85,7 +87,7 @@ def optimise_parallelism(
             price_per_gpu_hour_usd=price_map, energy=energy,
             max_candidates=settings.search_max_candidates, deadline_s=settings.search_deadline_s,
         ),
-        clock=time.monotonic,
+        time.monotonic,
     )
     http_request.app.state.metrics.candidates.inc(result.stats.candidates_evaluated)
     return PlanSearchResponse.from_core(result, request.objective, model, energy,

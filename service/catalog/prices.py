@@ -408,12 +408,16 @@ def export_json(version: CatalogVersion, rows: Sequence[OfferRevision]) -> str:
 
 def parse_csv(text: str) -> list[dict[str, str]]:
     """CSV rows as dicts; a header naming an unknown column fails every row (422)."""
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     rows: list[dict[str, str]] = []
-    for line in reader:
-        if None in line:
-            raise ImportRejectedError([OfferRowError(
-                reader.line_num, "row", "has more values than the header has columns",
-                "too_many_values")])
-        rows.append(line)
+    try:
+        for line in reader:
+            if None in line:
+                raise ImportRejectedError([OfferRowError(
+                    reader.line_num, "row", "has more values than the header has columns",
+                    "too_many_values")])
+            rows.append(line)
+    except csv.Error as exc:
+        raise ImportRejectedError([OfferRowError(
+            reader.line_num, "body", f"is not valid CSV: {exc}", "csv_invalid")]) from None
     return rows

@@ -344,3 +344,14 @@ def test_json_import_rows_may_use_plain_json_numbers_for_money(
     assert response.status_code == 201, response.text
     items = client.get("/v1/offers", params={"provider": "acme"}).json()["items"]
     assert items[0]["price_per_hour"] == "20.100000"
+
+
+@pytest.mark.parametrize("content", [
+    b'provider,region\n"acme,eu-1\n', b"provider,region\nac\rme,eu-1\n", b"\x00,\x00\n",
+])
+def test_broken_csv_is_a_422_not_a_500(
+    client: TestClient, api_key: KeyMaker, content: bytes
+) -> None:
+    response = client.post("/v1/catalog/imports", content=content,
+                           headers={**api_key("catalog:write"), "Content-Type": "text/csv"})
+    assert_problem(response, 422)

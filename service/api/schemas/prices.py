@@ -77,7 +77,7 @@ class OfferOut(BaseModel):
     region_carbon_g_per_kwh: float | None
     region_carbon_source: str | None
     source: str
-    as_of: dt.date = Field(strict=True, description="Date the price held, YYYY-MM-DD.")
+    as_of: dt.date
     indicative: bool = Field(description="True when the price is an estimate, not a list "
                                          "price (derived reserved rates, third-party quotes).")
     notes: str
@@ -124,7 +124,8 @@ class OfferUpdate(RequestModel):
     region_carbon_g_per_kwh: float | None = Field(default=None, ge=0, le=2000, strict=True)
     region_carbon_source: str | None = Field(default=None, max_length=2000)
     source: str = Field(min_length=1, max_length=2000)
-    as_of: dt.date = Field(strict=True, description="Date the price held, YYYY-MM-DD.")
+    as_of: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", examples=["2026-11-20"],
+                       description="Date the price held, YYYY-MM-DD.")
     indicative: bool = Field(strict=True)
     notes: str = Field(default="", max_length=4000)
     note: str = Field(default="", max_length=1000,
@@ -133,7 +134,6 @@ class OfferUpdate(RequestModel):
     def changes(self) -> dict[str, Any]:
         """The edited columns in the import format."""
         values = self.model_dump(exclude={"note"})
-        values["as_of"] = self.as_of.isoformat()
         values["indicative"] = "true" if self.indicative else "false"
         values["upfront_fee"] = self.upfront_fee or "0"
         return values

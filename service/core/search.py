@@ -355,6 +355,12 @@ def _chunks(skeletons: list[_Skeleton], inner: int) -> Iterator[list[_Skeleton]]
         yield chunk
 
 
+def frozen_clock() -> float:
+    """A clock that never advances: the search never stops at its deadline (quotes use it so
+    they always recompute the same; the work cap still bounds them)."""
+    return 0.0
+
+
 def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
     """Enumerate, evaluate, filter and rank. Raises ``SearchTooLargeError`` before any work
     when the space exceeds ``max_candidates``, and ``NoFeasiblePlanError`` with the closest

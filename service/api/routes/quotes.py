@@ -33,6 +33,7 @@ from service.api.schemas.quotes import (
     QuoteSummaryOut,
     VerifyOut,
 )
+from service.api.workers import run_cpu_bound
 from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
 from service.catalog.models import CatalogVersionOffer, OfferRevision, Quote
@@ -43,7 +44,7 @@ from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.errors import InvalidSpecError, NoFeasiblePlanError
 from service.core.estimate import average_power_w_per_gpu, estimate
 from service.core.params import count_parameters
-from service.core.search import SearchRequest, SearchSpace, search
+from service.core.search import SearchRequest, SearchSpace, frozen_clock, search
 from service.core.specs import AcceleratorSpec, ClusterSpec, EnergySpec, ModelSpec
 
 router = APIRouter(tags=["quotes"])
@@ -84,7 +85,7 @@ def _checkpoint_bytes(model: ModelSpec) -> float:
 def _optimised_jobs(
     cache: AcceleratorCache, model_in: ModelIn, training_in: PlanTrainingIn,
     clusters_in: list[CandidateClusterIn], constraints: ConstraintsIn, energy: EnergySpec,
-    prefix: str, settings_deadline_s: float, max_candidates: int,
+    prefix: str, workers: int, max_candidates: int,
 ) -> list[SizedJob]:
     """The fastest fitting plan for every candidate accelerator and GPU count."""
     model = model_in.to_core()
@@ -101,11 +102,11 @@ def _optimised_jobs(
             per_node = candidate.gpus_per_node or min(accelerator.scaleup_domain_size, count)
             cluster = ClusterSpec(accelerator=accelerator, num_gpus=count, gpus_per_node=per_node)
             try:
-                result = search(SearchRequest(
+                result = run_cpu_bound(workers, search, SearchRequest(
                     model=model, clusters=(cluster,), training=training,
                     global_batches=tuple(batches), space=space, top_k=1, energy=energy,
-                    max_candidates=max_candidates, deadline_s=settings_deadline_s,
-                ), clock=_no_clock)
+                    max_candidates=max_candidates,
+                ), frozen_clock)
             except NoFeasiblePlanError:
                 continue
             best = result.plans[0]
@@ -121,12 +122,6 @@ def _optimised_jobs(
     return jobs
 
 
-def _no_clock() -> float:
-    """Quotes must be reproducible, so their searches never stop at a wall-clock deadline
-    (the work cap still applies)."""
-    return 0.0
-
-
 def _plan_dict(plan: Any) -> dict[str, Any]:
     return {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
             "vp": plan.vp, "micro_batch": plan.micro_batch,
@@ -135,7 +130,7 @@ def _plan_dict(plan: Any) -> dict[str, Any]:
 
 
 def size_workload(request: QuoteRequest, cache: AcceleratorCache,
-                  max_candidates: int) -> list[SizedJob]:
+                  max_candidates: int, workers: int = 0) -> list[SizedJob]:
     energy = request.energy.to_core()
     workload = request.workload
     if workload.gpu_hours is not None:
@@ -162,7 +157,7 @@ def size_workload(request: QuoteRequest, cache: AcceleratorCache,
     assert workload.optimise is not None  # noqa: S101 - the schema requires exactly one
     opt = workload.optimise
     return _optimised_jobs(cache, opt.model, opt.training, opt.clusters, opt.constraints,
-                           energy, "workload.optimise.", 1e9, max_candidates)
+                           energy, "workload.optimise.", workers, max_candidates)
 
 
 def _options(request: QuoteRequest | BudgetPlanRequest, energy: EnergyIn) -> PricingOptions:
@@ -197,11 +192,11 @@ def _check_currency(session: Session, currency: str, version_id: str) -> None:
 
 
 def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCache,
-                 version_id: str, max_candidates: int) -> dict[str, Any]:
+                 version_id: str, max_candidates: int, workers: int = 0) -> dict[str, Any]:
     """Everything of a quote that is computed (no id or timestamps)."""
     if request.budget is not None:
         _check_currency(session, request.budget.currency, version_id)
-    jobs = size_workload(request, cache, max_candidates)
+    jobs = size_workload(request, cache, max_candidates, workers)
     priced = price_jobs(session, jobs, _options(request, request.energy), version_id)
     priced["budget"] = request.budget.model_dump() if request.budget else None
     priced["deadline_s"] = request.deadline_s
@@ -250,7 +245,7 @@ def create_quote(
         return _replay(store.replay_or_refuse(existing, hash_))
     version = _version_in_body(session, body.catalog_version)
     computed = compute_body(session, body, accelerators, version.id,
-                            settings.search_max_candidates)
+                            settings.search_max_candidates, settings.search_workers)
     row = _new_quote(request, principal.name, idempotency_key, hash_, canonical, version.id,
                      version.content_hash, computed, settings.quote_ttl_days, None)
     return _store(request, session, row)
@@ -385,7 +380,7 @@ def verify_quote(
     row = store.get_quote(session, quote_id)
     request = QuoteRequest.model_validate(row.request)
     fresh = compute_body(session, request, accelerators, row.catalog_version_id,
-                         settings.search_max_candidates)
+                         settings.search_max_candidates, settings.search_workers)
     differences = _differences(json.loads(row.response), fresh)
     return VerifyOut.model_validate({
         "matches": not differences, "differences": differences,
@@ -413,7 +408,7 @@ def requote_quote(
         return _replay(store.replay_or_refuse(existing, hash_))
     version = get_version(session, None)
     computed = compute_body(session, body, accelerators, version.id,
-                            settings.search_max_candidates)
+                            settings.search_max_candidates, settings.search_workers)
     row = _new_quote(request, principal.name, key, hash_, canonical, version.id,
                      version.content_hash, computed, settings.quote_ttl_days, quote_id)
     return _store(request, session, row)
@@ -435,7 +430,7 @@ def plan_budget(
     _check_currency(session, body.budget.currency, version.id)
     energy = body.energy.to_core()
     jobs = _optimised_jobs(accelerators, body.model, body.training, body.clusters,
-                           body.constraints, energy, "", settings.search_deadline_s,
+                           body.constraints, energy, "", settings.search_workers,
                            settings.search_max_candidates)
     priced = price_jobs(session, jobs, _options(body, body.energy), version.id)
     feasible = [x for x in priced["lines"] if x["feasible"]]

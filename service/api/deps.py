@@ -15,6 +15,7 @@ from service.catalog.db import unit_of_work
 from service.catalog.errors import NotFoundError
 from service.catalog.mapping import accelerator_to_spec
 from service.catalog.repository import list_accelerators
+from service.core.errors import InvalidSpecError
 from service.core.specs import AcceleratorSpec
 from service.settings import Settings
 
@@ -58,6 +59,16 @@ class AcceleratorCache:
         if spec is None:
             raise NotFoundError("accelerator", accelerator_id)
         return spec
+
+    def require(self, accelerator_id: str, field: str) -> AcceleratorSpec:
+        """The spec a request body names; an unknown id is invalid input (422) naming
+        ``field``, since the body, not the URL, refers to something that does not exist."""
+        try:
+            return self.get(accelerator_id)
+        except NotFoundError:
+            known = ", ".join(sorted(self.all()))
+            raise InvalidSpecError(f"unknown accelerator {accelerator_id!r}; known: {known}",
+                                   field=field) from None
 
     def invalidate(self) -> None:
         with self._lock:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import Annotated
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Query
+
+PageSize = Annotated[int, Query(ge=1, le=200, description="Items per page (at most 200).")]
+PageToken = Annotated[
+    str | None, Query(max_length=256, description="next_page_token from the previous page.")
+]
 
 
 def encode_token(key: str) -> str:

@@ -78,6 +78,14 @@ def _checks(line: dict[str, Any], options: PricingOptions) -> None:
         else (line["feasible"] and line["wall_clock_s"] <= options.deadline_s))
 
 
+def _infeasible(reason: str | None) -> dict[str, Any]:
+    """The fields of a line that cannot run: no amounts, and why."""
+    return {"feasible": False, "infeasible_reason": reason, "total": None,
+            "wall_clock_s": None, "billed_hours": None, "gpu_hours": None,
+            "goodput_loss_fraction": None, "checkpoint_interval_s": None, "rounded_up": None,
+            "energy_kwh": None, "co2e_kg": None}
+
+
 def _cloud_line(job: SizedJob, offer: OfferRevision, on_demand: Decimal | None,
                 options: PricingOptions, version_id: str) -> dict[str, Any]:
     price = micros_to_decimal(offer.effective_price_per_hour_micros)
@@ -107,10 +115,7 @@ def _cloud_line(job: SizedJob, offer: OfferRevision, on_demand: Decimal | None,
         "reserved": None, "onprem": None,
     }
     if not loss.feasible:
-        line.update({"feasible": False, "infeasible_reason": loss.reason, "total": None,
-                     "wall_clock_s": None, "billed_hours": None, "gpu_hours": None,
-                     "goodput_loss_fraction": None, "checkpoint_interval_s": None,
-                     "rounded_up": None, "energy_kwh": None, "co2e_kg": None})
+        line.update(_infeasible(loss.reason))
         _checks(line, options)
         return line
     cost = pricing.cloud_line(num_gpus=job.num_gpus, gpus_per_instance=offer.gpus_per_instance,
@@ -173,12 +178,9 @@ def _onprem_line(job: SizedJob, accelerator: Accelerator | None, options: Pricin
         "goodput_basis": f"hardware failures {options.failure_rate_per_gpu_hour:g} per GPU-hour",
     }
     if price is None:
-        line.update({"feasible": False, "unit_price": None, "total": None, "onprem": None,
-                     "infeasible_reason": f"no purchase price for {job.accelerator}: give "
-                                          "onprem.purchase_price_per_gpu",
-                     "wall_clock_s": None, "billed_hours": None, "gpu_hours": None,
-                     "goodput_loss_fraction": None, "checkpoint_interval_s": None,
-                     "rounded_up": None, "energy_kwh": None, "co2e_kg": None})
+        line.update({**_infeasible(f"no purchase price for {job.accelerator}: give "
+                                   "onprem.purchase_price_per_gpu"),
+                     "unit_price": None, "onprem": None})
         _checks(line, options)
         return line
     tco = pricing.OnPremInputs(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path
 
 from service.api.deps import SessionDep
-from service.api.pagination import decode_token, encode_token
+from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
 from service.api.schemas.catalog import AcceleratorOut, ModelPresetOut
 from service.api.schemas.common import Page
@@ -17,10 +17,6 @@ from service.core.presets import PRESETS
 
 router = APIRouter()
 
-PageSize = Annotated[int, Query(ge=1, le=200, description="Items per page (at most 200).")]
-PageToken = Annotated[
-    str | None, Query(max_length=256, description="next_page_token from the previous page.")
-]
 
 
 @router.get(

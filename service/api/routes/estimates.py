@@ -9,8 +9,6 @@ from fastapi import APIRouter, Body
 from service.api.deps import AcceleratorsDep
 from service.api.problems import problem_responses
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE, EstimateRequest, EstimateResponse
-from service.catalog.errors import NotFoundError
-from service.core.errors import InvalidSpecError
 from service.core.estimate import estimate
 
 router = APIRouter(tags=["estimates"])
@@ -32,14 +30,7 @@ def create_estimate(
 ) -> EstimateResponse:
     """FLOPs, memory per GPU, step time with its breakdown, throughput, MFU, energy."""
     model = request.model.to_core()
-    try:
-        accelerator = accelerators.get(request.cluster.accelerator)
-    except NotFoundError:
-        known = ", ".join(sorted(accelerators.all()))
-        raise InvalidSpecError(
-            f"unknown accelerator {request.cluster.accelerator!r}; known: {known}",
-            field="cluster.accelerator",
-        ) from None
+    accelerator = accelerators.require(request.cluster.accelerator, "cluster.accelerator")
     cluster = request.cluster.to_core(accelerator)
     plan = request.parallelism.to_core(cluster.num_gpus)
     training = request.training.to_core()

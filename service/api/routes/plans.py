@@ -17,10 +17,8 @@ from service.api.schemas.plans import (
     PlanSearchResponse,
 )
 from service.api.workers import run_cpu_bound
-from service.catalog.errors import NotFoundError
 from service.core.calibration import DEFAULT_CALIBRATION
-from service.core.errors import InvalidSpecError
-from service.core.search import SearchRequest, SearchSpace, search
+from service.core.search import SearchRequest, search
 from service.core.specs import ClusterSpec
 
 router = APIRouter(tags=["plans"])
@@ -52,17 +50,8 @@ def optimise_parallelism(
     clusters: list[ClusterSpec] = []
     for index, candidate in enumerate(request.candidate_clusters()):
         field = "cluster" if request.cluster is not None else f"clusters.{index}"
-        try:
-            accelerator = accelerators.get(candidate.accelerator)
-        except NotFoundError:
-            known = ", ".join(sorted(accelerators.all()))
-            raise InvalidSpecError(
-                f"unknown accelerator {candidate.accelerator!r}; known: {known}",
-                field=f"{field}.accelerator") from None
-        for count in candidate.counts():
-            per_node = candidate.gpus_per_node or min(accelerator.scaleup_domain_size, count)
-            clusters.append(ClusterSpec(accelerator=accelerator, num_gpus=count,
-                                        gpus_per_node=per_node))
+        clusters += candidate.to_core(
+            accelerators.require(candidate.accelerator, f"{field}.accelerator"))
     constraints = request.constraints
     prices = constraints.price_per_gpu_hour_usd
     if isinstance(prices, str):
@@ -71,16 +60,13 @@ def optimise_parallelism(
         price_map = {k: Decimal(v) for k, v in (prices or {}).items()}
     batches = request.training.batches()
     core_training = request.training.to_core(batches[0])
-    fixed = constraints.fixed.to_core(clusters[0].num_gpus)
     energy = request.energy.to_core()
     result = run_cpu_bound(
         settings.search_workers, search,
         SearchRequest(
             model=model, clusters=tuple(clusters), training=core_training,
             global_batches=tuple(batches),
-            space=SearchSpace(vary=frozenset(constraints.vary), base=fixed,
-                              max_tp=constraints.max_tp,
-                              memory_headroom_fraction=constraints.memory_headroom_fraction),
+            space=constraints.to_space(),
             objective=request.objective, top_k=request.top_k,
             max_train_s=constraints.max_train_s,
             budget_usd=Decimal(constraints.budget_usd) if constraints.budget_usd else None,

@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from service.api.auth import Principal, read_access, require
 from service.api.deps import SessionDep
-from service.api.pagination import decode_token, encode_token
+from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
 from service.api.schemas.common import Page
 from service.api.schemas.prices import (
@@ -26,10 +26,6 @@ from service.catalog.offers import COLUMNS, ImportRejectedError, OfferRowError, 
 
 router = APIRouter()
 
-PageSize = Annotated[int, Query(ge=1, le=200, description="Items per page (at most 200).")]
-PageToken = Annotated[
-    str | None, Query(max_length=256, description="next_page_token from the previous page.")
-]
 VersionId = Annotated[str, Path(max_length=16, pattern=r"^cv_\d{6}$", examples=["cv_000001"])]
 VersionQuery = Annotated[
     str | None,

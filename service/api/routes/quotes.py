@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session
 from service import __version__
 from service.api.auth import Principal, read_access, require
 from service.api.deps import AcceleratorCache, AcceleratorsDep, SessionDep, SettingsDep
-from service.api.pagination import decode_token, encode_token
+from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
 from service.api.schemas.common import Page
-from service.api.schemas.estimate import EnergyIn, ModelIn
+from service.api.schemas.estimate import EnergyIn, ModelIn, plan_dict
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.prices import as_utc
 from service.api.schemas.quotes import (
@@ -44,8 +44,8 @@ from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.errors import InvalidSpecError, NoFeasiblePlanError
 from service.core.estimate import average_power_w_per_gpu, estimate
 from service.core.params import count_parameters
-from service.core.search import SearchRequest, SearchSpace, frozen_clock, search
-from service.core.specs import AcceleratorSpec, ClusterSpec, EnergySpec, ModelSpec
+from service.core.search import SearchRequest, frozen_clock, search
+from service.core.specs import EnergySpec, ModelSpec
 
 router = APIRouter(tags=["quotes"])
 
@@ -70,14 +70,6 @@ ESTIMATOR_VERSION = "{}+cal.{}+{}".format(
 """Package version, calibration version and a hash of every model and pricing constant."""
 
 
-def _accelerator(cache: AcceleratorCache, accelerator_id: str, field: str) -> AcceleratorSpec:
-    try:
-        return cache.get(accelerator_id)
-    except NotFoundError:
-        raise InvalidSpecError(f"unknown accelerator {accelerator_id!r}; known: "
-                               f"{', '.join(sorted(cache.all()))}", field=field) from None
-
-
 def _checkpoint_bytes(model: ModelSpec) -> float:
     return count_parameters(model).total * pricing.CHECKPOINT_BYTES_PER_PARAM
 
@@ -91,16 +83,13 @@ def _optimised_jobs(
     model = model_in.to_core()
     batches = training_in.batches()
     training = training_in.to_core(batches[0])
-    fixed = constraints.fixed.to_core(1)
-    space = SearchSpace(vary=frozenset(constraints.vary), base=fixed, max_tp=constraints.max_tp,
-                        memory_headroom_fraction=constraints.memory_headroom_fraction)
+    space = constraints.to_space()
     jobs: list[SizedJob] = []
     for index, candidate in enumerate(clusters_in):
-        accelerator = _accelerator(cache, candidate.accelerator,
-                                   f"{prefix}clusters.{index}.accelerator")
-        for count in candidate.counts():
-            per_node = candidate.gpus_per_node or min(accelerator.scaleup_domain_size, count)
-            cluster = ClusterSpec(accelerator=accelerator, num_gpus=count, gpus_per_node=per_node)
+        accelerator = cache.require(candidate.accelerator,
+                                    f"{prefix}clusters.{index}.accelerator")
+        for cluster in candidate.to_core(accelerator):
+            count = cluster.num_gpus
             try:
                 result = run_cpu_bound(workers, search, SearchRequest(
                     model=model, clusters=(cluster,), training=training,
@@ -115,18 +104,11 @@ def _optimised_jobs(
                 wall_s=best.estimate.throughput.train_s,
                 checkpoint_bytes=_checkpoint_bytes(model),
                 power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
-                plan=_plan_dict(best.plan), global_batch_seqs=best.global_batch_seqs))
+                plan=plan_dict(best.plan), global_batch_seqs=best.global_batch_seqs))
     if not jobs:
         raise NoFeasiblePlanError("no candidate accelerator and GPU count can run this model "
                                   "in memory")
     return jobs
-
-
-def _plan_dict(plan: Any) -> dict[str, Any]:
-    return {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
-            "vp": plan.vp, "micro_batch": plan.micro_batch,
-            "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.zero_stage,
-            "recompute": plan.recompute.value}
 
 
 def size_workload(request: QuoteRequest, cache: AcceleratorCache,
@@ -135,7 +117,7 @@ def size_workload(request: QuoteRequest, cache: AcceleratorCache,
     workload = request.workload
     if workload.gpu_hours is not None:
         spec = workload.gpu_hours
-        accelerator = _accelerator(cache, spec.accelerator, "workload.gpu_hours.accelerator")
+        accelerator = cache.require(spec.accelerator, "workload.gpu_hours.accelerator")
         return [SizedJob(accelerator=accelerator.id, num_gpus=spec.num_gpus,
                          wall_s=spec.gpu_hours / spec.num_gpus * 3600.0,
                          checkpoint_bytes=spec.checkpoint_bytes,
@@ -143,8 +125,8 @@ def size_workload(request: QuoteRequest, cache: AcceleratorCache,
     if workload.estimate is not None:
         est = workload.estimate
         model = est.model.to_core()
-        accelerator = _accelerator(cache, est.cluster.accelerator,
-                                   "workload.estimate.cluster.accelerator")
+        accelerator = cache.require(est.cluster.accelerator,
+                                    "workload.estimate.cluster.accelerator")
         cluster = est.cluster.to_core(accelerator)
         plan = est.parallelism.to_core(cluster.num_gpus)
         result = estimate(model, cluster, plan, est.training.to_core(), energy=energy)
@@ -152,7 +134,7 @@ def size_workload(request: QuoteRequest, cache: AcceleratorCache,
                          wall_s=result.throughput.train_s,
                          checkpoint_bytes=_checkpoint_bytes(model),
                          power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
-                         plan=_plan_dict(plan),
+                         plan=plan_dict(plan),
                          global_batch_seqs=est.training.global_batch_seqs)]
     assert workload.optimise is not None  # noqa: S101 - the schema requires exactly one
     opt = workload.optimise
@@ -308,8 +290,7 @@ def list_quotes(
                                            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")] = None,
     created_after: Timestamp = None, created_before: Timestamp = None,
     verdict: Annotated[str | None, Query(pattern="^(approve|reject)$")] = None,
-    page_size: Annotated[int, Query(ge=1, le=200)] = 50,
-    page_token: Annotated[str | None, Query(max_length=256)] = None,
+    page_size: PageSize = 50, page_token: PageToken = None,
 ) -> Page[QuoteSummaryOut]:
     """Newest first, filtered by principal, creation time and verdict."""
     after = None

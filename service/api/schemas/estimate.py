@@ -354,6 +354,14 @@ class ResolvedOut(BaseModel):
     parallelism: dict[str, int | bool | str]
 
 
+def plan_dict(plan: ParallelismPlan) -> dict[str, int | bool | str]:
+    """A plan as JSON: every dimension, recompute by name."""
+    return {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
+            "vp": plan.vp, "micro_batch": plan.micro_batch,
+            "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.zero_stage,
+            "recompute": plan.recompute.value}
+
+
 class EstimateResponse(BaseModel):
     params: ParamsOut
     flops: FlopsOut
@@ -436,18 +444,7 @@ class EstimateResponse(BaseModel):
                 accelerator=cluster.accelerator.id,
                 num_gpus=cluster.num_gpus,
                 gpus_per_node=cluster.gpus_per_node,
-                parallelism={
-                    "tp": plan.tp,
-                    "pp": plan.pp,
-                    "dp": plan.dp,
-                    "cp": plan.cp,
-                    "ep": plan.ep,
-                    "vp": plan.vp,
-                    "micro_batch": plan.micro_batch,
-                    "sequence_parallel": plan.sequence_parallel,
-                    "zero_stage": plan.zero_stage,
-                    "recompute": plan.recompute.value,
-                },
+                parallelism=plan_dict(plan),
             ),
             warnings=list(result.warnings),
             assumptions=list(result.assumptions),

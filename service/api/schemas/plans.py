@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from service.api.schemas.common import RequestModel
 from service.api.schemas.estimate import (
+    ClusterIn,
     Count,
     EnergyIn,
     EnergyOut,
@@ -18,8 +19,15 @@ from service.api.schemas.estimate import (
     TimeOut,
 )
 from service.api.schemas.prices import DecimalString
-from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult
-from service.core.specs import EnergySpec, ModelSpec, Precision, TrainingSpec
+from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult, SearchSpace
+from service.core.specs import (
+    AcceleratorSpec,
+    ClusterSpec,
+    EnergySpec,
+    ModelSpec,
+    Precision,
+    TrainingSpec,
+)
 
 Dimension = Annotated[str, Field(pattern="^(" + "|".join(DIMENSIONS) + ")$")]
 MAX_CLUSTER_OPTIONS = 1024
@@ -90,6 +98,12 @@ class CandidateClusterIn(RequestModel):
         assert self.num_gpus_range is not None  # noqa: S101 - checked by the validator
         return self.num_gpus_range.values()
 
+    def to_core(self, accelerator: AcceleratorSpec) -> list[ClusterSpec]:
+        """One cluster per GPU count; GPUs per node default as in ``ClusterIn``."""
+        return [ClusterIn(accelerator=self.accelerator, num_gpus=count,
+                          gpus_per_node=self.gpus_per_node).to_core(accelerator)
+                for count in self.counts()]
+
 
 class PlanTrainingIn(RequestModel):
     seq_len: int = Field(strict=True, ge=1, le=10_000_000, examples=[2048])
@@ -158,6 +172,13 @@ class ConstraintsIn(RequestModel):
     price_per_gpu_hour_usd: DecimalString | dict[str, DecimalString] | None = Field(
         default=None, description="One price for every accelerator, or one per accelerator "
                                   "id. Until quotes land this is how cost is known.")
+
+    def to_space(self) -> SearchSpace:
+        """The search space; ``fixed`` gives the dimensions that do not vary (dp is derived,
+        so the GPU count passed to ``to_core`` does not matter)."""
+        return SearchSpace(vary=frozenset(self.vary), base=self.fixed.to_core(1),
+                           max_tp=self.max_tp,
+                           memory_headroom_fraction=self.memory_headroom_fraction)
 
     @model_validator(mode="after")
     def _unique(self) -> Self:

@@ -13,6 +13,7 @@ from service.api.observability import Metrics, RequestContextMiddleware, configu
 from service.api.openapi import build_openapi, operation_id
 from service.api.problems import install_problem_handlers
 from service.api.routes import catalog, docs, estimates, health, plans, prices, quotes
+from service.api.shedding import LoadSheddingMiddleware
 from service.catalog.db import make_engine, make_session_factory
 from service.settings import Settings
 
@@ -79,6 +80,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes,
         path_limits={"/v1/catalog/imports": settings.max_import_bytes},
     )
+    app.add_middleware(LoadSheddingMiddleware, max_in_flight=settings.max_in_flight,
+                       on_shed=app.state.metrics.shed.inc)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)  # outermost
     for module in (estimates, plans, quotes, catalog, prices, health, docs):
         app.include_router(module.router)

@@ -39,6 +39,9 @@ class Metrics:
         self.budget_rejections = Counter("budget_rejections_total",
                                          "Stored quotes whose verdict is reject.",
                                          registry=self.registry)
+        self.shed = Counter("requests_shed_total",
+                            "Requests answered 503 at once because the replica was full.",
+                            registry=self.registry)
         self.candidates = Counter("optimiser_candidates_evaluated_total",
                                   "Parallel layouts the optimiser evaluated.",
                                   registry=self.registry)

@@ -1,0 +1,65 @@
+"""Load shedding: a replica that is already busy answers 503 at once instead of queueing.
+
+Under overload a queue only makes every request slow; shedding the excess keeps the accepted
+requests fast and tells clients (and the load balancer) to retry elsewhere. The limit counts
+requests in flight in this process. Probes and metrics are never shed, so an orchestrator can
+still see a busy replica is alive.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
+
+EXEMPT_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
+RETRY_AFTER_S = 1
+
+
+class LoadSheddingMiddleware:
+    """Pure ASGI: at most ``max_in_flight`` requests run; the rest get a 503 problem."""
+
+    def __init__(self, app: ASGIApp, *, max_in_flight: int,
+                 on_shed: Callable[[], object] | None = None) -> None:
+        self.app = app
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self.on_shed = on_shed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path", "") in EXEMPT_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.max_in_flight:
+            if self.on_shed is not None:
+                self.on_shed()
+            await self._reject(scope, send)
+            return
+        self.in_flight += 1  # one event loop per process: no lock needed
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _reject(self, scope: Scope, send: Send) -> None:
+        body = json.dumps({
+            "type": TYPE_PREFIX + "overloaded",
+            "title": "Service overloaded",
+            "status": 503,
+            "detail": f"this replica already has {self.max_in_flight} requests in flight "
+                      f"(CQ_MAX_IN_FLIGHT); retry after {RETRY_AFTER_S} s",
+            "instance": scope.get("path", ""),
+            **({"request_id": scope["state"]["request_id"]}
+               if "request_id" in scope.get("state", {}) else {}),
+        }).encode()
+        await send({
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"retry-after", str(RETRY_AFTER_S).encode())],
+        })
+        await send({"type": "http.response.body", "body": body})

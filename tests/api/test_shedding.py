@@ -1,0 +1,56 @@
+"""Load shedding: past CQ_MAX_IN_FLIGHT requests a replica answers 503 at once; probes pass."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+from service.api.problems import PROBLEM_MEDIA_TYPE
+from service.api.shedding import LoadSheddingMiddleware
+
+
+class _SlowApp:
+    """Holds every request until released; counts how many it saw."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.served = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] != "/livez":
+            await self.release.wait()
+        self.served += 1
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_the_excess_is_shed_at_once_and_probes_pass() -> None:
+    async def scenario() -> None:
+        inner = _SlowApp()
+        shed: list[int] = []
+        app = LoadSheddingMiddleware(inner, max_in_flight=3, on_shed=lambda: shed.append(1))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            held = [asyncio.create_task(client.post("/v1/estimates")) for _ in range(3)]
+            await asyncio.sleep(0.05)
+            assert app.in_flight == 3
+            # Replica full: these are answered without waiting for the held ones.
+            excess = await asyncio.wait_for(
+                asyncio.gather(*[client.post("/v1/estimates") for _ in range(5)]), timeout=2)
+            assert [r.status_code for r in excess] == [503] * 5
+            assert excess[0].headers["content-type"] == PROBLEM_MEDIA_TYPE
+            assert excess[0].headers["retry-after"] == "1"
+            assert "CQ_MAX_IN_FLIGHT" in excess[0].json()["detail"]
+            assert len(shed) == 5
+            probe = await client.get("/livez")
+            assert probe.status_code == 200
+            inner.release.set()
+            assert [r.status_code for r in await asyncio.gather(*held)] == [200] * 3
+            assert app.in_flight == 0
+            again = await client.post("/v1/estimates")
+            assert again.status_code == 200
+            assert inner.served == 5  # 3 held, the probe, and the one after
+
+    asyncio.run(scenario())

@@ -7,7 +7,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog bench-optimiser optimiser-vs-published openapi manifests clean
+.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog bench-optimiser bench-load optimiser-vs-published openapi manifests clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ bench-catalog: venv
 
 bench-optimiser: venv
 	$(BIN)/python -m benchmarks.optimiser_speed
+
+# Needs wrk (Debian: apt-get install wrk) and PostgreSQL on 127.0.0.1:5432; about 5 minutes.
+bench-load: venv
+	command -v wrk >/dev/null || apt-get install -y -q wrk
+	$(BIN)/python -m benchmarks.load.run
 
 manifests:
 	for o in dev prod; do kubectl kustomize deploy/k8s/overlays/$$o > deploy/k8s/rendered/$$o.yaml; done

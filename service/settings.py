@@ -63,7 +63,7 @@ class Settings(BaseSettings):
         description="Extra PostgreSQL connections per replica under load (the thread pool runs "
                     "40 requests at once).")
     max_in_flight: int = Field(
-        default=64, ge=1, le=100_000,
+        default=32, ge=1, le=100_000,
         description="Requests one replica runs at once; beyond it requests are shed at once as "
                     "503 with Retry-After (probes and /metrics are never shed).")
     quote_ttl_days: int = Field(

@@ -3,11 +3,18 @@ on separate database connections."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
+import httpx
 import uvicorn
 
 from service.main import create_app, dispose
@@ -35,3 +42,59 @@ def live_server(settings: Settings) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         dispose(app)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def server_process(env: dict[str, str], *, app: str = "service.main:create_app",
+                   factory: bool = True, port: int | None = None,
+                   log_path: str | None = None) -> Iterator[ServerProcess]:
+    """A real uvicorn server in its own process (one event loop, as each replica runs), for
+    load benchmarks and for faults that kill a replica. Stops it (kill -9 if need be)."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "uvicorn", *(["--factory"] if factory else []), app,
+               "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
+               "--log-level", "warning"]
+    log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log,  # noqa: S603
+                               stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited with {process.returncode}: {command}")
+            try:
+                if httpx.get(url + ("/livez" if factory else "/bare"), timeout=1).status_code \
+                        == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server process did not start")
+            time.sleep(0.1)
+        yield ServerProcess(url=url, process=process)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
+
+
+@dataclass
+class ServerProcess:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def kill9(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()

@@ -52,8 +52,6 @@ class LoadSheddingMiddleware:
             "detail": f"this replica already has {self.max_in_flight} requests in flight "
                       f"(CQ_MAX_IN_FLIGHT); retry after {RETRY_AFTER_S} s",
             "instance": scope.get("path", ""),
-            **({"request_id": scope["state"]["request_id"]}
-               if "request_id" in scope.get("state", {}) else {}),
         }).encode()
         await send({
             "type": "http.response.start",

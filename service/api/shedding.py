@@ -8,7 +8,9 @@ still see a busy replica is alive.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections import deque
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -17,6 +19,7 @@ from service.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
 
 EXEMPT_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 RETRY_AFTER_S = 1
+GRACE_S = 0.02
 
 
 class LoadSheddingMiddleware:
@@ -28,12 +31,13 @@ class LoadSheddingMiddleware:
         self.max_in_flight = max_in_flight
         self.in_flight = 0
         self.on_shed = on_shed
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path", "") in EXEMPT_PATHS:
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.max_in_flight:
+        if self.in_flight >= self.max_in_flight and not await self._slot_frees():
             if self.on_shed is not None:
                 self.on_shed()
             await self._reject(scope, send)
@@ -43,6 +47,30 @@ class LoadSheddingMiddleware:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+            while self._waiters:  # hand the slot to the oldest waiter still waiting
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    break
+
+    async def _slot_frees(self) -> bool:
+        """Waits up to GRACE_S for a slot. A client's next request can arrive a moment
+        before its previous one has left this middleware (the log line is written after the
+        response), so N clients would otherwise now and then be N + 1 requests. Waiters are
+        woken one at a time, oldest first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GRACE_S
+        while self.in_flight >= self.max_in_flight:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                return False
+        return True
 
     async def _reject(self, scope: Scope, send: Send) -> None:
         body = json.dumps({

@@ -8,7 +8,7 @@ import httpx
 from starlette.types import Receive, Scope, Send
 
 from service.api.problems import PROBLEM_MEDIA_TYPE
-from service.api.shedding import LoadSheddingMiddleware
+from service.api.shedding import GRACE_S, LoadSheddingMiddleware
 
 
 class _SlowApp:
@@ -52,5 +52,23 @@ def test_the_excess_is_shed_at_once_and_probes_pass() -> None:
             again = await client.post("/v1/estimates")
             assert again.status_code == 200
             assert inner.served == 5  # 3 held, the probe, and the one after
+
+    asyncio.run(scenario())
+
+
+def test_a_slot_freed_within_the_grace_is_taken_not_shed() -> None:
+    async def scenario() -> None:
+        inner = _SlowApp()
+        app = LoadSheddingMiddleware(inner, max_in_flight=1)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            first = asyncio.create_task(client.post("/v1/estimates"))
+            await asyncio.sleep(0.01)
+            second = asyncio.create_task(client.post("/v1/estimates"))
+            await asyncio.sleep(GRACE_S / 4)
+            inner.release.set()  # the first leaves while the second waits in its grace
+            assert (await first).status_code == 200
+            assert (await second).status_code == 200
+            assert app.in_flight == 0
 
     asyncio.run(scenario())

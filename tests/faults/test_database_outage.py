@@ -4,16 +4,8 @@ quotes answer 503 problem+json with Retry-After, and everything recovers within 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,59 +17,8 @@ from service.catalog.keys import create_key
 from service.catalog.migrate import upgrade
 from service.catalog.seed import seed_catalog
 from service.settings import Settings
+from tests.faults.conftest import Cluster
 from tests.live_server import live_server
-
-BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-def _as_postgres(*args: str) -> list[str]:
-    """Commands run as the postgres user when we are root (initdb refuses root)."""
-    if os.geteuid() == 0:
-        return ["runuser", "-u", "postgres", "--", *args]
-    return list(args)
-
-
-class Cluster:
-    def __init__(self, folder: Path, port: int) -> None:
-        self.folder, self.port = folder, port
-        self.data = folder / "data"
-
-    def ctl(self, *args: str) -> None:
-        subprocess.run(_as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-w", *args),  # noqa: S603
-                       check=True, capture_output=True, timeout=60)
-
-    def start(self) -> None:
-        self.ctl("-o", f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1",
-                 "-l", str(self.folder / "log"), "start")
-
-    def stop_immediately(self) -> None:
-        self.ctl("-m", "immediate", "stop")
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-
-
-@pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    if not (BIN / "initdb").exists():
-        pytest.fail("PostgreSQL 15 server binaries are needed (Debian postgresql-15)")
-    folder = Path(tempfile.mkdtemp(prefix="cq-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(folder, "postgres")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    subprocess.run(_as_postgres(str(BIN / "initdb"), "-D", str(folder / "data"), "-A", "trust",  # noqa: S603
-                                "-U", "postgres"), check=True, capture_output=True, timeout=120)
-    result = Cluster(folder, port)
-    result.start()
-    try:
-        yield result
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            result.stop_immediately()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _until(check: object, limit_s: float) -> float:

@@ -4,9 +4,13 @@ data, every check. The seed is printed on failure (``--hypothesis-seed`` replays
 from __future__ import annotations
 
 import os
+import re
 import tempfile
-from typing import Any
+import uuid
+from collections import Counter
+from typing import Any, ClassVar
 
+import hypothesis
 import schemathesis
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
@@ -50,3 +54,56 @@ EXCLUDED = [positive_data_acceptance]
 def test_every_operation(case: Any) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {KEY}"},
                            excluded_checks=EXCLUDED)
+
+
+# Stateful: schemathesis follows the OpenAPI links (create quote -> get quote -> verify quote;
+# list offers -> get offer -> update offer with the ETag it read). Random quote bodies almost
+# never name a known accelerator, so a created quote would be rare; the stateless test above
+# fuzzes those bodies, and here POST /v1/quotes sends a valid, cheap workload so the links
+# after it are exercised.
+VALID_QUOTE = {"workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 500,
+                                          "num_gpus": 8}}, "providers": ["lambda", "onprem"],
+               "budget": {"amount": "10000.00", "currency": "USD"}}
+
+
+LINKED = schema.include(operation_id=["create_quote", "get_quote", "verify_quote",
+                                      "list_offers", "get_offer", "update_offer"])
+
+
+class QuoteAndOfferLinks(LINKED.as_state_machine()):  # type: ignore[misc]
+    seen: ClassVar[Counter[tuple[str, str, int]]] = Counter()
+
+    def before_call(self, case: Any) -> None:
+        if case.method == "POST" and case.path == "/v1/quotes":
+            case.body = dict(VALID_QUOTE)
+            case.headers = {**(case.headers or {}), "Idempotency-Key": uuid.uuid4().hex}
+
+    def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+        return {"headers": {"Authorization": f"Bearer {KEY}"}}
+
+    def after_call(self, response: Any, case: Any) -> None:
+        self.seen[(case.method, case.path, response.status_code)] += 1
+        if_match = {k.lower(): v for k, v in (case.headers or {}).items()}.get("if-match", "")
+        if case.method == "PUT" and re.fullmatch(r'"r\d+"', if_match):
+            self.seen[("PUT", "linked ETag", response.status_code)] += 1
+
+    def validate_response(self, response: Any, case: Any,
+                          additional_checks: Any = None, **kwargs: Any) -> None:
+        case.validate_response(response, excluded_checks=EXCLUDED, transport_kwargs=kwargs)
+
+
+def test_linked_operations_statefully() -> None:
+    QuoteAndOfferLinks.seen.clear()
+    QuoteAndOfferLinks.run(settings=hypothesis.settings(
+        max_examples=max(25, EXAMPLES // 4), stateful_step_count=8, deadline=None,
+        suppress_health_check=list(hypothesis.HealthCheck)))
+    seen = QuoteAndOfferLinks.seen
+    # Each link was really followed with a live id (and the offer's ETag), not just fuzzed.
+    assert seen[("POST", "/v1/quotes", 201)] > 0, seen
+    assert seen[("GET", "/v1/quotes/{quote_id}", 200)] > 0, seen
+    assert seen[("POST", "/v1/quotes/{quote_id}/verify", 200)] > 0, seen
+    assert seen[("GET", "/v1/offers/{offer_id}", 200)] > 0, seen
+    linked_puts = {k: n for k, n in seen.items() if k[1] == "linked ETag"}
+    assert sum(linked_puts.values()) > 0, seen
+    # A real ETag is applied (200), already superseded (412), or carries a bad body (422).
+    assert {k[2] for k in linked_puts} <= {200, 412, 422}, linked_puts

@@ -189,7 +189,11 @@ async def import_catalog(
 
 @router.get(
     "/v1/offers", tags=["catalog"], summary="List price offers",
-    response_model=Page[OfferOut], responses=problem_responses(400, 401, 403, 404, 422),
+    response_model=Page[OfferOut], responses={
+        200: {"links": {"GetOffer": {
+            "operationId": "get_offer", "parameters": {"offer_id": "$response.body#/items/0/id"},
+            "description": "Read the first offer of the page, with its ETag."}}},
+        **problem_responses(400, 401, 403, 404, 422)},
 )
 def list_offers(
     session: SessionDep, _: CatalogRead,
@@ -218,13 +222,24 @@ def list_offers(
     return Page[OfferOut](items=items, next_page_token=next_token)
 
 
+ETAG_HEADER: dict[str, Any] = {
+    "description": "The offer revision's entity tag, for If-Match on PUT.",
+    "schema": {"type": "string", "pattern": r'^"r\d+"$'}}
+
+
 def _etag(revision_id: int) -> str:
     return f'"r{revision_id}"'
 
 
 @router.get(
     "/v1/offers/{offer_id}", tags=["catalog"], summary="Get a price offer",
-    response_model=OfferOut, responses=problem_responses(401, 403, 404, 422),
+    response_model=OfferOut, responses={
+        200: {"headers": {"ETag": ETAG_HEADER}, "links": {"UpdateOffer": {
+            "operationId": "update_offer",
+            "parameters": {"offer_id": "$request.path.offer_id",
+                           "header.If-Match": "$response.header.ETag"},
+            "description": "Edit this offer, guarded by the ETag just read."}}},
+        **problem_responses(401, 403, 404, 422)},
 )
 def get_offer(
     response: Response, session: SessionDep, _: CatalogRead, offer_id: OfferId,
@@ -252,7 +267,9 @@ def _revision_from_if_match(if_match: str | None) -> int | None:
 
 @router.put(
     "/v1/offers/{offer_id}", tags=["catalog"], summary="Edit a price offer",
-    response_model=OfferOut, responses=problem_responses(401, 403, 404, 412, 422, 428),
+    response_model=OfferOut, responses={
+        200: {"headers": {"ETag": ETAG_HEADER}},
+        **problem_responses(401, 403, 404, 412, 422, 428)},
 )
 def update_offer(
     response: Response, session: SessionDep, principal: CatalogWrite, offer_id: OfferId,

@@ -197,9 +197,20 @@ def _body_text(body: dict[str, Any]) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
+# OpenAPI links: what a client (and schemathesis' stateful phase) can do next with a quote.
+QUOTE_LINKS: dict[str, Any] = {
+    "GetQuote": {"operationId": "get_quote", "parameters": {"quote_id": "$response.body#/id"},
+                 "description": "Read the stored quote back."},
+    "VerifyQuote": {"operationId": "verify_quote",
+                    "parameters": {"quote_id": "$response.body#/id"},
+                    "description": "Recompute the quote and compare it to the cent."},
+}
 QUOTE_RESPONSES: dict[int | str, dict[str, Any]] = {
     201: {"description": "The stored quote (also on an idempotent replay, with "
-                         "Idempotent-Replayed: true).", "model": QuoteOut},
+                         "Idempotent-Replayed: true).", "model": QuoteOut,
+          "headers": {"Location": {"description": "The quote's URL.",
+                                   "schema": {"type": "string"}}},
+          "links": QUOTE_LINKS},
     **problem_responses(400, 401, 403, 404, 409, 413, 422),
 }
 

@@ -229,7 +229,7 @@ def scenario_overload(sqlite_url: str, duration_s: int, connections: int) -> dic
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=int, default=30, help="seconds per measurement")
-    parser.add_argument("--quote-rate", type=float, default=20.0, help="quotes per second")
+    parser.add_argument("--quote-rate", type=float, default=10.0, help="quotes per second")
     parser.add_argument("--overload-connections", type=int, default=512)
     parser.add_argument("scenarios", nargs="*",
                         default=["estimates", "offers", "quotes", "overload"])

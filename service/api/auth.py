@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -23,7 +23,9 @@ class Principal:
     scopes: tuple[str, ...]
 
 
-def _principal(request: Request, session: SessionDep, settings: SettingsDep) -> Principal | None:
+def caller(request: Request, session: SessionDep, settings: SettingsDep) -> Principal | None:
+    """The key's principal, or None without an Authorization header. A dependency, so an
+    in-process caller (``cq --local``) can override who it is."""
     header = request.headers.get("authorization")
     if header is None:
         return None
@@ -34,6 +36,9 @@ def _principal(request: Request, session: SessionDep, settings: SettingsDep) -> 
     if row is None:
         raise AuthError("the API key is unknown or revoked", status=401)
     return Principal(name=row.name, scopes=tuple(row.scopes.split()))
+
+
+CallerDep = Annotated[Principal | None, Depends(caller)]
 
 
 def _check(principal: Principal | None, scope: str) -> Principal:
@@ -47,10 +52,8 @@ def _check(principal: Principal | None, scope: str) -> Principal:
 def require(scope: str) -> Any:
     """A dependency that demands ``scope``."""
 
-    def dependency(
-        request: Request, session: SessionDep, settings: SettingsDep
-    ) -> Principal:
-        return _check(_principal(request, session, settings), scope)
+    def dependency(principal: CallerDep) -> Principal:
+        return _check(principal, scope)
 
     return Depends(dependency)
 
@@ -58,10 +61,7 @@ def require(scope: str) -> Any:
 def read_access(scope: str) -> Any:
     """Open unless ``CQ_REQUIRE_READ_AUTH`` is set; then it demands ``scope``."""
 
-    def dependency(
-        request: Request, session: SessionDep, settings: SettingsDep
-    ) -> Principal:
-        principal = _principal(request, session, settings)
+    def dependency(principal: CallerDep, settings: SettingsDep) -> Principal:
         if not settings.require_read_auth:
             return principal or Principal(name=ANONYMOUS, scopes=())
         return _check(principal, scope)

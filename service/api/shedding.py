@@ -13,7 +13,7 @@ import json
 from collections import deque
 from collections.abc import Callable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
 
@@ -43,9 +43,13 @@ class LoadSheddingMiddleware:
             await self._reject(scope, send)
             return
         self.in_flight += 1  # one event loop per process: no lock needed
-        try:
-            await self.app(scope, receive, send)
-        finally:
+        done = False
+
+        def finish() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
             self.in_flight -= 1
             while self._waiters:  # hand the slot to the oldest waiter still waiting
                 waiter = self._waiters.popleft()
@@ -53,11 +57,23 @@ class LoadSheddingMiddleware:
                     waiter.set_result(None)
                     break
 
+        async def counted_send(message: Message) -> None:
+            await send(message)
+            # The slot frees with the last byte of the answer, not when clean-up after it
+            # (closing the session in the thread pool, the log line) is done: otherwise N
+            # clients could hold up to 2N slots on a busy replica.
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                finish()
+
+        try:
+            await self.app(scope, receive, counted_send)
+        finally:
+            finish()
+
     async def _slot_frees(self) -> bool:
-        """Waits up to GRACE_S for a slot. A client's next request can arrive a moment
-        before its previous one has left this middleware (the log line is written after the
-        response), so N clients would otherwise now and then be N + 1 requests. Waiters are
-        woken one at a time, oldest first."""
+        """Waits up to GRACE_S for a slot: a client's next request can arrive a moment
+        before the event loop has run the end of its previous one, so N clients would now
+        and then be N + 1 requests. Waiters are woken one at a time, oldest first."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + GRACE_S
         while self.in_flight >= self.max_in_flight:

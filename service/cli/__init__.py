@@ -1,5 +1,7 @@
 """``cq``: the ComputeQuote command line.
 
+``cq estimate|optimise|quote|budget-plan|offers|catalog`` talk to the API (``--api URL``, env
+``CQ_API_URL``) or run the same app in process (``--local``); see ``service/cli/commands.py``.
 ``cq keys`` manages API keys in the database named by ``CQ_DATABASE_URL`` (or the embedded
 SQLite default), so it runs where the database is reachable: a laptop, or a one-off pod.
 """
@@ -15,12 +17,17 @@ from rich.table import Table
 from service.catalog.db import make_engine, make_session_factory, unit_of_work
 from service.catalog.errors import CatalogError
 from service.catalog.keys import SCOPES, create_key, list_keys, revoke_key
+from service.cli import commands
 from service.settings import Settings
 
 app = typer.Typer(help="ComputeQuote: what will it take to train this model?",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
+catalog_app = typer.Typer(help="Catalogue versions: list, export, import.", no_args_is_help=True)
+app.add_typer(catalog_app, name="catalog")
+commands.register(app)
+commands.register_catalog(catalog_app)
 err = Console(stderr=True)
 
 

@@ -1,0 +1,114 @@
+"""How ``cq`` reaches the service: over HTTP (``--api``, env ``CQ_API_URL``), or in process on
+the local database (``--local``) through the very same app, so both give the same numbers."""
+
+from __future__ import annotations
+
+import getpass
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+TIMEOUT_S = 660.0  # above the longest search deadline the service accepts (600 s)
+
+
+class CliError(Exception):
+    """Something to tell the user in one line; exit code 2 (1 is for problems)."""
+
+
+@dataclass
+class ApiProblemError(Exception):
+    """An RFC 9457 problem the service answered."""
+
+    status: int
+    title: str
+    detail: str
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> ApiProblemError:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        return cls(status=response.status_code,
+                   title=str(body.get("title") or response.reason_phrase or "Error"),
+                   detail=str(body.get("detail") or response.text[:500]),
+                   errors=[e for e in body.get("errors") or [] if isinstance(e, dict)])
+
+
+class Api:
+    """A thin JSON client; every non-2xx answer raises :class:`ApiProblemError`."""
+
+    def __init__(self, client: httpx.Client, api_key: str | None) -> None:
+        self.client = client
+        self.api_key = api_key
+
+    def call(self, method: str, path: str, *, json: Any = None,
+             params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+             content: bytes | None = None) -> httpx.Response:
+        sent = dict(headers or {})
+        if self.api_key:
+            sent["Authorization"] = f"Bearer {self.api_key}"
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self.client.request(method, path, json=json, params=query,
+                                           headers=sent, content=content)
+        except httpx.TransportError as exc:
+            raise CliError(f"cannot reach the service at {self.client.base_url}: {exc}. "
+                           "Start it (cq serve), point --api/CQ_API_URL at it, or use "
+                           "--local") from None
+        if response.status_code >= 400:
+            raise ApiProblemError.from_response(response)
+        return response
+
+
+def prepare_local_database(url: str) -> None:
+    """Migrate and seed the local database if needed (idempotent, like ``make migrate``)."""
+    from service.catalog.db import make_engine, make_session_factory, unit_of_work
+    from service.catalog.migrate import upgrade
+    from service.catalog.seed import seed_catalog
+
+    engine = make_engine(url)
+    try:
+        upgrade(url)
+        with unit_of_work(make_session_factory(engine)) as session:
+            seed_catalog(session)
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def connect(api_url: str, api_key: str | None, local: bool) -> Iterator[Api]:
+    if not local:
+        with httpx.Client(base_url=api_url, timeout=TIMEOUT_S) as client:
+            yield Api(client, api_key)
+        return
+    from service.api.auth import Principal, caller
+    from service.catalog.keys import SCOPES
+    from service.main import create_app, dispose
+    from service.settings import Settings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+    # Searches run in this process (no worker pool) and the access log stays quiet.
+    settings = Settings(search_workers=0, log_level="warning")
+    prepare_local_database(settings.resolved_database_url)
+    app = create_app(settings)
+    if not api_key:
+        # Whoever runs --local can already write the database; they act as local:<user>.
+        me = Principal(name=f"local:{getpass.getuser()}"[:128], scopes=tuple(SCOPES))
+        app.dependency_overrides[caller] = lambda: me
+    try:
+        with TestClient(app, base_url="http://local", raise_server_exceptions=False) as client:
+            client.timeout = TIMEOUT_S
+            yield Api(client, api_key)
+    finally:
+        dispose(app)

@@ -71,10 +71,15 @@ def money(amount: str | None, currency: str = "USD") -> str:
     return f"{value:,.2f} {currency}"
 
 
-def layout(parallelism: dict[str, Any]) -> str:
-    """tp4 pp4 dp2 cp2 · mb1 · ZeRO-1 · recompute none."""
+def layout(parallelism: dict[str, Any], *, short: bool = False) -> str:
+    """tp4 pp4 dp2 cp2 · mb1 · ZeRO-1 · recompute none (short: tp4 pp4 dp2 cp2 mb1 Z1)."""
     dims = " ".join(f"{d}{parallelism[d]}" for d in ("tp", "pp", "dp", "cp", "ep", "vp")
                     if parallelism.get(d, 1) != 1 or d in ("tp", "pp", "dp"))
+    if short:
+        recompute = parallelism.get("recompute", "none")
+        return (f"{dims} mb{parallelism.get('micro_batch', 1)} "
+                f"Z{parallelism.get('zero_stage', 0)}"
+                + ("" if recompute == "none" else f" rc:{recompute}"))
     return (f"{dims} · mb{parallelism.get('micro_batch', 1)} · "
             f"ZeRO-{parallelism.get('zero_stage', 0)} · recompute "
             f"{parallelism.get('recompute', 'none')}")

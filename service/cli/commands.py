@@ -45,7 +45,8 @@ Batch = Annotated[int | None, typer.Option("--global-batch",
 GpuRange = Annotated[str | None, typer.Option(
     "--gpus-range", help="START:STOP:STEP GPU counts to sweep, e.g. 512:4096:512.")]
 
-out = Console()
+# Piped output is not cut to 80 columns: tables stay one row per line for grep and logs.
+out = Console() if sys.stdout.isatty() else Console(width=200)
 err = Console(stderr=True)
 
 
@@ -136,7 +137,8 @@ def render_plans(answer: dict[str, Any]) -> None:
                   title_justify="left")
     for plan in answer["plans"]:
         table.add_row(str(plan["rank"]), plan["accelerator"], f"{plan['num_gpus']:,}",
-                      fmt.layout(plan["parallelism"]), str(plan["global_batch_seqs"]),
+                      fmt.layout(plan["parallelism"], short=True),
+                      str(plan["global_batch_seqs"]),
                       fmt.duration(plan["time"]["train_s"]),
                       fmt.number(plan["time"]["gpu_hours"]),
                       fmt.percent(plan["time"]["mfu_fraction"]),

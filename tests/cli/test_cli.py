@@ -1,0 +1,211 @@
+"""``cq`` through typer's CliRunner: in process on a local database (``--local``) and over HTTP
+against a live server (``--api``). The figures must equal the API's own answers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+from typer.testing import CliRunner
+
+from service.api import presentation as fmt
+from service.api.schemas.estimate import ESTIMATE_EXAMPLE
+from service.catalog.db import make_engine
+from service.catalog.keys import create_key
+from service.cli import app
+from service.cli.client import prepare_local_database
+from service.main import create_app, dispose
+from service.settings import Settings
+from tests.live_server import live_server
+
+runner = CliRunner()
+ESTIMATE_FLAGS = ["--model", "llama3.1-70b", "--accelerator", "h100-sxm5-80gb", "--gpus", "64",
+                  "--tokens", "15e12", "--seq-len", "8192", "--global-batch", "128",
+                  "--tp", "4", "--pp", "4", "--cp", "2"]
+
+
+@pytest.fixture(scope="module")
+def local_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('cli')}/local.sqlite3"
+    prepare_local_database(url)
+    return url
+
+
+@pytest.fixture
+def local(local_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("CQ_DATABASE_URL", local_url)
+    return local_url
+
+
+@pytest.fixture(scope="module")
+def api(local_url: str) -> Iterator[TestClient]:
+    """The API itself on the same database, to compare against."""
+    application = create_app(Settings(database_url=local_url, search_workers=0))
+    with TestClient(application) as client:
+        yield client
+    dispose(application)
+
+
+def flat(text: str) -> str:
+    """Output without rich's box drawing and line wrapping."""
+    return re.sub(r"[│╭╮╰╯─\s]+", " ", text)
+
+
+def cq(*args: str) -> Any:
+    result = runner.invoke(app, list(args))
+    assert "Traceback" not in result.output
+    return result
+
+
+def test_estimate_local_json_equals_the_api(local: str, api: TestClient) -> None:
+    result = cq("estimate", "--local", "--json", *ESTIMATE_FLAGS)
+    assert result.exit_code == 0, result.output
+    body = {"model": {"preset": "llama3.1-70b"},
+            "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 64},
+            "parallelism": {"tp": 4, "pp": 4, "cp": 2},
+            "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12}}
+    expected = api.post("/v1/estimates", json=body).json()
+    assert json.loads(result.stdout) == expected
+    assert expected["resolved"]["parallelism"]["dp"] == 2
+
+
+def test_estimate_table_shows_the_figures(local: str, api: TestClient) -> None:
+    answer = json.loads(cq("estimate", "--local", "--json", *ESTIMATE_FLAGS).stdout)
+    result = cq("estimate", "--local", *ESTIMATE_FLAGS)
+    assert result.exit_code == 0, result.output
+    assert fmt.duration(answer["time"]["train_s"]) in result.stdout
+    assert fmt.percent(answer["time"]["mfu_fraction"]) in result.stdout
+    assert fmt.gib(answer["memory"]["peak_bytes_per_gpu"]) in result.stdout
+    assert "pipeline bubble" in result.stdout
+
+
+def test_request_file_and_flags_override(local: str, api: TestClient, tmp_path: Path) -> None:
+    path = tmp_path / "estimate.json"
+    path.write_text(json.dumps(ESTIMATE_EXAMPLE))
+    from_file = json.loads(cq("estimate", "--local", "--json", "--request", str(path)).stdout)
+    assert from_file == api.post("/v1/estimates", json=ESTIMATE_EXAMPLE).json()
+    doubled = json.loads(cq("estimate", "--local", "--json", "--request", str(path),
+                            "--tokens", str(2 * ESTIMATE_EXAMPLE["training"]["tokens"])).stdout)
+    assert doubled["time"]["train_s"] == pytest.approx(2 * from_file["time"]["train_s"])
+
+
+def test_a_problem_prints_title_and_detail_and_exits_1(local: str) -> None:
+    result = cq("estimate", "--local", *ESTIMATE_FLAGS[:2], "--accelerator", "no-such-gpu",
+                "--gpus", "8", "--tokens", "1e9")
+    assert result.exit_code == 1
+    assert "422" in result.output
+    assert "no-such-gpu" in result.output
+
+
+def test_a_bad_request_file_is_a_usage_error(local: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    result = cq("estimate", "--local", "--request", str(path))
+    assert result.exit_code == 2
+    assert "not a JSON file" in flat(result.output)
+
+
+def test_an_unreachable_api_exits_2_with_advice() -> None:
+    result = cq("offers", "--api", "http://127.0.0.1:9")
+    assert result.exit_code == 2
+    assert "cannot reach the service" in flat(result.output)
+    assert "--local" in result.output
+
+
+def test_optimise_local_ranks_plans_like_the_api(local: str, api: TestClient) -> None:
+    flags = ["--model", "gpt3-175b", "--accelerator", "a100-sxm4-80gb", "--gpus", "256",
+             "--tokens", "300e9", "--seq-len", "2048", "--global-batch", "1536", "--top-k", "3"]
+    result = cq("optimise", "--local", "--json", *flags)
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert [p["rank"] for p in answer["plans"]] == [1, 2, 3]
+    times = [p["time"]["train_s"] for p in answer["plans"]]
+    assert times == sorted(times)
+    table = cq("optimise", "--local", *flags)
+    assert fmt.layout(answer["plans"][0]["parallelism"], short=True) in table.stdout
+    assert f"{answer['search']['candidates_evaluated']:,} layouts evaluated" in table.stdout
+    assert table.stderr == ""  # no progress bar when not on a terminal
+
+
+def test_quote_local_is_stored_and_gated(local: str, api: TestClient) -> None:
+    result = cq("quote", "--local", "--json", "--gpu-hours", "100000", "--accelerator",
+                "h100-sxm5-80gb", "--gpus", "512", "--provider", "lambda", "--term",
+                "on_demand", "--budget", "1.00")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["verdict"] == "reject"  # nothing costs a dollar
+    assert answer["principal"].startswith("local:")
+    stored = api.get(f"/v1/quotes/{answer['id']}")
+    assert stored.status_code == 200
+    assert stored.json()["summary"] == answer["summary"]
+    line = answer["cheapest_per_term"]["on_demand"]
+    table = cq("quote", "--local", "--gpu-hours", "100000", "--accelerator", "h100-sxm5-80gb",
+               "--gpus", "512", "--provider", "lambda", "--term", "on_demand")
+    assert fmt.money(line["total"], line["currency"]) in table.stdout
+
+
+def test_budget_plan_and_offers_local(local: str, api: TestClient) -> None:
+    result = cq("budget-plan", "--local", "--json", "--model", "llama3.1-8b", "--accelerator",
+                "h100-sxm5-80gb", "--gpus-range", "8:32:8", "--tokens", "1e11", "--budget",
+                "200000", "--deadline-days", "60")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    totals = [float(line["total"]) for line in answer["cheapest_before_deadline"]]
+    assert totals == sorted(totals)
+    offers = cq("offers", "--local", "--json", "--accelerator", "h100-sxm5-80gb", "--term",
+                "spot", "--limit", "5")
+    items = json.loads(offers.stdout)["items"]
+    assert 0 < len(items) <= 5
+    assert {o["accelerator"] for o in items} == {"h100-sxm5-80gb"}
+    assert {o["term"] for o in items} == {"spot"}
+    prices = [float(o["price_per_gpu_hour"]) for o in items]
+    assert prices == sorted(prices)
+
+
+def test_catalog_versions_export_and_import(local: str, tmp_path: Path) -> None:
+    exported = tmp_path / "catalog.csv"
+    assert cq("catalog", "export", "--local", "-o", str(exported)).exit_code == 0
+    rows = exported.read_text().splitlines()
+    assert len(rows) > 1000
+    patch = tmp_path / "patch.csv"
+    patch.write_text(rows[0] + "\n" + rows[1] + "\n")  # re-assert one offer as a patch
+    result = cq("catalog", "import", "--local", "--json", str(patch), "--note", "cli test")
+    assert result.exit_code == 0, result.output
+    version = json.loads(result.stdout)
+    versions = json.loads(cq("catalog", "versions", "--local", "--json").stdout)["items"]
+    assert versions[0]["id"] == version["id"]
+    assert versions[0]["note"] == "cli test"
+
+
+@pytest.mark.postgres
+def test_remote_quote_needs_a_key(database_url_factory: Callable[[str], str]) -> None:
+    url = database_url_factory("postgres")
+    prepare_local_database(url)
+    engine = make_engine(url)
+    with Session(engine) as session:
+        _, key = create_key(session, name="cli", scopes=["quotes:write", "quotes:read"],
+                            pepper=Settings().api_key_pepper.get_secret_value())
+        session.commit()
+    engine.dispose()
+    flags = ["--gpu-hours", "1000", "--accelerator", "h100-sxm5-80gb", "--gpus", "8",
+             "--provider", "lambda"]
+    with live_server(Settings(database_url=url, search_workers=0)) as base:
+        refused = cq("quote", "--api", base, *flags)
+        assert refused.exit_code == 1
+        assert "401" in refused.output
+        result = cq("quote", "--api", base, "--api-key", key, "--json",
+                    "--idempotency-key", "cli-1", *flags)
+        assert result.exit_code == 0, result.output
+        answer = json.loads(result.stdout)
+        assert answer["principal"] == "cli"
+        again = json.loads(cq("quote", "--api", base, "--api-key", key, "--json",
+                              "--idempotency-key", "cli-1", *flags).stdout)
+        assert again == answer  # a retried command replays the stored quote
+        assert httpx.get(f"{base}/v1/quotes/{answer['id']}").json()["id"] == answer["id"]

@@ -14,6 +14,7 @@ from service.api.openapi import build_openapi, operation_id
 from service.api.problems import install_problem_handlers
 from service.api.routes import catalog, docs, estimates, health, plans, prices, quotes
 from service.api.shedding import LoadSheddingMiddleware
+from service.api.ui import router as ui_router
 from service.catalog.db import make_engine, make_session_factory
 from service.settings import Settings
 
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        on_shed=app.state.metrics.shed.inc)
     for module in (estimates, plans, quotes, catalog, prices, health, docs):
         app.include_router(module.router)
+    app.include_router(ui_router)
     app.mount("/static", docs.static_files(), name="static")
 
     def custom_openapi() -> dict[str, Any]:

@@ -1,0 +1,335 @@
+"""``/ui``: a server-rendered portal page for planners and procurement.
+
+The page builds the same JSON bodies a client would and sends them to this app's own API in
+process (``httpx.ASGITransport``), so the figures, the validation and the error messages are
+the API's. Field errors from a problem's ``errors`` list are shown next to their form fields.
+No script, no build step, no CDN: HTML, one stylesheet from ``/static`` and inline SVG charts.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from service.api import presentation as fmt
+from service.api.ui import charts
+
+router = APIRouter(include_in_schema=False)
+templates = Environment(loader=PackageLoader("service.api.ui", "templates"),
+                        autoescape=select_autoescape(["html"]), trim_blocks=True,
+                        lstrip_blocks=True)
+templates.globals["fmt"] = fmt
+
+ACTIONS = ("estimate", "optimise", "quote")
+DEFAULTS: dict[str, str] = {
+    "model": "llama3.1-70b", "tokens": "2e12", "seq_len": "8192", "global_batch": "512",
+    "accelerator": "h100-sxm5-80gb", "gpus": "256", "gpus_min": "", "gpus_max": "",
+    "gpus_step": "", "tp": "8", "pp": "4", "cp": "1", "micro_batch": "1", "zero_stage": "1",
+    "recompute": "none", "budget": "", "currency": "USD", "deadline_days": "",
+    "providers": "", "price_per_gpu_hour": "", "api_key": "", "nonce": "",
+}
+# Where an API field error belongs on the form (after the workload prefix is removed).
+FIELD_OF: dict[str, str] = {
+    "model": "model", "model.preset": "model", "training.tokens": "tokens",
+    "training.seq_len": "seq_len", "training.global_batch_seqs": "global_batch",
+    "training.global_batch_seqs_options": "global_batch",
+    "cluster.accelerator": "accelerator", "cluster.num_gpus": "gpus",
+    "cluster.num_gpus_range": "gpus_min", "cluster.num_gpus_range.start": "gpus_min",
+    "cluster.num_gpus_range.stop": "gpus_max", "cluster.num_gpus_range.step": "gpus_step",
+    "clusters.0.accelerator": "accelerator", "clusters.0.num_gpus": "gpus",
+    "parallelism.tp": "tp", "parallelism.pp": "pp", "parallelism.cp": "cp",
+    "parallelism.micro_batch": "micro_batch", "parallelism.zero_stage": "zero_stage",
+    "parallelism.recompute": "recompute", "budget.amount": "budget",
+    "budget.currency": "currency", "budget": "budget", "deadline_s": "deadline_days",
+    "providers": "providers", "providers.0": "providers",
+    "constraints.price_per_gpu_hour_usd": "price_per_gpu_hour", "authorization": "api_key",
+}
+NUMBER_FIELDS = ("tokens", "seq_len", "global_batch", "gpus", "gpus_min", "gpus_max",
+                 "gpus_step", "tp", "pp", "cp", "micro_batch", "zero_stage")
+
+
+@dataclass
+class Outcome:
+    """What the page shows: the form's values, errors by field, and results."""
+
+    values: dict[str, str]
+    action: str | None = None
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    general_errors: list[str] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    charts: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _number(text: str) -> Any:
+    """A number for the API, or the text itself, so the API names the field and the rule."""
+    cleaned = text.strip().replace(",", "").replace("_", "")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return text
+    if math.isfinite(value) and value == int(value) and "e" not in cleaned.lower() \
+            and "." not in cleaned:
+        return int(value)
+    return value
+
+
+def _values(form: dict[str, str]) -> dict[str, str]:
+    return {name: str(form.get(name, default)).strip()[:200] for name, default in
+            DEFAULTS.items()}
+
+
+def _training(v: dict[str, str]) -> dict[str, Any]:
+    return {"seq_len": _number(v["seq_len"]), "global_batch_seqs": _number(v["global_batch"]),
+            "tokens": _number(v["tokens"])}
+
+
+def _integer_or_text(text: str) -> Any:
+    value = _number(text)
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def estimate_body(v: dict[str, str]) -> dict[str, Any]:
+    return {
+        "model": {"preset": v["model"]},
+        "cluster": {"accelerator": v["accelerator"], "num_gpus": _integer_or_text(v["gpus"])},
+        "parallelism": {"tp": _integer_or_text(v["tp"]), "pp": _integer_or_text(v["pp"]),
+                        "cp": _integer_or_text(v["cp"]),
+                        "micro_batch": _integer_or_text(v["micro_batch"]),
+                        "zero_stage": _integer_or_text(v["zero_stage"]),
+                        "recompute": v["recompute"]},
+        "training": {**_training(v), "tokens": _number(v["tokens"])},
+    }
+
+
+def _cluster(v: dict[str, str]) -> dict[str, Any]:
+    if v["gpus_min"] or v["gpus_max"]:
+        return {"accelerator": v["accelerator"], "num_gpus_range": {
+            "start": _integer_or_text(v["gpus_min"] or v["gpus"]),
+            "stop": _integer_or_text(v["gpus_max"] or v["gpus"]),
+            "step": _integer_or_text(v["gpus_step"] or v["gpus_min"] or "1")}}
+    return {"accelerator": v["accelerator"], "num_gpus": _integer_or_text(v["gpus"])}
+
+
+def optimise_body(v: dict[str, str]) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": {"preset": v["model"]}, "training": _training(v),
+                            "cluster": _cluster(v), "objective": "time", "top_k": 30}
+    if v["price_per_gpu_hour"]:
+        body["constraints"] = {"price_per_gpu_hour_usd": v["price_per_gpu_hour"]}
+        body["objective"] = "cost"
+    if v["deadline_days"]:
+        deadline = _number(v["deadline_days"])
+        body.setdefault("constraints", {})["max_train_s"] = (
+            deadline * fmt.DAY_S if isinstance(deadline, int | float) else deadline)
+    return body
+
+
+def quote_body(v: dict[str, str]) -> dict[str, Any]:
+    body: dict[str, Any] = {"workload": {"optimise": {
+        "model": {"preset": v["model"]}, "training": _training(v),
+        "clusters": [{"accelerator": v["accelerator"],
+                      "num_gpus": _integer_or_text(v["gpus"])}]}}}
+    if v["providers"]:
+        body["providers"] = [p.strip() for p in v["providers"].split(",") if p.strip()]
+    if v["budget"]:
+        body["budget"] = {"amount": v["budget"].replace(",", ""), "currency": v["currency"]}
+    if v["deadline_days"]:
+        deadline = _number(v["deadline_days"])
+        body["deadline_s"] = deadline * fmt.DAY_S if isinstance(deadline, int | float) \
+            else deadline
+    return body
+
+
+def _place_errors(outcome: Outcome, problem: dict[str, Any], prefix: str = "") -> None:
+    placed = False
+    for error in problem.get("errors") or []:
+        path = str(error.get("field", ""))
+        if prefix and path.startswith(prefix):
+            path = path[len(prefix):]
+        name = FIELD_OF.get(path)
+        if name is None and path.startswith("deadline_s"):
+            name = "deadline_days"
+        if name is not None:
+            outcome.errors.setdefault(name, []).append(str(error.get("message", "invalid")))
+            placed = True
+        else:
+            outcome.general_errors.append(f"{path}: {error.get('message', 'invalid')}")
+            placed = True
+    if not placed:
+        detail = str(problem.get("detail") or problem.get("title") or "the request failed")
+        if problem.get("status") in (401, 403):
+            outcome.errors.setdefault("api_key", []).append(detail)
+        else:
+            outcome.general_errors.append(detail)
+
+
+async def _api(request: Request) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=request.app),
+                             base_url="http://ui.internal", timeout=660.0)
+
+
+def _problem(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    return body if isinstance(body, dict) else {"detail": response.text[:300]}
+
+
+def _estimate_charts(answer: dict[str, Any], ident: str) -> dict[str, str]:
+    memory = charts.stacked_bar(
+        f"{ident}-memory", "Memory per GPU",
+        [charts.Part(label, size) for label, size in fmt.memory_parts(answer)],
+        unit="GiB", scale=fmt.GIB_BYTES, limit=answer["memory"]["capacity_bytes_per_gpu"],
+        limit_label="GPU memory")
+    step = answer["time"]["step_s"]
+    scale, unit = (1.0, "seconds per step") if step >= 1 else (1e-3, "milliseconds per step")
+    timing = charts.stacked_bar(
+        f"{ident}-step", "Step time breakdown",
+        [charts.Part(label, seconds) for label, seconds in fmt.step_parts(answer)],
+        unit=unit, scale=scale)
+    return {"memory": memory, "step": timing}
+
+
+async def _cheapest_on_demand(client: httpx.AsyncClient,
+                              accelerator: str) -> dict[str, Any] | None:
+    response = await client.get("/v1/offers", params={
+        "accelerator": accelerator, "term": "on_demand", "page_size": 1})
+    if response.status_code != 200:
+        return None
+    items = response.json().get("items") or []
+    return items[0] if items else None
+
+
+async def run_estimate(request: Request, outcome: Outcome) -> None:
+    async with await _api(request) as client:
+        response = await client.post("/v1/estimates", json=estimate_body(outcome.values))
+        if response.status_code != 200:
+            _place_errors(outcome, _problem(response))
+            return
+        answer = response.json()
+        outcome.result = answer
+        outcome.charts = _estimate_charts(answer, "estimate")
+        price_text = outcome.values["price_per_gpu_hour"]
+        offer = None if price_text else await _cheapest_on_demand(
+            client, outcome.values["accelerator"])
+    try:
+        price = Decimal(price_text) if price_text else (
+            Decimal(offer["price_per_gpu_hour"]) if offer else None)
+    except InvalidOperation:
+        outcome.errors.setdefault("price_per_gpu_hour", []).append("not a decimal number")
+        price = None
+    if price is not None:
+        gpu_hours = Decimal(str(answer["time"]["gpu_hours"]))
+        outcome.extra["cost"] = str((gpu_hours * price).quantize(Decimal("0.01")))
+        outcome.extra["cost_basis"] = (
+            f"{price} USD per GPU-hour as given" if price_text else
+            f"the cheapest on-demand offer: {offer['provider']} {offer['region']} "  # type: ignore[index]
+            f"at {Decimal(offer['price_per_gpu_hour']):.4f} {offer['currency']} per GPU-hour")  # type: ignore[index]
+
+
+async def run_optimise(request: Request, outcome: Outcome) -> None:
+    async with await _api(request) as client:
+        response = await client.post("/v1/parallelism-plans", json=optimise_body(outcome.values))
+    if response.status_code != 200:
+        _place_errors(outcome, _problem(response))
+        return
+    answer = response.json()
+    outcome.result = answer
+    if not answer["plans"]:
+        return
+    by_cost = answer["cost_basis"] == "usd"
+
+    def point(plan: dict[str, Any]) -> charts.Point:
+        x = float(plan["cost_usd"]) if by_cost else plan["time"]["gpu_hours"]
+        label = (f"#{plan['rank']} {plan['num_gpus']:,} GPUs, "
+                 f"{fmt.layout(plan['parallelism'], short=True)}")
+        return charts.Point(x=x, y=plan["time"]["train_s"] / fmt.DAY_S, label=label)
+
+    outcome.charts["pareto"] = charts.scatter(
+        "pareto", "Training time against cost: ranked plans and the Pareto front",
+        [point(p) for p in answer["plans"]], [point(p) for p in answer["pareto"]],
+        point(answer["plans"][0]),
+        x_unit="cost (USD)" if by_cost else "cost (GPU-hours)", y_unit="training time (days)")
+    outcome.charts.update(_estimate_charts(answer["plans"][0], "best"))
+
+
+async def run_quote(request: Request, outcome: Outcome) -> None:
+    key = outcome.values["api_key"]
+    if not key:
+        outcome.errors["api_key"] = ["Quote stores a quote: give an API key with quotes:write"]
+        return
+    async with await _api(request) as client:
+        response = await client.post(
+            "/v1/quotes", json=quote_body(outcome.values),
+            # The form's nonce: submitting the same page twice replays one quote.
+            headers={"Authorization": f"Bearer {key}",
+                     "Idempotency-Key": "ui-" + (outcome.values["nonce"] or uuid.uuid4().hex)})
+    if response.status_code != 201:
+        _place_errors(outcome, _problem(response), prefix="workload.optimise.")
+        return
+    outcome.result = response.json()
+
+
+RUNNERS = {"estimate": run_estimate, "optimise": run_optimise, "quote": run_quote}
+
+
+async def _choices(request: Request) -> dict[str, list[str]]:
+    async with await _api(request) as client:
+        models = (await client.get("/v1/models", params={"page_size": 100})).json()
+        accelerators = (await client.get("/v1/accelerators", params={"page_size": 100})).json()
+    return {"models": [m["name"] for m in models.get("items", [])],
+            "accelerators": [a["id"] for a in accelerators.get("items", [])]}
+
+
+def _page(outcome: Outcome, choices: dict[str, list[str]], status: int = 200) -> HTMLResponse:
+    outcome.values["nonce"] = uuid.uuid4().hex  # a fresh page is a fresh quote
+    html = templates.get_template("portal.html").render(o=outcome, choices=choices,
+                                                        actions=ACTIONS)
+    return HTMLResponse(html, status_code=status)
+
+
+@router.get("/ui", response_class=HTMLResponse)
+async def portal(request: Request) -> HTMLResponse:
+    """The empty form (query parameters pre-fill it)."""
+    values = _values(dict(request.query_params))
+    values["api_key"] = ""  # never from a URL
+    return _page(Outcome(values=values), await _choices(request))
+
+
+@router.post("/ui", response_class=HTMLResponse)
+async def portal_submit(request: Request) -> HTMLResponse:
+    form = await request.form()
+    raw = {k: v for k, v in form.items() if isinstance(v, str)}
+    outcome = Outcome(values=_values(raw), action=raw.get("action"))
+    if outcome.action not in RUNNERS:
+        outcome.general_errors.append("choose Estimate, Optimise or Quote")
+        return _page(outcome, await _choices(request), status=400)
+    await RUNNERS[outcome.action](request, outcome)
+    outcome.values["api_key"] = ""  # never echoed back into the page
+    failed = bool(outcome.errors or outcome.general_errors) and outcome.result is None
+    return _page(outcome, await _choices(request), status=422 if failed else 200)
+
+
+@router.get("/ui/quotes/{quote_id}", response_class=HTMLResponse)
+async def portal_quote(request: Request, quote_id: str) -> HTMLResponse:
+    """A stored quote as a page (its JSON is at /v1/quotes/{id})."""
+    outcome = Outcome(values=_values({}), action="quote")
+    headers = {}
+    if auth := request.headers.get("authorization"):
+        headers["Authorization"] = auth
+    async with await _api(request) as client:
+        response = await client.get(f"/v1/quotes/{quote_id}", headers=headers)
+    if response.status_code != 200:
+        _place_errors(outcome, _problem(response))
+        return _page(outcome, await _choices(request), status=response.status_code)
+    outcome.result = response.json()
+    return _page(outcome, await _choices(request))

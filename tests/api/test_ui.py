@@ -1,0 +1,176 @@
+"""The /ui portal through the ASGI app: the figures are the API's, errors sit next to their
+fields, charts are inline SVG with titles and axes, nothing is loaded from elsewhere."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api import presentation as fmt
+
+FORM = {"model": "llama3.1-70b", "tokens": "2e12", "seq_len": "8192", "global_batch": "512",
+        "accelerator": "h100-sxm5-80gb", "gpus": "256", "tp": "8", "pp": "4", "cp": "1",
+        "micro_batch": "1", "zero_stage": "1", "recompute": "none", "currency": "USD"}
+ESTIMATE_BODY = {"model": {"preset": "llama3.1-70b"},
+                 "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 256},
+                 "parallelism": {"tp": 8, "pp": 4, "cp": 1, "micro_batch": 1, "zero_stage": 1,
+                                 "recompute": "none"},
+                 "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 2e12}}
+
+
+class _Page(HTMLParser):
+    """Inputs, labels, external references and the text of elements with an id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: list[dict[str, str]] = []
+        self.labels: set[str] = set()
+        self.external: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag in ("input", "select") and a.get("type") != "hidden":
+            self.inputs.append(a)
+        if tag == "label":
+            self.labels.add(a.get("for", ""))
+        for name in ("src", "href"):
+            if re.match(r"^(https?:)?//", a.get(name, "")) and "www.w3.org" not in a[name]:
+                self.external.append(a[name])
+
+
+def parse(html: str) -> _Page:
+    page = _Page()
+    page.feed(html)
+    return page
+
+
+def error_of(html: str, field: str) -> str:
+    match = re.search(rf'id="e-{field}"[^>]*>([^<]*)<', html)
+    return match.group(1) if match else ""
+
+
+def test_the_form_labels_every_field_and_loads_nothing_from_elsewhere(
+        client: TestClient) -> None:
+    response = client.get("/ui")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    page = parse(response.text)
+    assert len(page.inputs) >= 18
+    assert all(i["id"] in page.labels for i in page.inputs)
+    assert page.external == []
+    for action in ("estimate", "optimise", "quote"):
+        assert f'value="{action}"' in response.text
+    assert 'option value="llama3.1-405b"' in response.text  # presets from the API
+    assert client.get("/static/ui.css").status_code == 200
+
+
+def test_estimate_shows_the_apis_figures_and_two_charts(client: TestClient) -> None:
+    api = client.post("/v1/estimates", json=ESTIMATE_BODY).json()
+    response = client.post("/ui", data={**FORM, "action": "estimate"})
+    assert response.status_code == 200
+    html = response.text
+    assert fmt.duration(api["time"]["train_s"]) in html
+    assert fmt.number(api["time"]["gpu_hours"]) in html
+    assert fmt.percent(api["time"]["mfu_fraction"]) in html
+    assert fmt.gib(api["memory"]["peak_bytes_per_gpu"]) in html
+    assert re.search(r"<dt>Cost</dt><dd>[\d,]+\.\d\d USD</dd>", html)  # cheapest on-demand
+    svgs = re.findall(r"<svg[^>]*role=\"img\".*?</svg>", html, re.S)
+    assert len(svgs) == 2
+    memory, step = svgs
+    assert "<title" in memory
+    assert "GiB" in memory
+    assert "GPU memory 80.0 GiB" in memory
+    assert "compute" in step
+    assert "per step" in step
+
+
+def test_a_price_given_prices_the_estimate_exactly(client: TestClient) -> None:
+    api = client.post("/v1/estimates", json=ESTIMATE_BODY).json()
+    html = client.post("/ui", data={**FORM, "price_per_gpu_hour": "2.00",
+                                    "action": "estimate"}).text
+    from decimal import Decimal
+    expected = (Decimal(str(api["time"]["gpu_hours"])) * 2).quantize(Decimal("0.01"))
+    assert fmt.money(str(expected)) in html
+
+
+def test_api_validation_errors_appear_next_to_their_fields(client: TestClient) -> None:
+    response = client.post("/ui", data={**FORM, "tokens": "lots", "gpus": "-4",
+                                        "action": "estimate"})
+    assert response.status_code == 422
+    assert error_of(response.text, "tokens") == "Input should be a valid number"
+    assert "greater than or equal to 1" in error_of(response.text, "gpus")
+    assert 'aria-invalid="true"' in response.text
+    assert 'value="lots"' in response.text  # the user's input is kept
+    assert "<svg" not in response.text
+
+
+def test_a_modelling_rule_is_shown_above_the_form(client: TestClient) -> None:
+    response = client.post("/ui", data={**FORM, "tp": "7", "action": "estimate"})
+    assert response.status_code == 422
+    assert 'id="form-errors"' in response.text
+
+
+def test_optimise_draws_the_pareto_front_with_the_recommended_plan(
+        client: TestClient) -> None:
+    data = {**FORM, "gpus_min": "128", "gpus_max": "512", "gpus_step": "128",
+            "price_per_gpu_hour": "2.50", "action": "optimise"}
+    response = client.post("/ui", data=data)
+    assert response.status_code == 200, response.text[:500]
+    pareto = re.search(r'<svg[^>]*id="pareto".*?</svg>', response.text, re.S)
+    assert pareto is not None
+    chart = pareto.group(0)
+    assert "cost (USD)" in chart
+    assert "training time (days)" in chart
+    assert "Recommended: #1" in chart
+    assert chart.count("<circle") >= 3
+
+
+def test_quote_needs_a_key_then_stores_a_quote_with_links(
+        client: TestClient, api_key: Any) -> None:
+    no_key = client.post("/ui", data={**FORM, "action": "quote"})
+    assert no_key.status_code == 422
+    assert "quotes:write" in error_of(no_key.text, "api_key")
+    bad_key = client.post("/ui", data={**FORM, "api_key": "cq_nope", "action": "quote"})
+    assert "unknown or revoked" in error_of(bad_key.text, "api_key")
+    key = api_key("quotes:write", "quotes:read")["Authorization"].split()[1]
+    response = client.post("/ui", data={**FORM, "api_key": key, "budget": "1000.00",
+                                        "providers": "lambda, onprem", "action": "quote",
+                                        "nonce": "abc123"})
+    assert response.status_code == 200, response.text[:800]
+    html = response.text
+    quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
+    stored = client.get(f"/v1/quotes/{quote_id}").json()
+    assert stored["verdict"] == "reject"  # nothing trains 70B for 1,000 USD
+    assert "Budget verdict: <strong>reject</strong>" in html
+    line = stored["cheapest_per_term"]["on_demand"]
+    assert fmt.money(line["total"], line["currency"]) in html
+    assert key not in html  # the key is never echoed
+    assert client.get(f"/ui/quotes/{quote_id}").status_code == 200
+    again = client.post("/ui", data={**FORM, "api_key": key, "budget": "1000.00",
+                                     "providers": "lambda, onprem", "action": "quote",
+                                     "nonce": "abc123"})
+    assert f"/v1/quotes/{quote_id}" in again.text  # a resubmitted page replays its quote
+
+
+@pytest.mark.parametrize("action", ["", "delete", "<script>"])
+def test_an_unknown_action_is_400(client: TestClient, action: str) -> None:
+    response = client.post("/ui", data={**FORM, "action": action})
+    assert response.status_code == 400
+    assert "<script>" not in response.text
+
+
+def test_input_is_escaped(client: TestClient) -> None:
+    response = client.post("/ui", data={**FORM, "model": '"><script>alert(1)</script>',
+                                        "action": "estimate"})
+    assert response.status_code == 422
+    assert "<script>alert(1)" not in response.text
+    assert "&lt;script&gt;" in response.text or "&#34;&gt;&lt;script" in response.text
+
+
+def test_an_unknown_stored_quote_is_404(client: TestClient) -> None:
+    response = client.get("/ui/quotes/q_00000000000000000000000000000000")
+    assert response.status_code == 404

@@ -7,7 +7,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog bench-optimiser bench-load optimiser-vs-published openapi manifests clean
+.PHONY: venv browser run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog bench-optimiser bench-load optimiser-vs-published openapi manifests clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,12 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-pytest: venv
+# tests/ui needs Debian's chromium; on a fresh Debian machine this installs it (when root).
+browser:
+	@test -x /usr/bin/chromium || (command -v apt-get >/dev/null && (apt-get install -y -q chromium \
+	  || (apt-get update -q && apt-get install -y -q chromium)) >/dev/null 2>&1) || true
+
+pytest: venv browser
 	$(BIN)/pytest
 
 test: lint typecheck pytest

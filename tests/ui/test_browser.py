@@ -1,0 +1,199 @@
+"""A real browser on /ui: Debian's chromium driven by Playwright (no downloaded browser).
+
+It fills the form, submits, and checks that the API's figures and the SVG charts appear; that
+errors show next to their fields; that Tab walks the form in reading order; that text meets
+WCAG AA contrast; and that a laptop screen needs no sideways scrolling. Screenshots are saved
+under ``test-artifacts/`` (``CQ_TEST_ARTIFACTS``) for CI to keep.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+from sqlalchemy.orm import Session
+
+from service.api import presentation as fmt
+from service.catalog.db import make_engine
+from service.catalog.keys import create_key
+from service.cli.client import prepare_local_database
+from service.settings import Settings
+from tests.live_server import live_server
+
+CHROMIUM = Path(os.environ.get("CQ_CHROMIUM", "/usr/bin/chromium"))
+ARTIFACTS = Path(os.environ.get("CQ_TEST_ARTIFACTS", "test-artifacts"))
+LAPTOP = {"width": 1366, "height": 768}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('ui')}/ui.sqlite3"
+    prepare_local_database(url)
+    engine = make_engine(url)
+    with Session(engine) as session:
+        _, key = create_key(session, name="portal", scopes=["quotes:write", "quotes:read"],
+                            pepper=Settings().api_key_pepper.get_secret_value())
+        session.commit()
+    engine.dispose()
+    with live_server(Settings(database_url=url, search_workers=0, log_level="warning")) as base:
+        yield base, key
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install "
+                    "chromium), or set CQ_CHROMIUM")
+    with sync_playwright() as playwright:
+        args = ["--no-sandbox"] if os.geteuid() == 0 else []
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: tuple[str, str]) -> Iterator[Page]:
+    context = browser.new_context(viewport=LAPTOP, base_url=server[0])
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+def shot(page: Page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def test_estimate_shows_figures_and_charts(page: Page, server: tuple[str, str]) -> None:
+    page.goto("/ui")
+    page.select_option("#f-model", "llama3.1-70b")
+    page.fill("#f-tokens", "15e12")
+    page.select_option("#f-accelerator", "h100-sxm5-80gb")
+    page.fill("#f-gpus", "512")
+    page.click("button[value=estimate]")
+    page.wait_for_selector("#figures")
+    api = httpx.post(server[0] + "/v1/estimates", json={
+        "model": {"preset": "llama3.1-70b"},
+        "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 512},
+        "parallelism": {"tp": 8, "pp": 4, "cp": 1, "micro_batch": 1, "zero_stage": 1,
+                        "recompute": "none"},
+        "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 15e12}}).json()
+    figures = page.inner_text("#figures")
+    assert fmt.duration(api["time"]["train_s"]) in figures
+    assert fmt.number(api["time"]["gpu_hours"]) in figures
+    assert fmt.percent(api["time"]["mfu_fraction"]) in figures
+    assert "USD" in figures  # priced at the cheapest on-demand offer
+    charts = page.locator("svg[role=img]")
+    assert charts.count() == 2
+    box = charts.first.bounding_box()
+    assert box is not None
+    assert box["width"] > 400
+    assert page.locator("#estimate-memory title").first.text_content() == "Memory per GPU"
+    path = shot(page, "ui-estimate")
+    assert path.stat().st_size > 20_000
+
+
+def test_optimise_draws_the_pareto_scatter(page: Page) -> None:
+    page.goto("/ui")
+    page.fill("#f-tokens", "2e12")
+    page.fill("#f-gpus_min", "128")
+    page.fill("#f-gpus_max", "1024")
+    page.fill("#f-gpus_step", "128")
+    page.fill("#f-price_per_gpu_hour", "2.40")
+    page.click("button[value=optimise]")
+    page.wait_for_selector("#pareto")
+    assert page.locator("#pareto polygon").count() == 1  # the recommended plan's star
+    assert "cost (USD)" in (page.text_content("#pareto") or "")
+    shot(page, "ui-optimise")
+
+
+def test_quote_shows_the_verdict_and_links_to_its_json(page: Page,
+                                                       server: tuple[str, str]) -> None:
+    page.goto("/ui")
+    page.fill("#f-budget", "250000")
+    page.fill("#f-providers", "lambda,nebius")
+    page.fill("#f-api_key", server[1])
+    page.fill("#f-tokens", "1e11")
+    page.click("button[value=quote]")
+    page.wait_for_selector("#verdict")
+    assert re.search(r"Budget verdict: (approve|reject)", page.inner_text("#verdict"))
+    assert page.locator("#per-term tbody tr").count() >= 1
+    shot(page, "ui-quote")
+    page.click("text=its JSON")
+    stored = page.evaluate("() => JSON.parse(document.body.innerText)")
+    assert stored["id"].startswith("q_")
+    assert stored["verdict"] in ("approve", "reject")
+
+
+def test_errors_appear_next_to_their_fields(page: Page) -> None:
+    page.goto("/ui")
+    page.fill("#f-tokens", "a lot")
+    page.fill("#f-gpus", "0")
+    page.click("button[value=estimate]")
+    error = page.locator("#e-tokens")
+    error.wait_for()
+    assert error.inner_text() == "Input should be a valid number"
+    assert "greater than or equal to 1" in page.inner_text("#e-gpus")
+    assert page.get_attribute("#f-tokens", "aria-describedby") == "h-tokens e-tokens"
+    shot(page, "ui-errors")
+
+
+def test_tab_walks_the_form_in_reading_order(page: Page) -> None:
+    page.goto("/ui")
+    expected = page.evaluate("""() => [...document.querySelectorAll(
+        'a[href], input:not([type=hidden]), select, button')].map(e => e.id || e.value ||
+        e.getAttribute('href'))""")
+    order = []
+    for _ in range(len(expected)):
+        page.keyboard.press("Tab")
+        order.append(page.evaluate("""() => { const e = document.activeElement;
+            return e.id || e.value || e.getAttribute('href'); }"""))
+    assert order == expected
+    assert order[0] == "#results"  # the skip link comes first
+    assert order.index("f-model") < order.index("f-tokens") < order.index("f-api_key")
+    assert order[-3:] == ["estimate", "optimise", "quote"]
+
+
+def _luminance(rgb: tuple[float, ...]) -> float:
+    """WCAG 2.1 relative luminance."""
+    def channel(c: float) -> float:
+        c = c / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (channel(c) for c in rgb[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def _contrast(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_text_meets_wcag_aa_contrast_on_a_laptop_screen(page: Page) -> None:
+    page.goto("/ui")
+    page.fill("#f-tokens", "x")
+    page.click("button[value=estimate]")
+    page.locator("#e-tokens").wait_for()
+    pairs: list[dict[str, Any]] = page.evaluate("""() => {
+        const rgb = s => s.match(/[\\d.]+/g).map(Number);
+        const background = e => { for (; e; e = e.parentElement) {
+            const c = rgb(getComputedStyle(e).backgroundColor);
+            if (c.length < 4 || c[3] > 0) return c; } return [255, 255, 255]; };
+        return [...document.querySelectorAll(
+            'label, small, .error, button, legend, header p, input, select, option')]
+          .map(e => ({what: e.tagName + '.' + e.className,
+                      fg: rgb(getComputedStyle(e).color), bg: background(e)}));
+    }""")
+    assert len(pairs) > 40
+    low = [(p["what"], round(_contrast(tuple(p["fg"]), tuple(p["bg"])), 2)) for p in pairs
+           if _contrast(tuple(p["fg"]), tuple(p["bg"])) < 4.5]
+    assert low == []
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= LAPTOP["width"]

@@ -93,6 +93,17 @@ def get_version(session: Session, version_id: str | None) -> CatalogVersion:
     return row
 
 
+def resolve_version_id(session: Session, version_id: str | None) -> str:
+    """The id of a version (``None``: the current one) without loading the version row and
+    its reports (two small primary-key lookups; the listing routes need only the id)."""
+    wanted = version_id if version_id is not None else current_version_id(session)
+    found = session.scalar(select(CatalogVersion.id).where(CatalogVersion.id == wanted)) \
+        if wanted is not None else None
+    if found is None:
+        raise NotFoundError("catalog version", version_id or "current")
+    return found
+
+
 def list_versions(
     session: Session, *, limit: int, before_number: int | None = None
 ) -> Sequence[CatalogVersion]:

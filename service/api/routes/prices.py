@@ -200,9 +200,9 @@ def list_offers(
     accelerator: Slug = None, provider: Slug = None, region: Slug = None,
     term: Term | None = None, version: VersionQuery = None,
     page_size: PageSize = 50, page_token: PageToken = None,
-) -> Page[OfferOut]:
+) -> Response:
     """Offers of a version (default current), cheapest per GPU-hour first."""
-    catalog_version = prices.get_version(session, version)
+    version_id = prices.resolve_version_id(session, version)
     after: tuple[int, str] | None = None
     if (token := decode_token(page_token)) is not None:
         price, _sep, offer_id = token.partition(":")
@@ -210,16 +210,19 @@ def list_offers(
             raise HTTPException(400, "page_token is not a token this API issued")
         after = (int(price), offer_id)
     rows = prices.list_offers(
-        session, catalog_version.id,
+        session, version_id,
         prices.OfferFilter(accelerator=accelerator, provider=provider, region=region, term=term),
         limit=page_size + 1, after=after,
     )
-    items = [OfferOut.from_row(r, catalog_version.id) for r in rows[:page_size]]
+    items = [OfferOut.from_row(r, version_id) for r in rows[:page_size]]
     next_token = None
     if len(rows) > page_size:
         last = rows[page_size - 1]
         next_token = encode_token(f"{last.price_per_gpu_hour_micros}:{last.offer_id}")
-    return Page[OfferOut](items=items, next_page_token=next_token)
+    # Serialised once here: returning the model would make FastAPI dump, re-validate and
+    # encode every offer again.
+    page = Page[OfferOut](items=items, next_page_token=next_token)
+    return Response(page.model_dump_json(), media_type="application/json")
 
 
 ETAG_HEADER: dict[str, Any] = {
@@ -246,10 +249,10 @@ def get_offer(
     version: VersionQuery = None,
 ) -> OfferOut:
     """One offer as a version (default current) holds it, with an ``ETag`` for edits."""
-    catalog_version = prices.get_version(session, version)
-    row = prices.get_offer(session, offer_id, catalog_version.id)
+    version_id = prices.resolve_version_id(session, version)
+    row = prices.get_offer(session, offer_id, version_id)
     response.headers["ETag"] = _etag(row.id)
-    return OfferOut.from_row(row, catalog_version.id)
+    return OfferOut.from_row(row, version_id)
 
 
 def _revision_from_if_match(if_match: str | None) -> int | None:

@@ -116,6 +116,7 @@ def test_every_201_survives_postgres_killed_mid_run(cluster: Cluster) -> None:
     assert set(statuses) <= {201, 503}, statuses  # never a 500
     assert len(created) > TOTAL_QUOTES // 2, statuses
     stored = _stored(cluster.url, "dur-")
+    print(f"durability: {dict(statuses)}; 201s {len(created)}; stored {len(stored)}")
     lost = [k for k, quote_id in created.items() if stored.get(k) != [quote_id]]
     assert lost == [], f"{len(lost)} acknowledged quotes missing or changed: {lost[:5]}"
 
@@ -169,6 +170,7 @@ def test_a_replica_killed_mid_run_loses_and_duplicates_nothing(
     assert seen["transport_error"] > 0, seen  # clients met the dead replica
     assert set(seen) <= {"201", "transport_error", "replayed"}, seen
     stored = _stored(url, "kill-")
+    print(f"replica kill: {dict(seen)}; keys answered {len(answers)}; rows {len(stored)}")
     assert len(answers) > 50, seen
     problems: list[Any] = []
     for key, ids in answers.items():

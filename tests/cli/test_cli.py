@@ -3,8 +3,13 @@ against a live server (``--api``). The figures must equal the API's own answers.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +28,7 @@ from service.cli import app
 from service.cli.client import prepare_local_database
 from service.main import create_app, dispose
 from service.settings import Settings
-from tests.live_server import live_server
+from tests.live_server import free_port, live_server
 
 runner = CliRunner()
 ESTIMATE_FLAGS = ["--model", "llama3.1-70b", "--accelerator", "h100-sxm5-80gb", "--gpus", "64",
@@ -209,3 +214,43 @@ def test_remote_quote_needs_a_key(database_url_factory: Callable[[str], str]) ->
                               "--idempotency-key", "cli-1", *flags).stdout)
         assert again == answer  # a retried command replays the stored quote
         assert httpx.get(f"{base}/v1/quotes/{answer['id']}").json()["id"] == answer["id"]
+
+
+def test_a_terminal_gets_a_progress_bar(local: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from service.cli import commands
+
+    screen = io.StringIO()
+    monkeypatch.setattr(commands, "err", Console(file=screen, force_terminal=True, width=100))
+    result = cq("optimise", "--local", "--json", "--model", "llama3.1-8b", "--accelerator",
+                "h100-sxm5-80gb", "--gpus-range", "8:64:8", "--tokens", "1e11")
+    assert result.exit_code == 0, result.output
+    assert "searching layouts" in screen.getvalue()
+    assert json.loads(result.stdout)["plans"]  # the JSON on stdout is untouched
+
+
+def test_cq_serve_migrates_seeds_and_serves(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "CQ_DATABASE_URL": f"sqlite:///{tmp_path}/served.sqlite3",
+           "CQ_SEARCH_WORKERS": "0", "CQ_LOG_LEVEL": "warning"}
+    process = subprocess.Popen([str(Path(sys.executable).parent / "cq"), "serve",  # noqa: S603
+                                "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, "cq serve exited"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "cq serve did not become ready"
+            time.sleep(0.2)
+        offers = httpx.get(f"http://127.0.0.1:{port}/v1/offers",
+                           params={"page_size": 5}).json()
+        assert len(offers["items"]) == 5  # the seeded catalogue
+    finally:
+        process.terminate()
+        process.wait(timeout=20)

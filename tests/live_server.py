@@ -52,7 +52,7 @@ def free_port() -> int:
 
 @contextmanager
 def server_process(env: dict[str, str], *, app: str = "service.main:create_app",
-                   factory: bool = True, port: int | None = None,
+                   factory: bool = True, ready_path: str = "/livez", port: int | None = None,
                    log_path: str | None = None) -> Iterator[ServerProcess]:
     """A real uvicorn server in its own process (one event loop, as each replica runs), for
     load benchmarks and for faults that kill a replica. Stops it (kill -9 if need be)."""
@@ -70,8 +70,7 @@ def server_process(env: dict[str, str], *, app: str = "service.main:create_app",
             if process.poll() is not None:
                 raise RuntimeError(f"server exited with {process.returncode}: {command}")
             try:
-                if httpx.get(url + ("/livez" if factory else "/bare"), timeout=1).status_code \
-                        == 200:
+                if httpx.get(url + ready_path, timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

@@ -73,7 +73,8 @@ def prepared(url: str) -> str:
 
 @contextmanager
 def bare_server() -> Iterator[str]:
-    with server_process({}, app="benchmarks.load.bare_app:app", factory=False) as server:
+    with server_process({}, app="benchmarks.load.bare_app:app", factory=False,
+                        ready_path="/bare") as server:
         yield server.url
 
 

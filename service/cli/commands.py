@@ -279,7 +279,7 @@ def register(app: typer.Typer) -> None:
                 cluster["num_gpus"] = gpus
             body.pop("clusters", None)
             body["cluster"] = cluster
-        _defaults(body, parallelism=False)
+        _defaults(body)
         with connect(api, api_key, local) as client, working("searching layouts"):
             answer = client.call("POST", "/v1/parallelism-plans", json=body).json()
         _emit(answer, as_json, render_plans)
@@ -320,7 +320,7 @@ def register(app: typer.Typer) -> None:
             _put(workload, "training.global_batch_seqs", global_batch)
             if accelerator or gpus:
                 workload["clusters"] = [{"accelerator": accelerator, "num_gpus": gpus}]
-            _defaults(workload, parallelism=False)
+            _defaults(workload)
         _put(body, "providers", provider)
         _put(body, "terms", term)
         if budget is not None:
@@ -363,7 +363,7 @@ def register(app: typer.Typer) -> None:
             body["budget"] = {"amount": budget, "currency": currency}
         if deadline_days is not None:
             body["deadline_s"] = deadline_days * fmt.DAY_S
-        _defaults(body, parallelism=False)
+        _defaults(body)
         with connect(api, api_key, local) as client, working("sweeping plans and offers"):
             answer = client.call("POST", "/v1/budget-plans", json=body).json()
         _emit(answer, as_json, render_budget_plan)
@@ -421,14 +421,13 @@ def register(app: typer.Typer) -> None:
                     access_log=False)
 
 
-def _defaults(body: dict[str, Any], *, parallelism: bool = True) -> None:
-    """Fields the flags leave out get the API's own required-field hints, not guesses: only
-    seq_len and the batch have defaults here (Llama 3's 8,192 tokens and 512 sequences)."""
+def _defaults(body: dict[str, Any]) -> None:
+    """Only seq_len and the batch get defaults here (Llama 3's 8,192 tokens and 512
+    sequences); any other missing field is left for the API to name in its problem."""
     if "training" in body or "model" in body:
         training = body.setdefault("training", {})
         training.setdefault("seq_len", 8192)
         training.setdefault("global_batch_seqs", 512)
-    _ = parallelism
 
 
 def register_catalog(catalog_app: typer.Typer) -> None:

@@ -106,7 +106,7 @@ def estimate_body(v: dict[str, str]) -> dict[str, Any]:
                         "micro_batch": _integer_or_text(v["micro_batch"]),
                         "zero_stage": _integer_or_text(v["zero_stage"]),
                         "recompute": v["recompute"]},
-        "training": {**_training(v), "tokens": _number(v["tokens"])},
+        "training": _training(v),
     }
 
 
@@ -171,7 +171,7 @@ def _place_errors(outcome: Outcome, problem: dict[str, Any], prefix: str = "") -
             outcome.general_errors.append(detail)
 
 
-async def _api(request: Request) -> httpx.AsyncClient:
+def _api(request: Request) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=request.app),
                              base_url="http://ui.internal", timeout=660.0)
 
@@ -210,7 +210,7 @@ async def _cheapest_on_demand(client: httpx.AsyncClient,
 
 
 async def run_estimate(request: Request, outcome: Outcome) -> None:
-    async with await _api(request) as client:
+    async with _api(request) as client:
         response = await client.post("/v1/estimates", json=estimate_body(outcome.values))
         if response.status_code != 200:
             _place_errors(outcome, _problem(response))
@@ -221,23 +221,26 @@ async def run_estimate(request: Request, outcome: Outcome) -> None:
         price_text = outcome.values["price_per_gpu_hour"]
         offer = None if price_text else await _cheapest_on_demand(
             client, outcome.values["accelerator"])
-    try:
-        price = Decimal(price_text) if price_text else (
-            Decimal(offer["price_per_gpu_hour"]) if offer else None)
-    except InvalidOperation:
-        outcome.errors.setdefault("price_per_gpu_hour", []).append("not a decimal number")
-        price = None
-    if price is not None:
-        gpu_hours = Decimal(str(answer["time"]["gpu_hours"]))
-        outcome.extra["cost"] = str((gpu_hours * price).quantize(Decimal("0.01")))
-        outcome.extra["cost_basis"] = (
-            f"{price} USD per GPU-hour as given" if price_text else
-            f"the cheapest on-demand offer: {offer['provider']} {offer['region']} "  # type: ignore[index]
-            f"at {Decimal(offer['price_per_gpu_hour']):.4f} {offer['currency']} per GPU-hour")  # type: ignore[index]
+    if price_text:
+        try:
+            price = Decimal(price_text)
+        except InvalidOperation:
+            outcome.errors.setdefault("price_per_gpu_hour", []).append("not a decimal number")
+            return
+        basis = f"{price} USD per GPU-hour as given"
+    elif offer is not None:
+        price = Decimal(offer["price_per_gpu_hour"])
+        basis = (f"the cheapest on-demand offer: {offer['provider']} {offer['region']} at "
+                 f"{price:.4f} {offer['currency']} per GPU-hour")
+    else:
+        return  # no price given and no on-demand offer for this accelerator: no cost shown
+    gpu_hours = Decimal(str(answer["time"]["gpu_hours"]))
+    outcome.extra["cost"] = str((gpu_hours * price).quantize(Decimal("0.01")))
+    outcome.extra["cost_basis"] = basis
 
 
 async def run_optimise(request: Request, outcome: Outcome) -> None:
-    async with await _api(request) as client:
+    async with _api(request) as client:
         response = await client.post("/v1/parallelism-plans", json=optimise_body(outcome.values))
     if response.status_code != 200:
         _place_errors(outcome, _problem(response))
@@ -267,7 +270,7 @@ async def run_quote(request: Request, outcome: Outcome) -> None:
     if not key:
         outcome.errors["api_key"] = ["Quote stores a quote: give an API key with quotes:write"]
         return
-    async with await _api(request) as client:
+    async with _api(request) as client:
         response = await client.post(
             "/v1/quotes", json=quote_body(outcome.values),
             # The form's nonce: submitting the same page twice replays one quote.
@@ -283,7 +286,7 @@ RUNNERS = {"estimate": run_estimate, "optimise": run_optimise, "quote": run_quot
 
 
 async def _choices(request: Request) -> dict[str, list[str]]:
-    async with await _api(request) as client:
+    async with _api(request) as client:
         models = (await client.get("/v1/models", params={"page_size": 100})).json()
         accelerators = (await client.get("/v1/accelerators", params={"page_size": 100})).json()
     return {"models": [m["name"] for m in models.get("items", [])],
@@ -326,7 +329,7 @@ async def portal_quote(request: Request, quote_id: str) -> HTMLResponse:
     headers = {}
     if auth := request.headers.get("authorization"):
         headers["Authorization"] = auth
-    async with await _api(request) as client:
+    async with _api(request) as client:
         response = await client.get(f"/v1/quotes/{quote_id}", headers=headers)
     if response.status_code != 200:
         _place_errors(outcome, _problem(response))

@@ -70,6 +70,10 @@ LINKED = schema.include(operation_id=["create_quote", "get_quote", "verify_quote
                                       "list_offers", "get_offer", "update_offer"])
 
 
+def _if_match(case: Any) -> str:
+    return str({k.lower(): v for k, v in (case.headers or {}).items()}.get("if-match", ""))
+
+
 class QuoteAndOfferLinks(LINKED.as_state_machine()):  # type: ignore[misc]
     seen: ClassVar[Counter[tuple[str, str, int]]] = Counter()
 
@@ -77,14 +81,22 @@ class QuoteAndOfferLinks(LINKED.as_state_machine()):  # type: ignore[misc]
         if case.method == "POST" and case.path == "/v1/quotes":
             case.body = dict(VALID_QUOTE)
             case.headers = {**(case.headers or {}), "Idempotency-Key": uuid.uuid4().hex}
+        elif case.method == "GET" and case.path.startswith("/v1/offers"):
+            # Random filters and versions mostly list nothing, and a link from an empty page
+            # has no offer to follow; the stateless test fuzzes these parameters.
+            case.query = {"page_size": 5} if case.path == "/v1/offers" else {}
+        elif case.method == "PUT" and re.fullmatch(r'"r\d+"', _if_match(case)):
+            # A valid edit behind the ETag the link carried (random bodies mostly break the
+            # catalogue's rules, which the stateless test covers).
+            case.body = {"price_per_hour": "12.340000", "source": "stateful fuzz",
+                         "as_of": "2026-11-20", "indicative": False}
 
     def get_call_kwargs(self, case: Any) -> dict[str, Any]:
         return {"headers": {"Authorization": f"Bearer {KEY}"}}
 
     def after_call(self, response: Any, case: Any) -> None:
         self.seen[(case.method, case.path, response.status_code)] += 1
-        if_match = {k.lower(): v for k, v in (case.headers or {}).items()}.get("if-match", "")
-        if case.method == "PUT" and re.fullmatch(r'"r\d+"', if_match):
+        if case.method == "PUT" and re.fullmatch(r'"r\d+"', _if_match(case)):
             self.seen[("PUT", "linked ETag", response.status_code)] += 1
 
     def validate_response(self, response: Any, case: Any,
@@ -103,7 +115,6 @@ def test_linked_operations_statefully() -> None:
     assert seen[("GET", "/v1/quotes/{quote_id}", 200)] > 0, seen
     assert seen[("POST", "/v1/quotes/{quote_id}/verify", 200)] > 0, seen
     assert seen[("GET", "/v1/offers/{offer_id}", 200)] > 0, seen
-    linked_puts = {k: n for k, n in seen.items() if k[1] == "linked ETag"}
-    assert sum(linked_puts.values()) > 0, seen
-    # A real ETag is applied (200), already superseded (412), or carries a bad body (422).
-    assert {k[2] for k in linked_puts} <= {200, 412, 422}, linked_puts
+    linked_puts = {k[2]: n for k, n in seen.items() if k[1] == "linked ETag"}
+    assert linked_puts.get(200, 0) > 0, seen  # the ETag just read was accepted
+    assert 428 not in linked_puts, linked_puts  # the link always carried If-Match

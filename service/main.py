@@ -11,6 +11,7 @@ from service.api.deps import AcceleratorCache
 from service.api.limits import BodySizeLimitMiddleware
 from service.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from service.api.openapi import build_openapi, operation_id
+from service.api.page_cache import PageCache
 from service.api.problems import install_problem_handlers
 from service.api.routes import catalog, docs, estimates, health, plans, prices, quotes
 from service.api.shedding import LoadSheddingMiddleware
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         make_session_factory(cache_engine), settings.catalog_cache_ttl_s
     )
 
+    app.state.offer_pages = PageCache()
     app.state.metrics = Metrics()
     install_problem_handlers(app)
     app.add_middleware(

@@ -355,3 +355,28 @@ def test_broken_csv_is_a_422_not_a_500(
     response = client.post("/v1/catalog/imports", content=content,
                            headers={**api_key("catalog:write"), "Content-Type": "text/csv"})
     assert_problem(response, 422)
+
+
+def test_offer_pages_are_cached_per_version_and_an_edit_shows_at_once(
+    client: TestClient, api_key: KeyMaker
+) -> None:
+    cache = client.app.state.offer_pages  # type: ignore[attr-defined]
+    params = {"accelerator": "h100-sxm5-80gb", "term": "on_demand", "page_size": 3}
+    first = client.get("/v1/offers", params=params)
+    hits = cache.hits
+    again = client.get("/v1/offers", params=params)
+    assert again.content == first.content
+    assert cache.hits == hits + 1  # served from the cache, byte for byte
+    offer = first.json()["items"][0]
+    etag = client.get(f"/v1/offers/{offer['id']}").headers["etag"]
+    edit = client.put(f"/v1/offers/{offer['id']}", headers={
+        **api_key("catalog:write"), "If-Match": etag}, json={
+        "price_per_hour": "0.010000", "source": "test", "as_of": "2026-11-20",
+        "indicative": False})
+    assert edit.status_code == 200, edit.text
+    after = client.get("/v1/offers", params=params).json()
+    assert after["items"][0]["id"] == offer["id"]
+    assert after["items"][0]["price_per_hour"] == "0.010000"  # the new version, not the cache
+    assert after["items"][0]["catalog_version"] != offer["catalog_version"]
+    old = client.get("/v1/offers", params={**params, "version": offer["catalog_version"]})
+    assert old.content == first.content  # the old version still reads as it was

@@ -196,33 +196,40 @@ async def import_catalog(
         **problem_responses(400, 401, 403, 404, 422)},
 )
 def list_offers(
-    session: SessionDep, _: CatalogRead,
+    request: Request, session: SessionDep, _: CatalogRead,
     accelerator: Slug = None, provider: Slug = None, region: Slug = None,
     term: Term | None = None, version: VersionQuery = None,
     page_size: PageSize = 50, page_token: PageToken = None,
 ) -> Response:
     """Offers of a version (default current), cheapest per GPU-hour first."""
     version_id = prices.resolve_version_id(session, version)
-    after: tuple[int, str] | None = None
-    if (token := decode_token(page_token)) is not None:
-        price, _sep, offer_id = token.partition(":")
-        if not price.isdigit() or not offer_id:
-            raise HTTPException(400, "page_token is not a token this API issued")
-        after = (int(price), offer_id)
-    rows = prices.list_offers(
-        session, version_id,
-        prices.OfferFilter(accelerator=accelerator, provider=provider, region=region, term=term),
-        limit=page_size + 1, after=after,
-    )
-    items = [OfferOut.from_row(r, version_id) for r in rows[:page_size]]
-    next_token = None
-    if len(rows) > page_size:
-        last = rows[page_size - 1]
-        next_token = encode_token(f"{last.price_per_gpu_hour_micros}:{last.offer_id}")
-    # Serialised once here: returning the model would make FastAPI dump, re-validate and
-    # encode every offer again.
-    page = Page[OfferOut](items=items, next_page_token=next_token)
-    return Response(page.model_dump_json(), media_type="application/json")
+    key = (version_id, accelerator, provider, region, term, page_size, page_token)
+
+    def build() -> bytes:
+        after: tuple[int, str] | None = None
+        if (token := decode_token(page_token)) is not None:
+            price, _sep, offer_id = token.partition(":")
+            if not price.isdigit() or not offer_id:
+                raise HTTPException(400, "page_token is not a token this API issued")
+            after = (int(price), offer_id)
+        rows = prices.list_offers(
+            session, version_id,
+            prices.OfferFilter(accelerator=accelerator, provider=provider, region=region,
+                               term=term),
+            limit=page_size + 1, after=after,
+        )
+        items = [OfferOut.from_row(r, version_id) for r in rows[:page_size]]
+        next_token = None
+        if len(rows) > page_size:
+            last = rows[page_size - 1]
+            next_token = encode_token(f"{last.price_per_gpu_hour_micros}:{last.offer_id}")
+        # Serialised once: returning the model would make FastAPI dump, re-validate and
+        # encode every offer again.
+        return Page[OfferOut](items=items, next_page_token=next_token).model_dump_json().encode()
+
+    # Versions are immutable, so a page is cached by version id and query (page_cache.py).
+    page = request.app.state.offer_pages.get_or_build(key, build)
+    return Response(page, media_type="application/json")
 
 
 ETAG_HEADER: dict[str, Any] = {

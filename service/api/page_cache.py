@@ -1,0 +1,38 @@
+"""A small in-process cache of serialised list pages of immutable catalogue versions.
+
+A catalogue version never changes once written (docs/decisions.md 11), so a page of offers is
+a pure function of (version id, filters, page size, page token): caching it can never serve a
+stale answer. Each request still resolves which version is current (one primary-key read), so
+a new version is visible at once. Least recently used pages are evicted past ``max_entries``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+
+class PageCache:
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._pages: OrderedDict[Hashable, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get_or_build(self, key: Hashable, build: Callable[[], bytes]) -> bytes:
+        with self._lock:
+            page = self._pages.get(key)
+            if page is not None:
+                self._pages.move_to_end(key)
+                self.hits += 1
+                return page
+            self.misses += 1
+        page = build()  # outside the lock: two racing builders make the same bytes
+        with self._lock:
+            self._pages[key] = page
+            self._pages.move_to_end(key)
+            while len(self._pages) > self.max_entries:
+                self._pages.popitem(last=False)
+        return page

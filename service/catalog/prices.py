@@ -95,10 +95,11 @@ def get_version(session: Session, version_id: str | None) -> CatalogVersion:
 
 def resolve_version_id(session: Session, version_id: str | None) -> str:
     """The id of a version (``None``: the current one) without loading the version row and
-    its reports (two small primary-key lookups; the listing routes need only the id)."""
-    wanted = version_id if version_id is not None else current_version_id(session)
-    found = session.scalar(select(CatalogVersion.id).where(CatalogVersion.id == wanted)) \
-        if wanted is not None else None
+    its reports (one primary-key lookup; the listing routes need only the id)."""
+    if version_id is None:  # the current version exists by construction (a foreign key)
+        found = current_version_id(session)
+    else:
+        found = session.scalar(select(CatalogVersion.id).where(CatalogVersion.id == version_id))
     if found is None:
         raise NotFoundError("catalog version", version_id or "current")
     return found

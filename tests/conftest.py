@@ -4,6 +4,7 @@ database), a session per test rolled back afterwards, and an app bound to that s
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,26 @@ from service.settings import Settings
 POSTGRES_URL = os.environ.get(
     "CQ_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """One Hypothesis seed for the run (schemathesis included), drawn at random unless given,
+    so any failure can be replayed with ``pytest --hypothesis-seed=N``."""
+    if config.getoption("hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = str(random.SystemRandom().randrange(2**32))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hypothesis seed: {config.getoption('hypothesis_seed')}"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
+                            config: pytest.Config) -> None:
+    if exitstatus != 0:
+        seed = config.getoption("hypothesis_seed")
+        terminalreporter.write_line(
+            f"replay the generated data of this run: pytest --hypothesis-seed={seed} ...")
+
+
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 

@@ -44,3 +44,24 @@ def training(**overrides: Any) -> TrainingSpec:
                               "precision": Precision.BF16}
     values.update(overrides)
     return TrainingSpec(**values)
+
+
+def seeded_database_with_key(url: str, *, name: str, scopes: list[str]) -> str:
+    """Migrate and seed the database at ``url`` and store one API key; returns the key."""
+    from sqlalchemy.orm import Session
+
+    from service.catalog.db import make_engine
+    from service.catalog.keys import create_key
+    from service.cli.client import prepare_local_database
+    from service.settings import Settings
+
+    prepare_local_database(url)
+    engine = make_engine(url)
+    try:
+        with Session(engine) as session:
+            _, key = create_key(session, name=name, scopes=scopes,
+                                pepper=Settings().api_key_pepper.get_secret_value())
+            session.commit()
+    finally:
+        engine.dispose()
+    return key

@@ -38,11 +38,9 @@ from sqlalchemy.orm import Session
 from benchmarks.catalog_list import database
 from benchmarks.load import loadgen
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
-from service.catalog.keys import create_key
-from service.catalog.migrate import upgrade
 from service.catalog.models import Quote
-from service.catalog.seed import seed_catalog
 from service.settings import Settings
+from tests.factories import seeded_database_with_key
 from tests.live_server import server_process
 
 HERE = Path(__file__).parent
@@ -59,16 +57,9 @@ SERVICE_ENV = {"CQ_SEARCH_WORKERS": "0", "CQ_LOG_LEVEL": "warning"}
 
 
 def prepared(url: str) -> str:
-    """Migrate and seed ``url``; returns an API key with every scope."""
-    upgrade(url)
-    engine = create_engine(url)
-    with Session(engine) as session:
-        seed_catalog(session)
-        _, key = create_key(session, name="load", scopes=["quotes:write", "quotes:read",
-                                                          "catalog:read"], pepper=PEPPER)
-        session.commit()
-    engine.dispose()
-    return key
+    """Migrate and seed ``url``; returns an API key for quotes and catalogue reads."""
+    return seeded_database_with_key(url, name="load", scopes=[
+        "quotes:write", "quotes:read", "catalog:read"])
 
 
 @contextmanager

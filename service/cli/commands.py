@@ -74,6 +74,14 @@ def _put(body: dict[str, Any], path: str, value: Any) -> None:
     node[leaf] = value
 
 
+def _put_model_and_training(body: dict[str, Any], model: str | None, tokens: float | None,
+                            seq_len: int | None, global_batch: int | None) -> None:
+    _put(body, "model", _model(model))
+    _put(body, "training.tokens", tokens)
+    _put(body, "training.seq_len", seq_len)
+    _put(body, "training.global_batch_seqs", global_batch)
+
+
 def _gpu_range(text: str) -> dict[str, int]:
     try:
         start, stop, step = (int(x) for x in text.split(":"))
@@ -230,10 +238,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Time, memory, MFU, GPU-hours and energy of one training run on one layout."""
         body = _load(request)
-        _put(body, "model", _model(model))
+        _put_model_and_training(body, model, tokens, seq_len, global_batch)
         for path, value in (("cluster.accelerator", accelerator), ("cluster.num_gpus", gpus),
-                            ("training.tokens", tokens), ("training.seq_len", seq_len),
-                            ("training.global_batch_seqs", global_batch),
                             ("parallelism.tp", tp), ("parallelism.pp", pp),
                             ("parallelism.dp", dp), ("parallelism.cp", cp),
                             ("parallelism.micro_batch", micro_batch),
@@ -261,10 +267,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search TP/PP/DP/CP/EP, micro-batch, ZeRO and recomputation for the best plans."""
         body = _load(request)
-        _put(body, "model", _model(model))
-        _put(body, "training.tokens", tokens)
-        _put(body, "training.seq_len", seq_len)
-        _put(body, "training.global_batch_seqs", global_batch)
+        _put_model_and_training(body, model, tokens, seq_len, global_batch)
         _put(body, "objective", objective)
         _put(body, "top_k", top_k)
         _put(body, "constraints.price_per_gpu_hour_usd", price)
@@ -314,10 +317,7 @@ def register(app: typer.Typer) -> None:
                                               "num_gpus": gpus}}
         elif model or accelerator or gpus or tokens or "workload" not in body:
             workload = body.setdefault("workload", {}).setdefault("optimise", {})
-            _put(workload, "model", _model(model))
-            _put(workload, "training.tokens", tokens)
-            _put(workload, "training.seq_len", seq_len)
-            _put(workload, "training.global_batch_seqs", global_batch)
+            _put_model_and_training(workload, model, tokens, seq_len, global_batch)
             if accelerator or gpus:
                 workload["clusters"] = [{"accelerator": accelerator, "num_gpus": gpus}]
             _defaults(workload)
@@ -348,10 +348,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The soonest plans within a budget and the cheapest before a deadline."""
         body = _load(request)
-        _put(body, "model", _model(model))
-        _put(body, "training.tokens", tokens)
-        _put(body, "training.seq_len", seq_len)
-        _put(body, "training.global_batch_seqs", global_batch)
+        _put_model_and_training(body, model, tokens, seq_len, global_batch)
         if accelerator:
             cluster: dict[str, Any] = {"accelerator": accelerator}
             if gpus_range:

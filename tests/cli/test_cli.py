@@ -17,17 +17,15 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from service.api import presentation as fmt
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
-from service.catalog.db import make_engine
-from service.catalog.keys import create_key
 from service.cli import app
 from service.cli.client import prepare_local_database
 from service.main import create_app, dispose
 from service.settings import Settings
+from tests.factories import seeded_database_with_key
 from tests.live_server import free_port, live_server
 
 runner = CliRunner()
@@ -192,13 +190,7 @@ def test_catalog_versions_export_and_import(local: str, tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_remote_quote_needs_a_key(database_url_factory: Callable[[str], str]) -> None:
     url = database_url_factory("postgres")
-    prepare_local_database(url)
-    engine = make_engine(url)
-    with Session(engine) as session:
-        _, key = create_key(session, name="cli", scopes=["quotes:write", "quotes:read"],
-                            pepper=Settings().api_key_pepper.get_secret_value())
-        session.commit()
-    engine.dispose()
+    key = seeded_database_with_key(url, name="cli", scopes=["quotes:write", "quotes:read"])
     flags = ["--gpu-hours", "1000", "--accelerator", "h100-sxm5-80gb", "--gpus", "8",
              "--provider", "lambda"]
     with live_server(Settings(database_url=url, search_workers=0)) as base:

@@ -24,11 +24,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.catalog.db import make_engine
-from service.catalog.keys import create_key
-from service.catalog.migrate import upgrade
 from service.catalog.models import Quote
-from service.catalog.seed import seed_catalog
 from service.settings import Settings
+from tests.factories import seeded_database_with_key
 from tests.faults.conftest import Cluster
 from tests.live_server import live_server, server_process
 
@@ -40,15 +38,7 @@ KILL_RUN_S = float(os.environ.get("CQ_KILL_RUN_S", "30"))
 
 
 def _prepare(url: str) -> str:
-    upgrade(url)
-    engine = make_engine(url)
-    with Session(engine) as session:
-        seed_catalog(session)
-        _, key = create_key(session, name="faults", scopes=["quotes:write", "quotes:read"],
-                            pepper=PEPPER)
-        session.commit()
-    engine.dispose()
-    return key
+    return seeded_database_with_key(url, name="faults", scopes=["quotes:write", "quotes:read"])
 
 
 def _stored(url: str, prefix: str) -> dict[str, list[str]]:

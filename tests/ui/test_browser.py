@@ -17,13 +17,10 @@ from typing import Any
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
-from sqlalchemy.orm import Session
 
 from service.api import presentation as fmt
-from service.catalog.db import make_engine
-from service.catalog.keys import create_key
-from service.cli.client import prepare_local_database
 from service.settings import Settings
+from tests.factories import seeded_database_with_key
 from tests.live_server import live_server
 
 CHROMIUM = Path(os.environ.get("CQ_CHROMIUM", "/usr/bin/chromium"))
@@ -34,13 +31,7 @@ LAPTOP = {"width": 1366, "height": 768}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     url = f"sqlite:///{tmp_path_factory.mktemp('ui')}/ui.sqlite3"
-    prepare_local_database(url)
-    engine = make_engine(url)
-    with Session(engine) as session:
-        _, key = create_key(session, name="portal", scopes=["quotes:write", "quotes:read"],
-                            pepper=Settings().api_key_pepper.get_secret_value())
-        session.commit()
-    engine.dispose()
+    key = seeded_database_with_key(url, name="portal", scopes=["quotes:write", "quotes:read"])
     with live_server(Settings(database_url=url, search_workers=0, log_level="warning")) as base:
         yield base, key
 

@@ -52,10 +52,10 @@ def seeded_database_with_key(url: str, *, name: str, scopes: list[str]) -> str:
 
     from service.catalog.db import make_engine
     from service.catalog.keys import create_key
-    from service.cli.client import prepare_local_database
+    from service.catalog.migrate import migrate_and_seed
     from service.settings import Settings
 
-    prepare_local_database(url)
+    migrate_and_seed(url)
     engine = make_engine(url)
     try:
         with Session(engine) as session:

@@ -88,6 +88,15 @@ class Connection:
             await self.close()
         return status, payload
 
+    async def status_of(self, method: str, path: str, body: bytes | None) -> int:
+        """The answer's status, or 0 when the connection failed (it is then closed)."""
+        try:
+            status, _ = await self.request(method, path, body)
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            await self.close()
+            return 0
+        return status
+
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
@@ -106,11 +115,7 @@ async def closed_loop(base_url: str, method: str, path: str, body: bytes | None,
         conn = Connection(base_url)
         while time.perf_counter() < stop_at:
             start = time.perf_counter()
-            try:
-                status, _ = await conn.request(method, path, body)
-            except (OSError, asyncio.IncompleteReadError, ValueError):
-                status = 0
-                await conn.close()
+            status = await conn.status_of(method, path, body)
             recorder.samples.append(Sample(status, time.perf_counter() - start))
         await conn.close()
 
@@ -161,11 +166,7 @@ async def probe_until_recovered(base_url: str, method: str, path: str, body: byt
     try:
         while time.perf_counter() - start < limit_s:
             t0 = time.perf_counter()
-            try:
-                status, _ = await conn.request(method, path, body)
-            except (OSError, asyncio.IncompleteReadError, ValueError):
-                status = 0
-                await conn.close()
+            status = await conn.status_of(method, path, body)
             took = time.perf_counter() - t0
             recent = [*recent, took][-window:] if 200 <= status < 300 else []
             if len(recent) == window and sorted(recent)[window // 2] <= factor * baseline_p50_s:

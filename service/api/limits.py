@@ -7,11 +7,9 @@ as they stream and refused as soon as they pass it. Either way the answer is a 4
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
+from service.api.problems import send_problem
 
 
 class BodySizeLimitMiddleware:
@@ -66,21 +64,7 @@ class BodySizeLimitMiddleware:
 
     @staticmethod
     async def _reject(scope: Scope, send: Send, limit: int) -> None:
-        body = json.dumps({
-            "type": TYPE_PREFIX + "payload-too-large",
-            "title": "Request body too large",
-            "status": 413,
-            "detail": f"request body exceeds the limit of {limit} bytes",
-            "instance": scope.get("path", ""),
-            "limit_bytes": limit,
-            **({"request_id": scope["state"]["request_id"]}
-               if "request_id" in scope.get("state", {}) else {}),
-        }).encode()
-        await send({
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"connection", b"close")],
-        })
-        await send({"type": "http.response.body", "body": body})
+        await send_problem(scope, send, status=413, kind="payload-too-large",
+                           title="Request body too large",
+                           detail=f"request body exceeds the limit of {limit} bytes",
+                           headers=[(b"connection", b"close")], limit_bytes=limit)

@@ -9,6 +9,7 @@ never echoed back.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +22,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import Scope, Send
 
 from service.catalog.errors import (
     AuthError,
@@ -80,6 +82,26 @@ def problem_response(
         body["request_id"] = request_id
     body.update({k: v for k, v in extensions.items() if v is not None})
     return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+
+
+async def send_problem(scope: Scope, send: Send, *, status: int, kind: str, title: str,
+                       detail: str, headers: list[tuple[bytes, bytes]] | None = None,
+                       **extra: Any) -> None:
+    """A problem+json answer sent straight over ASGI, for middleware that answers before
+    the app (and its exception handlers) runs. Adds the request id when one is set."""
+    state = scope.get("state", {})
+    body = json.dumps({
+        "type": TYPE_PREFIX + kind, "title": title, "status": status, "detail": detail,
+        "instance": scope.get("path", ""), **extra,
+        **({"request_id": state["request_id"]} if "request_id" in state else {}),
+    }).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                    (b"content-length", str(len(body)).encode()), *(headers or [])],
+    })
+    await send({"type": "http.response.body", "body": body})
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:

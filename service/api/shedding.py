@@ -9,13 +9,12 @@ still see a busy replica is alive.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import deque
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
+from service.api.problems import send_problem
 
 EXEMPT_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 RETRY_AFTER_S = 1
@@ -89,19 +88,9 @@ class LoadSheddingMiddleware:
         return True
 
     async def _reject(self, scope: Scope, send: Send) -> None:
-        body = json.dumps({
-            "type": TYPE_PREFIX + "overloaded",
-            "title": "Service overloaded",
-            "status": 503,
-            "detail": f"this replica already has {self.max_in_flight} requests in flight "
-                      f"(CQ_MAX_IN_FLIGHT); retry after {RETRY_AFTER_S} s",
-            "instance": scope.get("path", ""),
-        }).encode()
-        await send({
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"retry-after", str(RETRY_AFTER_S).encode())],
-        })
-        await send({"type": "http.response.body", "body": body})
+        # Shed before RequestContextMiddleware runs, so there is no request id to add.
+        await send_problem(
+            scope, send, status=503, kind="overloaded", title="Service overloaded",
+            detail=f"this replica already has {self.max_in_flight} requests in flight "
+                   f"(CQ_MAX_IN_FLIGHT); retry after {RETRY_AFTER_S} s",
+            headers=[(b"retry-after", str(RETRY_AFTER_S).encode())])

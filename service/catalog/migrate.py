@@ -14,7 +14,7 @@ from alembic.config import Config
 from sqlalchemy import Engine, inspect, text
 
 from service.catalog.db import make_engine, make_session_factory, unit_of_work
-from service.catalog.seed import seed_catalog
+from service.catalog.seed import SeedReport, seed_catalog
 from service.settings import Settings
 
 SCHEMA_HEAD = "0003"
@@ -45,24 +45,32 @@ def current_revision(engine: Engine) -> str | None:
         return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
+def migrate_and_seed(url: str) -> SeedReport:
+    """Migrate ``url`` to the head and seed the catalogue (idempotent: ``make migrate``,
+    ``cq serve`` and ``cq --local`` all start here)."""
+    engine = make_engine(url)  # creates the SQLite data directory when needed
+    try:
+        upgrade(url)
+        with unit_of_work(make_session_factory(engine)) as session:
+            return seed_catalog(session)
+    finally:
+        engine.dispose()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Migrate the database and seed the catalogue.")
     parser.add_argument("--no-seed", action="store_true", help="migrate only")
     args = parser.parse_args(argv)
-    settings = Settings()
-    url = settings.resolved_database_url
-    engine = make_engine(url)  # creates the SQLite data directory when needed
-    try:
+    url = Settings().resolved_database_url
+    if args.no_seed:
+        make_engine(url).dispose()  # creates the SQLite data directory when needed
         upgrade(url)
-        if not args.no_seed:
-            with unit_of_work(make_session_factory(engine)) as session:
-                report = seed_catalog(session)
-            print(f"seeded: {report.inserted} inserted, {report.updated} updated, "
-                  f"{report.unchanged} unchanged accelerators; "
-                  + (f"price catalogue {report.price_version} with {report.offers} offers"
-                     if report.price_version else "price catalogue already present"))
-    finally:
-        engine.dispose()
+    else:
+        report = migrate_and_seed(url)
+        print(f"seeded: {report.inserted} inserted, {report.updated} updated, "
+              f"{report.unchanged} unchanged accelerators; "
+              + (f"price catalogue {report.price_version} with {report.offers} offers"
+                 if report.price_version else "price catalogue already present"))
     return 0
 
 

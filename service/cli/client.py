@@ -69,21 +69,6 @@ class Api:
         return response
 
 
-def prepare_local_database(url: str) -> None:
-    """Migrate and seed the local database if needed (idempotent, like ``make migrate``)."""
-    from service.catalog.db import make_engine, make_session_factory, unit_of_work
-    from service.catalog.migrate import upgrade
-    from service.catalog.seed import seed_catalog
-
-    engine = make_engine(url)
-    try:
-        upgrade(url)
-        with unit_of_work(make_session_factory(engine)) as session:
-            seed_catalog(session)
-    finally:
-        engine.dispose()
-
-
 @contextmanager
 def connect(api_url: str, api_key: str | None, local: bool) -> Iterator[Api]:
     if not local:
@@ -92,6 +77,7 @@ def connect(api_url: str, api_key: str | None, local: bool) -> Iterator[Api]:
         return
     from service.api.auth import Principal, caller
     from service.catalog.keys import SCOPES
+    from service.catalog.migrate import migrate_and_seed
     from service.main import create_app, dispose
     from service.settings import Settings
 
@@ -100,7 +86,7 @@ def connect(api_url: str, api_key: str | None, local: bool) -> Iterator[Api]:
         from fastapi.testclient import TestClient
     # Searches run in this process (no worker pool) and the access log stays quiet.
     settings = Settings(search_workers=0, log_level="warning")
-    prepare_local_database(settings.resolved_database_url)
+    migrate_and_seed(settings.resolved_database_url)
     app = create_app(settings)
     if not api_key:
         # Whoever runs --local can already write the database; they act as local:<user>.

@@ -82,6 +82,13 @@ def _put_model_and_training(body: dict[str, Any], model: str | None, tokens: flo
     _put(body, "training.global_batch_seqs", global_batch)
 
 
+def _put_budget_and_deadline(body: dict[str, Any], budget: str | None, currency: str,
+                             deadline_days: float | None) -> None:
+    if budget is not None:
+        body["budget"] = {"amount": budget, "currency": currency}
+    _put(body, "deadline_s", None if deadline_days is None else deadline_days * fmt.DAY_S)
+
+
 def _gpu_range(text: str) -> dict[str, int]:
     try:
         start, stop, step = (int(x) for x in text.split(":"))
@@ -323,10 +330,7 @@ def register(app: typer.Typer) -> None:
             _defaults(workload)
         _put(body, "providers", provider)
         _put(body, "terms", term)
-        if budget is not None:
-            body["budget"] = {"amount": budget, "currency": currency}
-        if deadline_days is not None:
-            body["deadline_s"] = deadline_days * fmt.DAY_S
+        _put_budget_and_deadline(body, budget, currency, deadline_days)
         key = idempotency_key or uuid.uuid4().hex
         with connect(api, api_key, local) as client, working("pricing"):
             answer = client.call("POST", "/v1/quotes", json=body,
@@ -356,10 +360,7 @@ def register(app: typer.Typer) -> None:
             else:
                 cluster["num_gpus"] = gpus
             body["clusters"] = [cluster]
-        if budget is not None:
-            body["budget"] = {"amount": budget, "currency": currency}
-        if deadline_days is not None:
-            body["deadline_s"] = deadline_days * fmt.DAY_S
+        _put_budget_and_deadline(body, budget, currency, deadline_days)
         _defaults(body)
         with connect(api, api_key, local) as client, working("sweeping plans and offers"):
             answer = client.call("POST", "/v1/budget-plans", json=body).json()
@@ -410,10 +411,10 @@ def register(app: typer.Typer) -> None:
         """Migrate and seed the database, then run the service (like make run)."""
         import uvicorn
 
-        from service.cli.client import prepare_local_database
+        from service.catalog.migrate import migrate_and_seed
         from service.settings import Settings
 
-        prepare_local_database(Settings().resolved_database_url)
+        migrate_and_seed(Settings().resolved_database_url)
         uvicorn.run("service.main:create_app", factory=True, host=host, port=port,
                     access_log=False)
 

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from service.api import presentation as fmt
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
+from service.catalog.migrate import migrate_and_seed
 from service.cli import app
-from service.cli.client import prepare_local_database
 from service.main import create_app, dispose
 from service.settings import Settings
 from tests.factories import seeded_database_with_key
@@ -37,7 +37,7 @@ ESTIMATE_FLAGS = ["--model", "llama3.1-70b", "--accelerator", "h100-sxm5-80gb", 
 @pytest.fixture(scope="module")
 def local_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('cli')}/local.sqlite3"
-    prepare_local_database(url)
+    migrate_and_seed(url)
     return url
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.live_server import free_port
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -51,9 +52,7 @@ def cluster() -> Iterator[Cluster]:
     folder = Path(tempfile.mkdtemp(prefix="cq-pg-"))
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     subprocess.run(_as_postgres(str(BIN / "initdb"), "-D", str(folder / "data"), "-A", "trust",  # noqa: S603
                                 "-U", "postgres"), check=True, capture_output=True, timeout=120)
     result = Cluster(folder, port)

@@ -82,6 +82,12 @@ def _number(text: str) -> Any:
     return value
 
 
+def _days_as_s(text: str) -> Any:
+    """Days from the form as seconds for the API, or the text itself for the API to refuse."""
+    days = _number(text)
+    return days * fmt.DAY_S if isinstance(days, int | float) else days
+
+
 def _values(form: dict[str, str]) -> dict[str, str]:
     return {name: str(form.get(name, default)).strip()[:200] for name, default in
             DEFAULTS.items()}
@@ -126,9 +132,7 @@ def optimise_body(v: dict[str, str]) -> dict[str, Any]:
         body["constraints"] = {"price_per_gpu_hour_usd": v["price_per_gpu_hour"]}
         body["objective"] = "cost"
     if v["deadline_days"]:
-        deadline = _number(v["deadline_days"])
-        body.setdefault("constraints", {})["max_train_s"] = (
-            deadline * fmt.DAY_S if isinstance(deadline, int | float) else deadline)
+        body.setdefault("constraints", {})["max_train_s"] = _days_as_s(v["deadline_days"])
     return body
 
 
@@ -142,9 +146,7 @@ def quote_body(v: dict[str, str]) -> dict[str, Any]:
     if v["budget"]:
         body["budget"] = {"amount": v["budget"].replace(",", ""), "currency": v["currency"]}
     if v["deadline_days"]:
-        deadline = _number(v["deadline_days"])
-        body["deadline_s"] = deadline * fmt.DAY_S if isinstance(deadline, int | float) \
-            else deadline
+        body["deadline_s"] = _days_as_s(v["deadline_days"])
     return body
 
 

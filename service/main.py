@@ -13,7 +13,16 @@ from service.api.observability import Metrics, RequestContextMiddleware, configu
 from service.api.openapi import build_openapi, operation_id
 from service.api.page_cache import PageCache
 from service.api.problems import install_problem_handlers
-from service.api.routes import catalog, docs, estimates, health, plans, prices, quotes
+from service.api.routes import (
+    catalog,
+    docs,
+    estimates,
+    health,
+    plans,
+    policies,
+    prices,
+    quotes,
+)
 from service.api.shedding import LoadSheddingMiddleware
 from service.api.ui import router as ui_router
 from service.catalog.db import make_engine, make_session_factory
@@ -35,6 +44,8 @@ TAGS = [
                                      "GPUs and batch."},
     {"name": "quotes", "description": "Priced, stored, reproducible quotes with budget "
                                       "gating; budget plans."},
+    {"name": "policies", "description": "Procurement policies that judge quotes: named, "
+                                        "with immutable revisions and If-Match edits."},
     {"name": "accelerators", "description": "Accelerator datasheet catalogue."},
     {"name": "catalog", "description": "Versioned cloud price catalogue: offers, versions, "
                                        "imports, exports and edits."},
@@ -88,7 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # histogram; it is counted in requests_shed_total.
     app.add_middleware(LoadSheddingMiddleware, max_in_flight=settings.max_in_flight,
                        on_shed=app.state.metrics.shed.inc)
-    for module in (estimates, plans, quotes, catalog, prices, health, docs):
+    for module in (estimates, plans, quotes, policies, catalog, prices, health, docs):
         app.include_router(module.router)
     app.include_router(ui_router)
     app.mount("/static", docs.static_files(), name="static")

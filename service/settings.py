@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     quote_ttl_days: int = Field(
         default=30, ge=1, le=3650, description="Days until a stored quote's expires_at.",
     )
+    default_policy: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        description="The stored policy (its newest revision) that judges quotes naming none; "
+                    "unset: the built-in default (docs/policies.md).")
     catalog_cache_ttl_s: float = Field(
         default=60.0, ge=0.0, le=86_400.0,
         description="Seconds the in-process accelerator cache serves before re-reading.",

@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 from service.catalog.errors import ConflictError, NotFoundError
 from service.catalog.models import ApiKey
 
-SCOPES = ("catalog:read", "catalog:write", "quotes:read", "quotes:write")
+SCOPES = ("catalog:read", "catalog:write", "quotes:read", "quotes:write", "policies:read",
+          "policies:write")
 KEY_PATTERN = re.compile(r"^cq_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

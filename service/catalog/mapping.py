@@ -8,8 +8,12 @@ stacks), so they are stored and converted as GiB.
 
 from __future__ import annotations
 
-from typing import Protocol
+import datetime as dt
+from decimal import Decimal
+from typing import Any, Protocol
 
+from service.catalog.seed_facts import is_assumed
+from service.core.quote import Fabric, PriceOffer, Term
 from service.core.specs import AcceleratorSpec, Precision
 from service.core.units import (
     gbits_per_s_to_bytes_per_s,
@@ -47,6 +51,35 @@ class AcceleratorRecord(Protocol):
     def scaleout_gbits_per_s(self) -> float: ...
 
 
+class OfferRow(Protocol):
+    """What ``offer_to_price`` reads: a row of the columns ``catalog/quoting.py`` selects."""
+
+    offer_id: str
+    provider_id: str
+    region: str
+    zone: str | None
+    instance_type: str
+    accelerator_id: str
+    term: str
+    payment_option: str | None
+    currency: str
+    effective_price_per_hour_micros: int
+    gpus_per_instance: float
+    nvlink_domain: int | None
+    inter_node_gbps: float | None
+    fabric_source: str | None
+    interruption_rate_per_hour: float | None
+    interruption_rate_source: str | None
+    region_carbon_g_per_kwh: float | None
+    as_of: dt.date
+    indicative: bool
+    source: str
+    quality_flags: list[dict[str, Any]]
+
+
+MICROS = Decimal(1_000_000)
+
+
 def accelerator_to_spec(row: AcceleratorRecord) -> AcceleratorSpec:
     """Convert a catalogue row to the core's SI-unit ``AcceleratorSpec``."""
     peaks: dict[Precision, float] = {}
@@ -67,4 +100,28 @@ def accelerator_to_spec(row: AcceleratorRecord) -> AcceleratorSpec:
         scaleup_domain_size=row.scaleup_domain_size,
         scaleup_bytes_per_s=gbytes_per_s_to_bytes_per_s(row.scaleup_gbytes_per_s),
         scaleout_bytes_per_s=gbits_per_s_to_bytes_per_s(row.scaleout_gbits_per_s),
+    )
+
+
+def offer_to_price(row: OfferRow, on_demand_rate: Decimal | None) -> PriceOffer:
+    """A catalogue offer (its stored columns) as the quote's ``PriceOffer``. Money stays in
+    micro-units in the database and becomes ``Decimal`` here, once."""
+    return PriceOffer(
+        offer_id=row.offer_id, provider=row.provider_id, region=row.region, zone=row.zone,
+        instance_type=row.instance_type, accelerator=row.accelerator_id, term=Term(row.term),
+        payment_option=row.payment_option, currency=row.currency,
+        price_per_instance_hour=(Decimal(row.effective_price_per_hour_micros) / MICROS
+                                 ).quantize(Decimal("0.000001")),
+        fabric=Fabric(gpus_per_instance=row.gpus_per_instance,
+                      nvlink_domain=row.nvlink_domain, inter_node_gbps=row.inter_node_gbps),
+        fabric_source=row.fabric_source,
+        interruption_rate_per_hour=row.interruption_rate_per_hour,
+        interruption_rate_source=row.interruption_rate_source,
+        interruption_rate_assumed=row.term == Term.SPOT.value and is_assumed(
+            row.interruption_rate_source),
+        region_carbon_g_per_kwh=row.region_carbon_g_per_kwh, as_of=row.as_of.isoformat(),
+        as_of_day=row.as_of.toordinal(),
+        indicative=row.indicative, derived=row.source.startswith("derived:"),
+        quality_flags=tuple(f["code"] for f in row.quality_flags),
+        on_demand_rate=on_demand_rate,
     )

@@ -135,6 +135,9 @@ class OfferRevision(Base):
     memory_gib: Mapped[float | None] = mapped_column(Float)
     gpu_memory_gib: Mapped[float | None] = mapped_column(Float)
     interconnect: Mapped[str | None] = mapped_column(Text)
+    nvlink_domain: Mapped[int | None] = mapped_column(Integer)
+    inter_node_gbps: Mapped[float | None] = mapped_column(Float)
+    fabric_source: Mapped[str | None] = mapped_column(Text)
     term: Mapped[str] = mapped_column(String(32))
     payment_option: Mapped[str | None] = mapped_column(String(32))
     currency: Mapped[str] = mapped_column(String(3))
@@ -229,3 +232,23 @@ class Quote(Base):
     requote_of: Mapped[str | None] = mapped_column(ForeignKey("quotes.id"))
     request: Mapped[dict[str, Any]] = mapped_column(JSON)
     response: Mapped[str] = mapped_column(Text)
+    lines: Mapped[str | None] = mapped_column(Text)
+    """Every line, as JSON (the response holds the best line per provider and term); None for
+    quotes stored before lines were paged, whose response holds them all."""
+    policy_name: Mapped[str | None] = mapped_column(String(64))
+    policy_revision: Mapped[int | None] = mapped_column(Integer)
+    """The policy revision the verdict was judged by; None for the built-in default."""
+
+
+class PolicyRevision(Base):
+    """One immutable revision of a named procurement policy. The newest revision is the
+    policy; quotes name the revision they were judged by, so ``verify`` re-judges alike."""
+
+    __tablename__ = "policy_revisions"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[str] = mapped_column(String(128))
+    description: Mapped[str] = mapped_column(Text)
+    rules: Mapped[dict[str, Any]] = mapped_column(JSON)

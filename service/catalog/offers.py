@@ -21,6 +21,8 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from service.catalog.seed_facts import default_interruption_rate, instance_fabric
+
 MICROS = Decimal(1_000_000)
 HOURS_PER_YEAR = 8760
 """365 × 24: AWS computes an effective reserved rate as hourly + up-front ÷ (years × 8760)
@@ -51,7 +53,8 @@ RESERVED_YEARS = {Term.RESERVED_1Y: 1, Term.RESERVED_3Y: 3}
 
 CONTENT_COLUMNS = (
     "provider", "region", "zone", "instance_type", "accelerator", "gpus_per_instance", "vcpus",
-    "memory_gib", "gpu_memory_gib", "interconnect", "term", "payment_option", "currency",
+    "memory_gib", "gpu_memory_gib", "interconnect", "nvlink_domain", "inter_node_gbps",
+    "fabric_source", "term", "payment_option", "currency",
     "price_per_hour", "upfront_fee", "interruption_rate_per_hour", "interruption_rate_source",
     "region_carbon_g_per_kwh", "region_carbon_source", "source", "as_of", "indicative", "notes",
 )
@@ -63,23 +66,6 @@ COLUMNS = ("id", *CONTENT_COLUMNS, *DERIVED_COLUMNS)
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
 CURRENCY = re.compile(r"^[A-Z]{3}$")
-
-DEFAULT_INTERRUPTION_RATE_PER_HOUR: dict[str, tuple[float, str]] = {
-    "aws": (0.20 / 730, "default: AWS Spot Instance Advisor's highest frequency-of-interruption "
-                        "bucket (>20% per month) for p4d/p5, as a rate per instance-hour "
-                        "(0.20 / 730 h)"),
-    "gcp": (1 / 24, "default: GCP preemptible VMs are stopped after at most 24 h (Compute "
-                    "Engine docs); used as a conservative per-instance-hour rate for Spot VMs"),
-    "azure": (0.20 / 730, "default: Azure Spot eviction-rate band 20%+ treated like AWS's "
-                          "(0.20 / 730 h)"),
-}
-FALLBACK_INTERRUPTION_RATE_PER_HOUR = (
-    1 / 24,
-    "default: no published rate for this provider; assumed the GCP bound of one preemption "
-    "per 24 h per instance",
-)
-"""Spot interruption rates per instance-hour when an import gives none (docs/catalog.md)."""
-
 
 class OfferRowError(ValueError):
     """One bad field in one import row (1-based data row number)."""
@@ -122,6 +108,11 @@ class OfferContent:
     memory_gib: float | None
     gpu_memory_gib: float | None
     interconnect: str | None
+    nvlink_domain: int | None
+    """GPUs of one instance that share NVLink/NVSwitch (provider documentation)."""
+    inter_node_gbps: float | None
+    """One instance's back-end network for GPU traffic between instances, Gbit/s."""
+    fabric_source: str | None
     term: Term
     payment_option: PaymentOption | None
     currency: str
@@ -352,6 +343,13 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
     memory_gib = p.number("memory_gib", required=False, low=0, high=1_000_000)
     gpu_memory_gib = p.number("gpu_memory_gib", required=False, low=0, high=10_000)
     interconnect = p.text("interconnect", required=False, max_length=2000)
+    nvlink_domain = p.number("nvlink_domain", required=False, low=1, high=1024,
+                             low_inclusive=True)
+    if nvlink_domain is not None and nvlink_domain != int(nvlink_domain):
+        p.fail("nvlink_domain", "must be a whole number of GPUs", "int_from_float")
+    inter_node = p.number("inter_node_gbps", required=False, low=0, high=1_000_000,
+                          low_inclusive=True)
+    fabric_source = p.text("fabric_source", required=False, max_length=2000)
     term = p.choice("term", Term, required=True)
     payment = p.choice("payment_option", PaymentOption, required=False)
     currency = p.text("currency", required=True, max_length=3, pattern=CURRENCY)
@@ -381,6 +379,12 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
         if price == 0 and not upfront:
             p.fail("price_per_hour", "must be > 0 unless an up-front fee is given",
                    "greater_than")
+    if (nvlink_domain is not None or inter_node is not None) and fabric_source is None:
+        p.fail("fabric_source", "is required when nvlink_domain or inter_node_gbps is given",
+               "missing")
+    if (nvlink_domain is not None and gpus is not None and gpus >= 1
+            and nvlink_domain > gpus):
+        p.fail("nvlink_domain", "must be at most gpus_per_instance", "out_of_range")
     if carbon is not None and carbon_source is None:
         p.fail("region_carbon_source", "is required when region_carbon_g_per_kwh is given",
                "missing")
@@ -389,13 +393,17 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
             or price is None or source is None or as_of is None or indicative is None):
         raise ImportRejectedError(p.errors)
     if term is Term.SPOT and rate is None:
-        rate, rate_source = DEFAULT_INTERRUPTION_RATE_PER_HOUR.get(
-            provider, FALLBACK_INTERRUPTION_RATE_PER_HOUR
-        )
+        rate, rate_source = default_interruption_rate(provider, instance_type, region)
+    if nvlink_domain is None and inter_node is None:
+        known = instance_fabric(provider, instance_type)
+        if known is not None:
+            nvlink_domain, inter_node, fabric_source = known
     offer = OfferContent(
         provider=provider, region=region, zone=zone, instance_type=instance_type,
         accelerator=accelerator, gpus_per_instance=gpus, vcpus=vcpus, memory_gib=memory_gib,
-        gpu_memory_gib=gpu_memory_gib, interconnect=interconnect, term=term,
+        gpu_memory_gib=gpu_memory_gib, interconnect=interconnect,
+        nvlink_domain=int(nvlink_domain) if nvlink_domain is not None else None,
+        inter_node_gbps=inter_node, fabric_source=fabric_source, term=term,
         payment_option=payment, currency=currency, price_per_hour_micros=price,
         upfront_fee_micros=upfront, interruption_rate_per_hour=rate,
         interruption_rate_source=rate_source, region_carbon_g_per_kwh=carbon,

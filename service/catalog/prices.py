@@ -171,7 +171,9 @@ def revision_content(row: OfferRevision) -> OfferContent:
         provider=row.provider_id, region=row.region, zone=row.zone,
         instance_type=row.instance_type, accelerator=row.accelerator_id,
         gpus_per_instance=row.gpus_per_instance, vcpus=row.vcpus, memory_gib=row.memory_gib,
-        gpu_memory_gib=row.gpu_memory_gib, interconnect=row.interconnect, term=Term(row.term),
+        gpu_memory_gib=row.gpu_memory_gib, interconnect=row.interconnect,
+        nvlink_domain=row.nvlink_domain, inter_node_gbps=row.inter_node_gbps,
+        fabric_source=row.fabric_source, term=Term(row.term),
         payment_option=PaymentOption(row.payment_option) if row.payment_option else None,
         currency=row.currency, price_per_hour_micros=row.price_per_hour_micros,
         upfront_fee_micros=row.upfront_fee_micros,
@@ -231,7 +233,9 @@ def _revision_values(offer: OfferContent, flags: Sequence[QualityFlag]) -> dict[
         "instance_type": offer.instance_type, "accelerator_id": offer.accelerator,
         "gpus_per_instance": offer.gpus_per_instance, "vcpus": offer.vcpus,
         "memory_gib": offer.memory_gib, "gpu_memory_gib": offer.gpu_memory_gib,
-        "interconnect": offer.interconnect, "term": offer.term.value,
+        "interconnect": offer.interconnect, "nvlink_domain": offer.nvlink_domain,
+        "inter_node_gbps": offer.inter_node_gbps, "fabric_source": offer.fabric_source,
+        "term": offer.term.value,
         "payment_option": offer.payment_option.value if offer.payment_option else None,
         "currency": offer.currency, "price_per_hour_micros": offer.price_per_hour_micros,
         "upfront_fee_micros": offer.upfront_fee_micros,
@@ -408,6 +412,7 @@ def export_json(version: CatalogVersion, rows: Sequence[OfferRevision]) -> str:
     for row in rows:
         item: dict[str, Any] = {k: (v if v != "" else None) for k, v in export_row(row).items()}
         for name in ("gpus_per_instance", "vcpus", "memory_gib", "gpu_memory_gib",
+                     "nvlink_domain", "inter_node_gbps",
                      "interruption_rate_per_hour", "region_carbon_g_per_kwh"):
             item[name] = getattr(row, name)
         item["indicative"] = row.indicative

@@ -31,6 +31,21 @@ def post(client: TestClient, headers: dict[str, str], body: dict[str, Any],
                        headers={**headers, "Idempotency-Key": key or uuid.uuid4().hex})
 
 
+def all_lines(client: TestClient, quote: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every line of a quote, through GET /v1/quotes/{id}/lines."""
+    lines: list[dict[str, Any]] = []
+    token = None
+    while True:
+        params: dict[str, Any] = {"page_size": 200}
+        if token:
+            params["page_token"] = token
+        page = client.get(f"/v1/quotes/{quote['id']}/lines", params=params).json()
+        lines += page["items"]
+        token = page["next_page_token"]
+        if not token:
+            return lines
+
+
 @pytest.fixture
 def writer(api_key: KeyMaker) -> dict[str, str]:
     return api_key("quotes:write")
@@ -61,9 +76,13 @@ class TestLines:
             assert line["currency"] == "USD"
             assert line["offer_id"] or line["term"] == "onprem"
             assert Decimal(line["total"]) == Decimal(line["total"]).quantize(Decimal("0.01"))
+            # Commitment accounting (the default): the total is the cash committed.
+            assert line["accounting"] == "commitment"
+            assert line["total"] == line["commitment_total"]
+            assert Decimal(line["commitment_total"]) >= Decimal(line["job_cost_total"])
             if line["term"].startswith("reserved"):
-                assert line["reserved"]["amortised_total"] == line["total"]
-                assert Decimal(line["reserved"]["dedicated_total"]) >= Decimal(line["total"])
+                assert line["reserved"]["dedicated_total"] == line["commitment_total"]
+                assert line["reserved"]["amortised_total"] == line["job_cost_total"]
             if line["flags"] and line["term"].startswith("reserved"):
                 assert "indicative_price" in line["flags"]
 
@@ -71,14 +90,14 @@ class TestLines:
         self, client: TestClient, writer: dict[str, str]
     ) -> None:
         quote = post(client, writer, GPU_HOURS_QUOTE).json()
-        line = next(x for x in quote["lines"]
-                    if (x["provider"], x["term"]) == ("lambda", "on_demand")
-                    and x["instance_type"] == "gpu_8x_h100_sxm5")
+        line = next(x for x in all_lines(client, quote)
+                    if (x["provider"], x["term"]) == ("aws", "on_demand")
+                    and x["instance_type"] == "p5.48xlarge")
         # 80,000 GPU-hours on 256 GPUs = 312.5 h; 256 x 2.2e-5 failures per hour, no
         # checkpoint: lost = Λ·R = 0.005632 x 600 / 3600... computed in the same units:
         lost = 256 * 2.2e-5 / 3600 * 600
         hours = Decimal(repr(312.5 * 3600)) / 3600 * (1 + Decimal(repr(lost)))
-        expected = (32 * hours * Decimal("31.92")).quantize(Decimal("0.01"))
+        expected = (32 * hours * Decimal("55.04")).quantize(Decimal("0.01"))
         assert line["instances"] == 32
         assert Decimal(line["total"]) == expected
 
@@ -90,8 +109,10 @@ class TestLines:
         self, client: TestClient, writer: dict[str, str]
     ) -> None:
         body = copy.deepcopy(GPU_HOURS_QUOTE)
-        body.update({"providers": ["gcp"], "regions": [], "terms": ["spot"]})
-        body["workload"]["gpu_hours"]["num_gpus"] = 4096  # 512 instances x 1/24 per hour
+        body.update({"providers": ["gcp"], "regions": [], "terms": ["spot"],
+                     "reliability": {"restart_s": 3600.0}})
+        # 512 instances x 0.00625 per instance-hour = 3.2 per hour, a 1 h restart: Λ·R ≥ 1
+        body["workload"]["gpu_hours"]["num_gpus"] = 4096
         quote = post(client, writer, body).json()
         assert quote["lines"]
         assert all(not x["feasible"] for x in quote["lines"])
@@ -101,7 +122,7 @@ class TestLines:
 
 class TestBudget:
     def _total(self, client: TestClient, writer: dict[str, str]) -> Decimal:
-        body = {**GPU_HOURS_QUOTE, "providers": ["lambda"], "terms": ["on_demand"]}
+        body = {**GPU_HOURS_QUOTE, "providers": ["aws"], "terms": ["on_demand"]}
         return Decimal(post(client, writer, body).json()["cheapest"]["total"])
 
     @pytest.mark.parametrize(("delta", "within", "verdict"), [
@@ -112,7 +133,7 @@ class TestBudget:
     def test_boundaries(self, client: TestClient, writer: dict[str, str], delta: Decimal,
                         within: bool, verdict: str) -> None:
         total = self._total(client, writer)
-        body = {**GPU_HOURS_QUOTE, "providers": ["lambda"], "terms": ["on_demand"],
+        body = {**GPU_HOURS_QUOTE, "providers": ["aws"], "terms": ["on_demand"],
                 "budget": {"amount": str(total + delta), "currency": "USD"}}
         quote = post(client, writer, body).json()
         assert quote["cheapest"]["within_budget"] is within
@@ -189,7 +210,7 @@ class TestStorage:
     def test_price_change_keeps_the_old_quote_and_requote_links_a_new_one(
         self, client: TestClient, writer: dict[str, str], api_key: KeyMaker
     ) -> None:
-        body = {**GPU_HOURS_QUOTE, "providers": ["lambda"], "terms": ["on_demand"]}
+        body = {**GPU_HOURS_QUOTE, "providers": ["aws"], "terms": ["on_demand"]}
         old = post(client, writer, body)
         old_quote = old.json()
         line = old_quote["cheapest"]
@@ -209,7 +230,8 @@ class TestStorage:
         fresh = requote.json()
         assert fresh["requote_of"] == old_quote["id"]
         assert fresh["catalog_version"] == edit.json()["catalog_version"]
-        assert Decimal(fresh["cheapest"]["total"]) > Decimal(line["total"])
+        again = next(x for x in all_lines(client, fresh) if x["offer_id"] == line["offer_id"])
+        assert abs(Decimal(again["total"]) - 2 * Decimal(line["total"])) <= Decimal("0.01")
 
 
 def test_twenty_quotes_of_every_workload_kind_verify_exactly(

@@ -3,6 +3,7 @@ identical requests with one Idempotency-Key store exactly one quote."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import threading
@@ -24,6 +25,7 @@ from service.catalog.migrate import upgrade
 from service.catalog.models import Quote
 from service.catalog.prices import get_version
 from service.catalog.seed import seed_catalog
+from service.core.quote import DEFAULT_POLICY
 from service.settings import Settings
 from tests.live_server import live_server
 
@@ -55,6 +57,9 @@ def random_request(rng: random.Random) -> dict[str, Any]:
     return body
 
 
+NOW = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+
+
 def test_a_thousand_random_quotes_recompute_to_the_cent(
     database_url_factory: Callable[[str], str]
 ) -> None:
@@ -73,11 +78,14 @@ def test_a_thousand_random_quotes_recompute_to_the_cent(
         for _ in range(1000):
             request = QuoteRequest.model_validate(random_request(rng))
             stored_request = json.loads(json.dumps(request.model_dump(mode="json")))
-            stored = json.loads(json.dumps(compute_body(session, request, cache, version, 10)))
+            body, every = compute_body(session, request, cache, version, 10, 0, DEFAULT_POLICY,
+                                       NOW, gated=True)
+            stored, stored_lines = json.loads(json.dumps([body, every]))
             again = QuoteRequest.model_validate(stored_request)
-            fresh = compute_body(session, again, cache, version, 10)
-            assert _differences(stored, fresh) == []
-            lines += len(stored["lines"])
+            fresh, fresh_lines = compute_body(session, again, cache, version, 10, 0,
+                                              DEFAULT_POLICY, NOW, gated=True)
+            assert _differences(stored, stored_lines, fresh, fresh_lines) == []
+            lines += len(stored_lines)
     engine.dispose()
     assert lines > 5000
 

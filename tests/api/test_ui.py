@@ -138,7 +138,7 @@ def test_quote_needs_a_key_then_stores_a_quote_with_links(
     assert "unknown or revoked" in error_of(bad_key.text, "api_key")
     key = api_key("quotes:write", "quotes:read")["Authorization"].split()[1]
     response = client.post("/ui", data={**FORM, "api_key": key, "budget": "1000.00",
-                                        "providers": "lambda, onprem", "action": "quote",
+                                        "providers": "aws, onprem", "action": "quote",
                                         "nonce": "abc123"})
     assert response.status_code == 200, response.text[:800]
     html = response.text
@@ -151,7 +151,7 @@ def test_quote_needs_a_key_then_stores_a_quote_with_links(
     assert key not in html  # the key is never echoed
     assert client.get(f"/ui/quotes/{quote_id}").status_code == 200
     again = client.post("/ui", data={**FORM, "api_key": key, "budget": "1000.00",
-                                     "providers": "lambda, onprem", "action": "quote",
+                                     "providers": "aws, onprem", "action": "quote",
                                      "nonce": "abc123"})
     assert f"/v1/quotes/{quote_id}" in again.text  # a resubmitted page replays its quote
 

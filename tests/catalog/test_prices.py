@@ -16,7 +16,6 @@ from service.catalog import prices
 from service.catalog.errors import PreconditionFailedError
 from service.catalog.models import CatalogVersion, OfferRevision
 from service.catalog.offers import (
-    DEFAULT_INTERRUPTION_RATE_PER_HOUR,
     ImportRejectedError,
     Term,
     parse_offer,
@@ -24,6 +23,7 @@ from service.catalog.offers import (
 )
 from service.catalog.quality import check_offers
 from service.catalog.seed_data import accelerator_seeds
+from service.catalog.seed_facts import default_interruption_rate
 from service.catalog.seed_prices import RESERVED_DISCOUNTS
 
 ACCELERATORS = {s.id for s in accelerator_seeds()}
@@ -67,9 +67,38 @@ class TestOfferRules:
 
     def test_spot_without_a_rate_gets_the_documented_provider_default(self) -> None:
         offer = parse_offer(1, row(provider="aws", term="spot"), ACCELERATORS)
-        rate, source = DEFAULT_INTERRUPTION_RATE_PER_HOUR["aws"]
+        rate, source = default_interruption_rate("aws", offer.instance_type, offer.region)
         assert offer.interruption_rate_per_hour == rate
         assert offer.interruption_rate_source == source
+        assert source.startswith("assumed: ")  # the AWS advisor bucket is a labelled guess
+
+    def test_spot_rates_fall_back_from_family_to_provider_to_the_labelled_default(
+        self,
+    ) -> None:
+        p3, _ = default_interruption_rate("aws", "p3.2xlarge", "eu-west-1")
+        p3_east, source = default_interruption_rate("aws", "p3.2xlarge", "us-east-1")
+        assert p3 != p3_east
+        assert not source.startswith("assumed: ")
+        unknown, source = default_interruption_rate("acme-cloud", "x1", "moon-1")
+        assert unknown > 0
+        assert source.startswith("assumed: ")
+
+    def test_known_instances_get_their_sourced_fabric_and_unknown_ones_none(self) -> None:
+        p5 = parse_offer(1, row(provider="aws", instance_type="p5.48xlarge",
+                                gpus_per_instance="8"), ACCELERATORS)
+        assert (p5.nvlink_domain, p5.inter_node_gbps) == (8, 3200.0)
+        assert p5.fabric_source
+        assert "aws" in p5.fabric_source.lower()
+        other = parse_offer(1, row(provider="acme", instance_type="big-8g",
+                                   gpus_per_instance="8"), ACCELERATORS)
+        assert (other.nvlink_domain, other.inter_node_gbps, other.fabric_source) == (
+            None, None, None)
+
+    def test_fabric_given_without_a_source_or_beyond_the_instance_is_refused(self) -> None:
+        with pytest.raises(ImportRejectedError) as caught:
+            parse_offer(1, row(gpus_per_instance="8", nvlink_domain="16",
+                               inter_node_gbps="400"), ACCELERATORS)
+        assert {e.field for e in caught.value.errors} == {"fabric_source", "nvlink_domain"}
 
     def test_id_and_hash_are_stable_and_content_sensitive(self) -> None:
         a = parse_offer(1, row(), ACCELERATORS)

@@ -139,7 +139,7 @@ def test_optimise_local_ranks_plans_like_the_api(local: str, api: TestClient) ->
 
 def test_quote_local_is_stored_and_gated(local: str, api: TestClient) -> None:
     result = cq("quote", "--local", "--json", "--gpu-hours", "100000", "--accelerator",
-                "h100-sxm5-80gb", "--gpus", "512", "--provider", "lambda", "--term",
+                "h100-sxm5-80gb", "--gpus", "512", "--provider", "aws", "--term",
                 "on_demand", "--budget", "1.00")
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
@@ -150,7 +150,7 @@ def test_quote_local_is_stored_and_gated(local: str, api: TestClient) -> None:
     assert stored.json()["summary"] == answer["summary"]
     line = answer["cheapest_per_term"]["on_demand"]
     table = cq("quote", "--local", "--gpu-hours", "100000", "--accelerator", "h100-sxm5-80gb",
-               "--gpus", "512", "--provider", "lambda", "--term", "on_demand")
+               "--gpus", "512", "--provider", "aws", "--term", "on_demand")
     assert fmt.money(line["total"], line["currency"]) in table.stdout
 
 

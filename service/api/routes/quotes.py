@@ -4,9 +4,9 @@ verify and requote it; and the inverse question, budget plans."""
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import uuid
+from collections import Counter
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -14,38 +14,39 @@ from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import __version__
 from service.api.auth import Principal, read_access, require
 from service.api.deps import AcceleratorCache, AcceleratorsDep, SessionDep, SettingsDep
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
+from service.api.quoting import (
+    ESTIMATOR_VERSION,
+    Computed,
+    line_json,
+    optimised_jobs,
+    price,
+    quote_body,
+    size_workload,
+)
 from service.api.schemas.common import Page
-from service.api.schemas.estimate import EnergyIn, ModelIn, plan_dict
-from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.prices import as_utc
 from service.api.schemas.quotes import (
     BUDGET_PLAN_EXAMPLE,
     QUOTE_EXAMPLE,
     BudgetPlanOut,
     BudgetPlanRequest,
+    QuoteLinesPage,
     QuoteOut,
     QuoteRequest,
     QuoteSummaryOut,
     VerifyOut,
 )
-from service.api.workers import run_cpu_bound
+from service.catalog import policies
 from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
 from service.catalog.models import CatalogVersionOffer, OfferRevision, Quote
 from service.catalog.prices import get_version
-from service.catalog.quoting import PricingOptions, SizedJob, price_jobs
-from service.core import pricing
-from service.core.calibration import DEFAULT_CALIBRATION
-from service.core.errors import InvalidSpecError, NoFeasiblePlanError
-from service.core.estimate import average_power_w_per_gpu, estimate
-from service.core.params import count_parameters
-from service.core.search import SearchRequest, frozen_clock, search
-from service.core.specs import EnergySpec, ModelSpec
+from service.core.errors import InvalidSpecError
+from service.core.quote import Outcome, Policy, QuoteLine
 
 router = APIRouter(tags=["quotes"])
 
@@ -61,103 +62,15 @@ IdempotencyKey = Annotated[str | None, Header(
     description="Required (printable ASCII, at most 255). The same key and body replay the "
                 "stored quote.")]
 
-ESTIMATOR_VERSION = "{}+cal.{}+{}".format(
-    __version__, DEFAULT_CALIBRATION.version,
-    hashlib.sha256((repr(DEFAULT_CALIBRATION) + repr(sorted(
-        (k, repr(v)) for k, v in vars(pricing).items() if k.isupper()))).encode()
-    ).hexdigest()[:12],
-)
-"""Package version, calibration version and a hash of every model and pricing constant."""
-
-
-def _checkpoint_bytes(model: ModelSpec) -> float:
-    return count_parameters(model).total * pricing.CHECKPOINT_BYTES_PER_PARAM
-
-
-def _optimised_jobs(
-    cache: AcceleratorCache, model_in: ModelIn, training_in: PlanTrainingIn,
-    clusters_in: list[CandidateClusterIn], constraints: ConstraintsIn, energy: EnergySpec,
-    prefix: str, workers: int, max_candidates: int,
-) -> list[SizedJob]:
-    """The fastest fitting plan for every candidate accelerator and GPU count."""
-    model = model_in.to_core()
-    batches = training_in.batches()
-    training = training_in.to_core(batches[0])
-    space = constraints.to_space()
-    jobs: list[SizedJob] = []
-    for index, candidate in enumerate(clusters_in):
-        accelerator = cache.require(candidate.accelerator,
-                                    f"{prefix}clusters.{index}.accelerator")
-        for cluster in candidate.to_core(accelerator):
-            count = cluster.num_gpus
-            try:
-                result = run_cpu_bound(workers, search, SearchRequest(
-                    model=model, clusters=(cluster,), training=training,
-                    global_batches=tuple(batches), space=space, top_k=1, energy=energy,
-                    max_candidates=max_candidates,
-                ), frozen_clock)
-            except NoFeasiblePlanError:
-                continue
-            best = result.plans[0]
-            jobs.append(SizedJob(
-                accelerator=accelerator.id, num_gpus=count,
-                wall_s=best.estimate.throughput.train_s,
-                checkpoint_bytes=_checkpoint_bytes(model),
-                power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
-                plan=plan_dict(best.plan), global_batch_seqs=best.global_batch_seqs))
-    if not jobs:
-        raise NoFeasiblePlanError("no candidate accelerator and GPU count can run this model "
-                                  "in memory")
-    return jobs
-
-
-def size_workload(request: QuoteRequest, cache: AcceleratorCache,
-                  max_candidates: int, workers: int = 0) -> list[SizedJob]:
-    energy = request.energy.to_core()
-    workload = request.workload
-    if workload.gpu_hours is not None:
-        spec = workload.gpu_hours
-        accelerator = cache.require(spec.accelerator, "workload.gpu_hours.accelerator")
-        return [SizedJob(accelerator=accelerator.id, num_gpus=spec.num_gpus,
-                         wall_s=spec.gpu_hours / spec.num_gpus * 3600.0,
-                         checkpoint_bytes=spec.checkpoint_bytes,
-                         power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy))]
-    if workload.estimate is not None:
-        est = workload.estimate
-        model = est.model.to_core()
-        accelerator = cache.require(est.cluster.accelerator,
-                                    "workload.estimate.cluster.accelerator")
-        cluster = est.cluster.to_core(accelerator)
-        plan = est.parallelism.to_core(cluster.num_gpus)
-        result = estimate(model, cluster, plan, est.training.to_core(), energy=energy)
-        return [SizedJob(accelerator=accelerator.id, num_gpus=cluster.num_gpus,
-                         wall_s=result.throughput.train_s,
-                         checkpoint_bytes=_checkpoint_bytes(model),
-                         power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
-                         plan=plan_dict(plan),
-                         global_batch_seqs=est.training.global_batch_seqs)]
-    assert workload.optimise is not None  # noqa: S101 - the schema requires exactly one
-    opt = workload.optimise
-    return _optimised_jobs(cache, opt.model, opt.training, opt.clusters, opt.constraints,
-                           energy, "workload.optimise.", workers, max_candidates)
-
-
-def _options(request: QuoteRequest | BudgetPlanRequest, energy: EnergyIn) -> PricingOptions:
-    budget = request.budget
-    onprem = request.onprem.model_dump(mode="json")
-    return PricingOptions(
-        terms=tuple(request.terms), providers=tuple(request.providers),
-        regions=tuple(request.regions),
-        budget=Decimal(budget.amount) if budget is not None else None,
-        currency=budget.currency if budget is not None else "USD",
-        deadline_s=request.deadline_s,
-        failure_rate_per_gpu_hour=request.reliability.failure_rate_per_gpu_hour,
-        restart_s=request.reliability.restart_s,
-        checkpoint_bytes_per_s=request.reliability.checkpoint_bytes_per_s,
-        reserved_utilisation_fraction=Decimal(request.reserved_utilisation_fraction),
-        pue=energy.pue, grid_gco2e_per_kwh=energy.grid_gco2e_per_kwh,
-        onprem={k: v for k, v in onprem.items() if v is not None},
-    )
+def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCache,
+                 version_id: str, max_candidates: int, workers: int, policy: Policy,
+                 now: dt.datetime, *, gated: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Everything of a quote that is computed (no id or timestamps), and every line."""
+    if request.budget is not None:
+        _check_currency(session, request.budget.currency, version_id)
+    jobs = size_workload(request, cache, max_candidates, workers)
+    computed = price(session, request, jobs, version_id, policy, now, gated=gated)
+    return quote_body(computed, request, all_lines=False)
 
 
 def _check_currency(session: Session, currency: str, version_id: str) -> None:
@@ -173,16 +86,18 @@ def _check_currency(session: Session, currency: str, version_id: str) -> None:
                 "there is no currency conversion", field="budget.currency")
 
 
-def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCache,
-                 version_id: str, max_candidates: int, workers: int = 0) -> dict[str, Any]:
-    """Everything of a quote that is computed (no id or timestamps)."""
-    if request.budget is not None:
-        _check_currency(session, request.budget.currency, version_id)
-    jobs = size_workload(request, cache, max_candidates, workers)
-    priced = price_jobs(session, jobs, _options(request, request.energy), version_id)
-    priced["budget"] = request.budget.model_dump() if request.budget else None
-    priced["deadline_s"] = request.deadline_s
-    return priced
+def _policy(session: Session, name: str | None, default: str | None,
+            revision: int | None = None) -> Policy:
+    """The policy a request names; an unknown name is invalid input (422), not a 404."""
+    try:
+        return policies.resolve(session, name, default, revision)
+    except NotFoundError as exc:
+        raise InvalidSpecError(f"{exc}: create it with POST /v1/policies",
+                               field="policy") from None
+
+
+def _gated(request: QuoteRequest, policy_named: bool) -> bool:
+    return request.budget is not None or request.deadline_s is not None or policy_named
 
 
 def _version_in_body(session: Session, version_id: str | None) -> Any:
@@ -237,32 +152,39 @@ def create_quote(
     if existing is not None:
         return _replay(store.replay_or_refuse(existing, hash_))
     version = _version_in_body(session, body.catalog_version)
-    computed = compute_body(session, body, accelerators, version.id,
-                            settings.search_max_candidates, settings.search_workers)
+    policy = _policy(session, body.policy, settings.default_policy)
+    now = dt.datetime.now(dt.UTC)
+    computed, lines = compute_body(
+        session, body, accelerators, version.id, settings.search_max_candidates,
+        settings.search_workers, policy, now,
+        gated=_gated(body, bool(body.policy or settings.default_policy)))
     row = _new_quote(request, principal.name, idempotency_key, hash_, canonical, version.id,
-                     version.content_hash, computed, settings.quote_ttl_days, None)
+                     version.content_hash, computed, lines, policy, now,
+                     settings.quote_ttl_days, None)
     return _store(request, session, row)
 
 
 def _new_quote(request: Request, principal: str, key: str, hash_: str,
                canonical: dict[str, Any], version_id: str, content_hash: str,
-               computed: dict[str, Any], ttl_days: int, requote_of: str | None) -> Quote:
-    now = dt.datetime.now(dt.UTC)
+               computed: dict[str, Any], lines: list[dict[str, Any]], policy: Policy,
+               now: dt.datetime, ttl_days: int, requote_of: str | None) -> Quote:
     quote_id = "q_" + uuid.uuid4().hex
     request_id = getattr(request.state, "request_id", None) or uuid.uuid4().hex
     expires = now + dt.timedelta(days=ttl_days)
-    body = {
-        "id": quote_id, "created_at": now.isoformat(), "expires_at": expires.isoformat(),
+    body = QuoteOut.model_validate({
+        "id": quote_id, "created_at": now, "expires_at": expires,
         "principal": principal, "request_id": request_id, "catalog_version": version_id,
         "catalog_content_hash": content_hash, "estimator_version": ESTIMATOR_VERSION,
         "requote_of": requote_of, **computed,
-    }
+    })
     return Quote(
         id=quote_id, principal=principal, idempotency_key=key, request_hash=hash_,
         request_id=request_id, created_at=now, expires_at=expires,
         catalog_version_id=version_id, catalog_content_hash=content_hash,
         estimator_version=ESTIMATOR_VERSION, verdict=computed["verdict"],
-        requote_of=requote_of, request=canonical, response=_body_text(body),
+        requote_of=requote_of, request=canonical, response=body.model_dump_json(),
+        lines=_body_text({"lines": lines}), policy_name=policy.name if policy.revision else None,
+        policy_revision=policy.revision,
     )
 
 
@@ -340,22 +262,33 @@ def _moment(text: str | None, field: str) -> dt.datetime | None:
 
 
 VERIFIED_FIELDS = ("offer_id", "provider", "region", "zone", "instance_type", "term",
-                   "instances", "unit_price", "total", "billed_hours", "feasible", "reserved",
-                   "within_budget", "meets_deadline")
+                   "instances", "unit_price", "total", "commitment_total", "job_cost_total",
+                   "term_s", "billed_hours", "feasible", "reserved", "within_budget",
+                   "meets_deadline", "policy_outcome", "rules", "uncertainty")
 
 
-def _differences(stored: dict[str, Any], fresh: dict[str, Any]) -> list[dict[str, Any]]:
+def _stored_lines(row: Quote) -> list[dict[str, Any]]:
+    """Every line of a stored quote (older quotes kept them all in the response)."""
+    if row.lines is not None:
+        lines: list[dict[str, Any]] = json.loads(row.lines)["lines"]
+        return lines
+    stored: list[dict[str, Any]] = json.loads(row.response)["lines"]
+    return stored
+
+
+def _differences(stored: dict[str, Any], stored_lines: list[dict[str, Any]],
+                 fresh: dict[str, Any], fresh_lines: list[dict[str, Any]],
+                 ) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
-    old_lines, new_lines = stored["lines"], fresh["lines"]
-    if len(old_lines) != len(new_lines):
-        found.append({"path": "lines.length", "stored": len(old_lines),
-                      "recomputed": len(new_lines)})
-    for i, (old, new) in enumerate(zip(old_lines, new_lines, strict=False)):
+    if len(stored_lines) != len(fresh_lines):
+        found.append({"path": "lines.length", "stored": len(stored_lines),
+                      "recomputed": len(fresh_lines)})
+    for i, (old, new) in enumerate(zip(stored_lines, fresh_lines, strict=False)):
         for name in VERIFIED_FIELDS:
             if old.get(name) != new.get(name):
                 found.append({"path": f"lines.{i}.{name}", "stored": old.get(name),
                               "recomputed": new.get(name)})
-    for name in ("verdict", "summary"):
+    for name in ("verdict", "summary", "reason_details", "policy_result", "rejected_offers"):
         if stored.get(name) != fresh.get(name):
             found.append({"path": name, "stored": stored.get(name), "recomputed": fresh.get(name)})
     return found
@@ -367,17 +300,45 @@ def verify_quote(
     session: SessionDep, _: QuotesRead, accelerators: AcceleratorsDep, settings: SettingsDep,
     quote_id: QuoteId,
 ) -> VerifyOut:
-    """Recompute from the stored request and catalogue version; every amount must match to
-    the cent (a mismatch is a bug, or a different estimator version)."""
+    """Recompute from the stored request, catalogue version, policy revision and date; every
+    amount, rule outcome and the verdict must match (a mismatch is a bug, or a different
+    estimator version)."""
     row = store.get_quote(session, quote_id)
     request = QuoteRequest.model_validate(row.request)
-    fresh = compute_body(session, request, accelerators, row.catalog_version_id,
-                         settings.search_max_candidates, settings.search_workers)
-    differences = _differences(json.loads(row.response), fresh)
+    stored = json.loads(row.response)
+    policy = _policy(session, row.policy_name, None, row.policy_revision)
+    named = stored.get("policy_result", {}).get("builtin") is False or bool(row.policy_name)
+    fresh, fresh_lines = compute_body(
+        session, request, accelerators, row.catalog_version_id, settings.search_max_candidates,
+        settings.search_workers, policy, as_utc(row.created_at), gated=_gated(request, named))
+    differences = _differences(
+        stored, _stored_lines(row), QuoteOut.model_validate({**stored, **fresh}).model_dump(
+            mode="json"), fresh_lines)
     return VerifyOut.model_validate({
         "matches": not differences, "differences": differences,
         "catalog_version": row.catalog_version_id, "estimator_version": ESTIMATOR_VERSION,
         "stored_estimator_version": row.estimator_version})
+
+
+@router.get("/v1/quotes/{quote_id}/lines", summary="Page through every line of a quote",
+            response_model=QuoteLinesPage, responses=problem_responses(400, 401, 403, 404, 422))
+def list_quote_lines(
+    session: SessionDep, _: QuotesRead, quote_id: QuoteId, page_size: PageSize = 50,
+    page_token: PageToken = None,
+) -> Response:
+    """Every priced line of a stored quote, in the quote's order (the quote itself holds the
+    best line per provider and term)."""
+    lines = _stored_lines(store.get_quote(session, quote_id))
+    start = 0
+    if (token := decode_token(page_token)) is not None:
+        if not token.isdigit():
+            raise HTTPException(400, "page_token is not a token this API issued")
+        start = int(token)
+    page = lines[start:start + page_size]
+    following = start + page_size
+    body = {"items": page,
+            "next_page_token": encode_token(str(following)) if following < len(lines) else None}
+    return Response(_body_text(body), media_type="application/json")
 
 
 @router.post("/v1/quotes/{quote_id}/requote", summary="Price a stored quote's request again",
@@ -387,7 +348,8 @@ def requote_quote(
     settings: SettingsDep, principal: QuotesWrite, quote_id: QuoteId,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    """A new quote from the same request on the current catalogue, linked by ``requote_of``."""
+    """A new quote from the same request on the current catalogue and the policy's newest
+    revision, linked by ``requote_of``."""
     old = store.get_quote(session, quote_id)
     canonical = dict(old.request)
     canonical["catalog_version"] = None
@@ -399,10 +361,15 @@ def requote_quote(
     if existing is not None:
         return _replay(store.replay_or_refuse(existing, hash_))
     version = get_version(session, None)
-    computed = compute_body(session, body, accelerators, version.id,
-                            settings.search_max_candidates, settings.search_workers)
+    policy = _policy(session, old.policy_name or body.policy, settings.default_policy)
+    now = dt.datetime.now(dt.UTC)
+    computed, lines = compute_body(
+        session, body, accelerators, version.id, settings.search_max_candidates,
+        settings.search_workers, policy, now,
+        gated=_gated(body, bool(body.policy or settings.default_policy or old.policy_name)))
     row = _new_quote(request, principal.name, key, hash_, canonical, version.id,
-                     version.content_hash, computed, settings.quote_ttl_days, quote_id)
+                     version.content_hash, computed, lines, policy, now,
+                     settings.quote_ttl_days, quote_id)
     return _store(request, session, row)
 
 
@@ -416,22 +383,65 @@ def plan_budget(
     _: QuotesRead,
 ) -> BudgetPlanOut:
     """For every candidate accelerator and GPU count, the optimiser's fastest plan is priced
-    on every matching offer. Answers the lines within the budget, soonest first, and the lines
-    that meet the deadline, cheapest first."""
+    on every matching offer and judged by the policy. Answers the lines whose ``total`` (the
+    commitment by default) is within the budget, soonest first, and the lines that meet the
+    deadline, cheapest first; lines a policy rule fails are left out of both."""
     version = _version_in_body(session, body.catalog_version)
     _check_currency(session, body.budget.currency, version.id)
-    energy = body.energy.to_core()
-    jobs = _optimised_jobs(accelerators, body.model, body.training, body.clusters,
-                           body.constraints, energy, "", settings.search_workers,
-                           settings.search_max_candidates)
-    priced = price_jobs(session, jobs, _options(body, body.energy), version.id)
-    feasible = [x for x in priced["lines"] if x["feasible"]]
-    within = sorted((x for x in feasible if x["within_budget"]),
-                    key=lambda x: (x["wall_clock_s"], Decimal(x["total"])))
-    in_time = [x for x in feasible if x["meets_deadline"] is not False]
+    policy = _policy(session, body.policy, settings.default_policy)
+    jobs = optimised_jobs(accelerators, body.model, body.training, body.clusters,
+                          body.constraints, body.energy.to_core(), "", settings.search_workers,
+                          settings.search_max_candidates)
+    computed = price(session, body, jobs, version.id, policy, dt.datetime.now(dt.UTC),
+                     gated=True)
+    lines = [x for x in computed.result.lines
+             if (x.feasible and x.outcome is not Outcome.FAIL) or _only_budget_or_deadline(x)]
+    within = sorted((x for x in lines if x.within_budget),
+                    key=lambda x: (x.amounts.wall_clock_s if x.amounts else 0.0,
+                                   x.amounts.total if x.amounts else Decimal(0)))
+    in_time = [x for x in lines if x.meets_deadline is not False]
+    fraction = computed.request_fraction
     return BudgetPlanOut.model_validate({
-        "soonest_within_budget": within[: body.top_k],
-        "cheapest_before_deadline": in_time[: body.top_k],
+        "soonest_within_budget": [line_json(x, fraction) for x in within[: body.top_k]],
+        "cheapest_before_deadline": [line_json(x, fraction) for x in in_time[: body.top_k]],
         "catalog_version": version.id, "budget": body.budget.model_dump(),
-        "deadline_s": body.deadline_s,
+        "deadline_s": body.deadline_s, "accounting": body.accounting,
+        "policy": {"name": policy.name, "revision": policy.revision},
+        "explanation": _explain(computed, within, in_time),
     })
+
+
+def _only_budget_or_deadline(line: QuoteLine) -> bool:
+    """A feasible line whose only failures are the budget or the deadline (kept: the two
+    lists filter on those themselves)."""
+    fails = {r.rule for r in line.rules if r.outcome is Outcome.FAIL}
+    return line.feasible and bool(fails) and fails <= {"budget", "deadline"}
+
+
+def _explain(computed: Computed, within: list[QuoteLine], in_time: list[QuoteLine]) -> str:
+    """Why the lists are empty, when they are."""
+    result = computed.result
+    if within and in_time:
+        return ""
+    feasible = [x for x in result.lines if x.feasible]
+    parts: list[str] = []
+    if not feasible:
+        parts.append("no offer can run any candidate plan"
+                     + (f" ({len(result.rejected)} offers cannot host the plans)"
+                        if result.rejected else ""))
+    else:
+        cheapest = min(x.amounts.total for x in feasible if x.amounts)
+        if not within:
+            parts.append(f"nothing fits the budget: the cheapest line's "
+                         f"{computed.options.accounting.value} total is {cheapest} "
+                         f"{computed.options.currency}")
+        if not in_time:
+            fastest = min(x.amounts.wall_clock_s for x in feasible if x.amounts)
+            parts.append(f"nothing meets the deadline: the fastest line takes "
+                         f"{fastest / 86400:,.1f} days")
+        failed = Counter(r.code for x in feasible for r in x.rules
+                         if r.outcome is Outcome.FAIL and r.rule not in ("budget", "deadline"))
+        if failed:
+            parts.append("policy failures: " + ", ".join(
+                f"{code} ({n} lines)" for code, n in failed.most_common(5)))
+    return "; ".join(parts)

@@ -33,7 +33,10 @@ OFFER_EXAMPLE: dict[str, Any] = {
     "id": "off_3f0c2b6e9c1d4a7b8e5f6a1b", "catalog_version": "cv_000001", "revision": 412,
     "provider": "aws", "region": "us-east-1", "zone": None, "instance_type": "p5.48xlarge",
     "accelerator": "h100-sxm5-80gb", "gpus_per_instance": 8.0, "vcpus": 192.0,
-    "memory_gib": 2048.0, "gpu_memory_gib": 80.0, "interconnect": None, "term": "on_demand",
+    "memory_gib": 2048.0, "gpu_memory_gib": 80.0, "interconnect": None, "gpus_per_node": 8.0,
+    "nvlink_domain": 8, "inter_node_gbps": 3200.0,
+    "fabric_source": "Amazon EC2 P5 instances (aws.amazon.com/ec2/instance-types/p5)",
+    "term": "on_demand",
     "payment_option": None, "currency": "USD", "price_per_hour": "55.040000",
     "upfront_fee": "0.000000", "effective_price_per_hour": "55.040000",
     "price_per_gpu_hour": "6.880000", "interruption_rate_per_hour": None,
@@ -62,6 +65,14 @@ class OfferOut(BaseModel):
     memory_gib: float | None
     gpu_memory_gib: float | None = Field(description="Memory per GPU as the source states it.")
     interconnect: str | None
+    gpus_per_node: float = Field(description="GPUs in one instance (one node of the job).")
+    nvlink_domain: int | None = Field(
+        description="GPUs of one instance that share NVLink/NVSwitch; null when not "
+                    "documented. A plan's TP × CP group must fit in it.")
+    inter_node_gbps: float | None = Field(
+        description="One instance's back-end network for GPU traffic between instances, "
+                    "Gbit/s; null when not documented (the offer then hosts one instance).")
+    fabric_source: str | None = Field(description="The provider document for the fabric.")
     term: Term
     payment_option: PaymentOption | None
     currency: str = Field(description="ISO 4217.")
@@ -91,7 +102,9 @@ class OfferOut(BaseModel):
             instance_type=row.instance_type, accelerator=row.accelerator_id,
             gpus_per_instance=row.gpus_per_instance, vcpus=row.vcpus,
             memory_gib=row.memory_gib, gpu_memory_gib=row.gpu_memory_gib,
-            interconnect=row.interconnect, term=Term(row.term),
+            interconnect=row.interconnect, gpus_per_node=row.gpus_per_instance,
+            nvlink_domain=row.nvlink_domain, inter_node_gbps=row.inter_node_gbps,
+            fabric_source=row.fabric_source, term=Term(row.term),
             payment_option=PaymentOption(row.payment_option) if row.payment_option else None,
             currency=row.currency, price_per_hour=micros_to_text(row.price_per_hour_micros),
             upfront_fee=micros_to_text(row.upfront_fee_micros),

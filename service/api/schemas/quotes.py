@@ -19,6 +19,15 @@ from service.api.schemas.prices import DecimalString
 from service.catalog.quoting import ALL_TERMS
 from service.core import pricing
 
+AccountingName = Literal["commitment", "amortised"]
+ACCOUNTING_DESCRIPTION = (
+    "How lines are ranked and the budget is judged. 'commitment' (default): the cash signed "
+    "for (every hour of a reservation term or capacity block, the purchase of on-premises "
+    "GPUs, the job's own cost on demand and spot). 'amortised': the job's share, reserved and "
+    "owned capacity divided by reservation_utilisation_fraction (which must then be given); "
+    "the verdict's reasons say that amortised accounting was used.")
+PolicyName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+
 TermName = Literal["on_demand", "spot", "reserved_1y", "reserved_3y", "capacity_block", "onprem"]
 ALL_TERM_NAMES: tuple[TermName, ...] = get_args(TermName)
 assert set(ALL_TERM_NAMES) == set(ALL_TERMS)  # noqa: S101 - the catalogue's terms, plus onprem
@@ -121,18 +130,41 @@ class QuoteRequest(RequestModel):
                                         description="Default: the current version.")
     reliability: ReliabilityIn = Field(default_factory=ReliabilityIn)
     reserved_utilisation_fraction: Fraction = Field(
-        default="1", description="Share of a reservation's term that is put to use; the "
-                                 "amortised reserved total divides by it.")
+        default="1", description="Deprecated: shapes only reserved.amortised_total; use "
+                                 "accounting and reservation_utilisation_fraction.")
+    accounting: AccountingName = Field(default="commitment",
+                                       description=ACCOUNTING_DESCRIPTION)
+    reservation_utilisation_fraction: Fraction | None = Field(
+        default=None, description="Amortised accounting only (then required): the share of "
+                                  "reserved or owned capacity's term put to use by all work.")
+    policy: PolicyName | None = Field(
+        default=None, description="A stored policy (GET /v1/policies) to judge by; default: "
+                                  "the server's default policy.", examples=["finance-2027"])
     onprem: OnPremIn = Field(default_factory=OnPremIn)
     energy: EnergyIn = Field(default_factory=EnergyIn)
 
     @model_validator(mode="after")
     def _checks(self) -> Self:
-        if len(set(self.terms)) != len(self.terms):
-            raise ValueError("terms lists a term twice")
-        if float(self.reserved_utilisation_fraction) <= 0:
-            raise ValueError("reserved_utilisation_fraction must be > 0")
+        _check_pricing_fields(self.terms, self.reserved_utilisation_fraction, self.accounting,
+                              self.reservation_utilisation_fraction)
         return self
+
+
+def _check_pricing_fields(terms: list[TermName], legacy: str, accounting: str,
+                          fraction: str | None) -> None:
+    if len(set(terms)) != len(terms):
+        raise ValueError("terms lists a term twice")
+    if float(legacy) <= 0:
+        raise ValueError("reserved_utilisation_fraction must be > 0")
+    if accounting == "amortised":
+        if fraction is None:
+            raise ValueError("accounting 'amortised' needs reservation_utilisation_fraction "
+                             "(the share of the reservation's term put to use, > 0 and <= 1)")
+        if float(fraction) <= 0:
+            raise ValueError("reservation_utilisation_fraction must be > 0")
+    elif fraction is not None:
+        raise ValueError("reservation_utilisation_fraction applies only to accounting "
+                         "'amortised'")
 
 
 class BudgetPlanRequest(RequestModel):
@@ -152,9 +184,23 @@ class BudgetPlanRequest(RequestModel):
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$")
     reliability: ReliabilityIn = Field(default_factory=ReliabilityIn)
     reserved_utilisation_fraction: Fraction = "1"
+    accounting: AccountingName = Field(default="commitment",
+                                       description=ACCOUNTING_DESCRIPTION)
+    reservation_utilisation_fraction: Fraction | None = Field(
+        default=None, description="Amortised accounting only (then required): the share of "
+                                  "reserved or owned capacity's term put to use by all work.")
+    policy: PolicyName | None = Field(
+        default=None, description="A stored policy (GET /v1/policies) to judge by; default: "
+                                  "the server's default policy.", examples=["finance-2027"])
     onprem: OnPremIn = Field(default_factory=OnPremIn)
     energy: EnergyIn = Field(default_factory=EnergyIn)
     top_k: int = Field(strict=True, default=10, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _checks(self) -> Self:
+        _check_pricing_fields(self.terms, self.reserved_utilisation_fraction, self.accounting,
+                              self.reservation_utilisation_fraction)
+        return self
 
 
 BUDGET_PLAN_EXAMPLE: dict[str, Any] = {
@@ -178,8 +224,51 @@ class ReservedOut(BaseModel):
     break_even_utilisation_fraction: str | None
 
 
+class RuleOut(BaseModel):
+    """One rule's outcome, or one reason of the verdict."""
+
+    rule: str = Field(description="The policy rule (or 'budget', 'deadline', 'feasible').")
+    outcome: Literal["pass", "warn", "fail"]
+    code: str = Field(examples=["commitment_over_budget"], description=(
+        "Stable code: within_budget, commitment_over_budget, job_cost_over_budget, "
+        "amortised_accounting, deadline_met, deadline_missed, estimate_uncertain, "
+        "commitment_over_policy_limit, job_cost_over_policy_limit, term_not_allowed, "
+        "provider_not_allowed, region_not_allowed, indicative_price, derived_price, "
+        "quarantined_price, stale_price, duration_over_limit, "
+        "success_probability_below_minimum, no_offer_fits_plan, spot_capacity_unverified, "
+        "assumed_interruption_rate, infeasible, no_feasible_offer."))
+    severity: Literal["info", "warning", "error"]
+    message: str
+
+
+class BandOut(BaseModel):
+    p10: float
+    p50: float
+    p90: float
+
+
+class MoneyBandOut(BaseModel):
+    p10: str
+    p50: str
+    p90: str
+
+
+class UncertaintyOut(BaseModel):
+    """The estimate's 80 % band carried into time and money (p10 fast, p90 slow)."""
+
+    wall_clock_s: BandOut
+    job_cost_total: MoneyBandOut
+    commitment_total: MoneyBandOut
+    deadline_probability: float | None = Field(
+        description="P(finishing before deadline_s): the wall-clock taken as log-normal with "
+                    "the band as its 10th and 90th percentiles.")
+    basis: str
+
+
 class QuoteLineOut(BaseModel):
-    """One way to buy the run. ``total`` is a decimal string in ``currency``."""
+    """One way to buy the run. Amounts are decimal strings in ``currency``. ``total`` is what
+    ranking and the budget use: ``commitment_total`` by default, the amortised job cost under
+    ``accounting: amortised``."""
 
     provider: str
     region: str | None
@@ -190,6 +279,10 @@ class QuoteLineOut(BaseModel):
     accelerator: str
     num_gpus: int
     gpus_per_instance: float
+    nvlink_domain: int | None = Field(description="GPUs of one instance sharing NVLink.")
+    inter_node_gbps: float | None = Field(
+        description="One instance's network for GPU traffic between instances, Gbit/s.")
+    fabric_source: str | None
     instances: int
     rounded_up: bool | None = Field(description="GPUs were rounded up to whole instances.")
     wall_clock_s: float | None
@@ -197,18 +290,33 @@ class QuoteLineOut(BaseModel):
     gpu_hours: str | None
     unit_price: str | None
     unit: str
-    total: str | None
+    accounting: AccountingName
+    commitment_total: str | None = Field(
+        description="Cash signed for: the whole reservation terms or capacity blocks bought, "
+                    "the on-premises purchase plus running costs, or the job's cost.")
+    job_cost_total: str | None = Field(description="The job's own share.")
+    total: str | None = Field(description="The amount ranked and judged (see accounting).")
+    term_s: float | None = Field(description="Length of what is committed: the reservation "
+                                             "terms or blocks bought, the depreciation "
+                                             "period, or the job's billed time.")
+    terms_bought: int | None
     currency: str
     goodput_loss_fraction: float | None
     checkpoint_interval_s: float | None
     goodput_basis: str
+    timing_basis: str
     energy_kwh: str | None
     co2e_kg: str | None
+    carbon_basis: str | None
     flags: list[str]
     feasible: bool
     infeasible_reason: str | None
     within_budget: bool | None
     meets_deadline: bool | None
+    policy_outcome: Literal["pass", "warn", "fail"]
+    rules: list[RuleOut] = Field(description="Every rule that warned or failed on this line.")
+    uncertainty: UncertaintyOut | None
+    price_as_of: dt.date | None
     reserved: ReservedOut | None
     onprem: dict[str, Any] | None
     offer_id: str | None
@@ -226,6 +334,32 @@ class SummaryOut(BaseModel):
     currency: str
 
 
+class RejectedGroupOut(BaseModel):
+    provider: str
+    instance_type: str
+    code: str = Field(examples=["nvlink_domain_too_small"], description=(
+        "fractional_gpu_instance, nvlink_domain_unknown, nvlink_domain_too_small or "
+        "interconnect_unknown."))
+    reason: str
+    offers: int
+
+
+class RejectedOffersOut(BaseModel):
+    """Offers whose instance cannot host the plan: not priced."""
+
+    count: int
+    groups: list[RejectedGroupOut]
+
+
+class PolicyResultOut(BaseModel):
+    name: str
+    revision: int | None = Field(description="Null for the built-in default policy.")
+    builtin: bool
+    outcome: Literal["pass", "warn", "fail"]
+    rules: list[RuleOut] = Field(description="Every rule's outcome on the recommended line.")
+    policy: dict[str, Any] = Field(description="The rules judged by, as stored.")
+
+
 class QuoteOut(BaseModel):
     id: str
     created_at: dt.datetime
@@ -236,7 +370,12 @@ class QuoteOut(BaseModel):
     catalog_content_hash: str
     estimator_version: str
     requote_of: str | None
-    lines: list[QuoteLineOut]
+    accounting: AccountingName
+    lines: list[QuoteLineOut] = Field(description="The best line per provider and term; every "
+                                                  "line: GET /v1/quotes/{id}/lines.")
+    lines_total: int
+    lines_shown: Literal["all", "best_per_provider_term"]
+    rejected_offers: RejectedOffersOut
     cheapest: QuoteLineOut | None
     cheapest_per_term: dict[str, QuoteLineOut]
     fastest: QuoteLineOut | None
@@ -244,8 +383,11 @@ class QuoteOut(BaseModel):
     summary: SummaryOut
     budget: dict[str, str] | None
     deadline_s: float | None
-    verdict: Literal["approve", "reject"] | None
-    reasons: list[str]
+    verdict: Literal["approve", "reject"] | None = Field(
+        description="approve unless a rule fails on the recommended line.")
+    reasons: list[str] = Field(description="reason_details' messages.")
+    reason_details: list[RuleOut]
+    policy_result: PolicyResultOut
 
 
 class QuoteSummaryOut(BaseModel):
@@ -272,6 +414,11 @@ class VerifyOut(BaseModel):
     stored_estimator_version: str
 
 
+class QuoteLinesPage(BaseModel):
+    items: list[QuoteLineOut]
+    next_page_token: str | None
+
+
 class BudgetPlanOut(BaseModel):
     soonest_within_budget: list[QuoteLineOut] = Field(
         description="Lines within the budget, fastest first.")
@@ -281,3 +428,6 @@ class BudgetPlanOut(BaseModel):
     catalog_version: str
     budget: dict[str, str]
     deadline_s: float | None
+    accounting: AccountingName
+    policy: dict[str, Any] = Field(description="The policy's name and revision (null: built-in).")
+    explanation: str = Field(description="Why a list is empty (empty when neither is).")

@@ -1,0 +1,435 @@
+"""The quote vertical between HTTP and the core: size a workload (estimate or plan search),
+time it on each offer's fabric, price and judge it in ``core.quote``, and write the answer.
+
+Routes call ``compute_quote``; nothing here knows about storage."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service import __version__
+from service.api.deps import AcceleratorCache
+from service.api.schemas.estimate import ModelIn, plan_dict
+from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
+from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest
+from service.api.workers import run_cpu_bound
+from service.catalog.quoting import load_offers, onprem_inputs
+from service.core import calibration as calibration_module
+from service.core import memory as memory_module
+from service.core import pricing
+from service.core import quote as core_quote
+from service.core import timing as timing_module
+from service.core import units as units_module
+from service.core.calibration import DEFAULT_CALIBRATION
+from service.core.errors import CoreError, NoFeasiblePlanError
+from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
+from service.core.params import count_parameters
+from service.core.quote import (
+    Accounting,
+    Fabric,
+    JobTiming,
+    OnPremInputs,
+    Options,
+    Policy,
+    QuoteLine,
+    QuoteResult,
+    RuleResult,
+    SizedJob,
+)
+from service.core.search import SearchRequest, frozen_clock, search
+from service.core.specs import (
+    AcceleratorSpec,
+    ClusterSpec,
+    EnergySpec,
+    ModelSpec,
+    ParallelismPlan,
+    TrainingSpec,
+)
+from service.core.units import gbits_per_s_to_bytes_per_s
+
+
+def _constants(*modules: Any) -> list[tuple[str, str]]:
+    return sorted((f"{m.__name__}.{k}", repr(v)) for m in modules for k, v in vars(m).items()
+                  if k.isupper())
+
+
+ESTIMATOR_VERSION = "{}+cal.{}+{}".format(
+    __version__, DEFAULT_CALIBRATION.version,
+    hashlib.sha256((repr(DEFAULT_CALIBRATION) + repr(_constants(
+        pricing, core_quote, timing_module, memory_module, calibration_module, units_module,
+    ))).encode()).hexdigest()[:12],
+)
+"""Package version, calibration version and a hash of every model constant: calibration,
+timing, memory, units, pricing and quote rules."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """What re-times a job on another fabric: the model, the training and the plan."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    plan: ParallelismPlan
+    accelerator: AcceleratorSpec
+    energy: EnergySpec
+
+
+def _timing(result: Estimate, basis: str) -> JobTiming:
+    t = result.throughput
+    return JobTiming(wall_s=t.train_s,
+                     wall_s_p10=t.train_s * t.tokens_per_s / t.tokens_per_s_high,
+                     wall_s_p90=t.train_s * t.tokens_per_s / t.tokens_per_s_low, basis=basis)
+
+
+def _checkpoint_bytes(model: ModelSpec) -> float:
+    return count_parameters(model).total * pricing.CHECKPOINT_BYTES_PER_PARAM
+
+
+def _fast_domain(plan: ParallelismPlan) -> int:
+    return plan.tp * plan.cp
+
+
+def _job(accelerator: AcceleratorSpec, cluster: ClusterSpec, model: ModelSpec,
+         plan: ParallelismPlan, training: TrainingSpec, energy: EnergySpec, result: Estimate,
+         batch: int) -> tuple[SizedJob, Plan]:
+    job = SizedJob(
+        accelerator=accelerator.id, num_gpus=cluster.num_gpus,
+        timing=_timing(result, f"estimate on the reference node ({cluster.gpus_per_node} GPUs "
+                               "per node, the accelerator's datasheet network)"),
+        checkpoint_bytes=_checkpoint_bytes(model),
+        power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
+        fast_domain=_fast_domain(plan), plan=plan_dict(plan), global_batch_seqs=batch)
+    return job, Plan(model=model, training=training, plan=plan, accelerator=accelerator,
+                     energy=energy)
+
+
+def optimised_jobs(
+    cache: AcceleratorCache, model_in: ModelIn, training_in: PlanTrainingIn,
+    clusters_in: list[CandidateClusterIn], constraints: ConstraintsIn, energy: EnergySpec,
+    prefix: str, workers: int, max_candidates: int,
+) -> list[tuple[SizedJob, Plan | None]]:
+    """The fastest fitting plan for every candidate accelerator and GPU count."""
+    model = model_in.to_core()
+    batches = training_in.batches()
+    space = constraints.to_space()
+    jobs: list[tuple[SizedJob, Plan | None]] = []
+    for index, candidate in enumerate(clusters_in):
+        accelerator = cache.require(candidate.accelerator,
+                                    f"{prefix}clusters.{index}.accelerator")
+        for cluster in candidate.to_core(accelerator):
+            try:
+                result = run_cpu_bound(workers, search, SearchRequest(
+                    model=model, clusters=(cluster,), training=training_in.to_core(batches[0]),
+                    global_batches=tuple(batches), space=space, top_k=1, energy=energy,
+                    max_candidates=max_candidates,
+                ), frozen_clock)
+            except NoFeasiblePlanError:
+                continue
+            best = result.plans[0]
+            training = training_in.to_core(best.global_batch_seqs)
+            jobs.append(_job(accelerator, cluster, model, best.plan, training, energy,
+                             best.estimate, best.global_batch_seqs))
+    if not jobs:
+        raise NoFeasiblePlanError("no candidate accelerator and GPU count can run this model "
+                                  "in memory")
+    return jobs
+
+
+def size_workload(request: QuoteRequest, cache: AcceleratorCache, max_candidates: int,
+                  workers: int = 0) -> list[tuple[SizedJob, Plan | None]]:
+    energy = request.energy.to_core()
+    workload = request.workload
+    if workload.gpu_hours is not None:
+        spec = workload.gpu_hours
+        accelerator = cache.require(spec.accelerator, "workload.gpu_hours.accelerator")
+        wall_s = spec.gpu_hours / spec.num_gpus * 3600.0
+        return [(SizedJob(
+            accelerator=accelerator.id, num_gpus=spec.num_gpus,
+            timing=JobTiming(wall_s=wall_s, wall_s_p10=wall_s, wall_s_p90=wall_s,
+                             basis="GPU-hours given by the caller (no band)"),
+            checkpoint_bytes=spec.checkpoint_bytes,
+            power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy)), None)]
+    if workload.estimate is not None:
+        est = workload.estimate
+        model = est.model.to_core()
+        accelerator = cache.require(est.cluster.accelerator,
+                                    "workload.estimate.cluster.accelerator")
+        cluster = est.cluster.to_core(accelerator)
+        plan = est.parallelism.to_core(cluster.num_gpus)
+        training = est.training.to_core()
+        result = estimate(model, cluster, plan, training, energy=energy)
+        return [_job(accelerator, cluster, model, plan, training, energy, result,
+                     est.training.global_batch_seqs)]
+    assert workload.optimise is not None  # noqa: S101 - the schema requires exactly one
+    opt = workload.optimise
+    return optimised_jobs(cache, opt.model, opt.training, opt.clusters, opt.constraints,
+                          energy, "workload.optimise.", workers, max_candidates)
+
+
+def fabric_timing(plan: Plan, num_gpus: int, fabric: Fabric) -> JobTiming | None:
+    """The job's estimate on an offer's fabric: its NVLink domain is the node, its inter-node
+    network is shared by the instance's GPUs. None when the layout cannot be placed there."""
+    acc = plan.accelerator
+    domain = fabric.nvlink_domain or max(1, int(fabric.gpus_per_instance))
+    if fabric.inter_node_gbps:
+        per_gpu = gbits_per_s_to_bytes_per_s(fabric.inter_node_gbps) / max(
+            1.0, fabric.gpus_per_instance)
+        acc = replace(acc, scaleout_bytes_per_s=per_gpu)
+    acc = replace(acc, scaleup_domain_size=domain)
+    try:
+        cluster = ClusterSpec(accelerator=acc, num_gpus=num_gpus,
+                              gpus_per_node=min(domain, num_gpus))
+        result = estimate(plan.model, cluster, plan.plan, plan.training, energy=plan.energy)
+    except CoreError:
+        return None
+    network = (f"{fabric.inter_node_gbps:g} Gbit/s per instance" if fabric.inter_node_gbps
+               else "the datasheet network")
+    return _timing(result, f"estimate on the offer's fabric ({domain} GPUs per NVLink domain, "
+                           f"{network})")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Computed:
+    result: QuoteResult
+    options: Options
+    request_fraction: Decimal
+
+
+def options_for(request: QuoteRequest | BudgetPlanRequest) -> Options:
+    budget = request.budget
+    amortised = request.accounting == Accounting.AMORTISED.value
+    fraction = request.reservation_utilisation_fraction
+    return Options(
+        currency=budget.currency if budget is not None else "USD",
+        budget=Decimal(budget.amount) if budget is not None else None,
+        deadline_s=request.deadline_s,
+        accounting=Accounting(request.accounting),
+        utilisation_fraction=Decimal(fraction) if amortised and fraction else Decimal(1),
+        failure_rate_per_gpu_hour=request.reliability.failure_rate_per_gpu_hour,
+        restart_s=request.reliability.restart_s,
+        checkpoint_bytes_per_s=request.reliability.checkpoint_bytes_per_s,
+        pue=request.energy.pue, grid_gco2e_per_kwh=request.energy.grid_gco2e_per_kwh,
+    )
+
+
+def price(
+    session: Session, request: QuoteRequest | BudgetPlanRequest,
+    jobs: Sequence[tuple[SizedJob, Plan | None]], version_id: str, policy: Policy,
+    now: dt.datetime, *, gated: bool,
+) -> Computed:
+    """Load the offers, time each job on each fabric, price and judge."""
+    options = options_for(request)
+    offers = load_offers(session, version_id, {j.accelerator for j, _ in jobs},
+                         terms=request.terms, providers=request.providers,
+                         regions=request.regions, currency=options.currency)
+    timings: dict[tuple[int, Fabric], JobTiming] = {}
+    for index, (job, plan) in enumerate(jobs):
+        if plan is None:
+            continue
+        for fabric in {o.fabric for o in offers if o.accelerator == job.accelerator}:
+            if core_quote.node_fit(job, fabric) is None or not policy.require_node_fit:
+                timed = fabric_timing(plan, job.num_gpus, fabric)
+                if timed is not None:
+                    timings[(index, fabric)] = timed
+    onprem: dict[str, OnPremInputs] = {}
+    if "onprem" in request.terms and (not request.providers or "onprem" in request.providers):
+        raw = {k: v for k, v in request.onprem.model_dump(mode="json").items() if v is not None}
+        for job, _ in jobs:
+            onprem.setdefault(job.accelerator, onprem_inputs(session, job.accelerator, raw))
+    # The legacy reserved_utilisation_fraction only shapes reserved.amortised_total.
+    legacy = Decimal(request.reserved_utilisation_fraction)
+    result = core_quote.price_all(
+        jobs=[j for j, _ in jobs], offers=offers, timings=timings, onprem=onprem,
+        options=options, policy=policy, today=now.date().toordinal(), version_id=version_id,
+        gated=gated)
+    return Computed(result=result, options=options, request_fraction=legacy)
+
+
+# --- JSON ----------------------------------------------------------------------------------
+
+
+def _money(amount: Decimal | None) -> str | None:
+    return None if amount is None else str(pricing.cents(amount))
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def rule_json(rule: RuleResult) -> dict[str, str]:
+    return {"rule": rule.rule, "outcome": rule.outcome.value, "code": rule.code,
+            "severity": core_quote.SEVERITY[rule.outcome], "message": rule.message}
+
+
+def line_json(line: QuoteLine, legacy_fraction: Decimal) -> dict[str, Any]:
+    """One line in the documented shape (QuoteLineOut)."""
+    a = line.amounts
+    reserved = None
+    if a is not None and a.reserved is not None:
+        r = a.reserved
+        amortised = pricing.cents(a.job_cost_total / legacy_fraction)
+        reserved = {
+            "dedicated_total": _money(r.dedicated_total),
+            "amortised_total": _money(amortised),
+            "terms_bought": r.terms_bought, "utilisation_fraction": str(legacy_fraction),
+            "break_even_utilisation_fraction": (
+                str(r.break_even_utilisation_fraction)
+                if r.break_even_utilisation_fraction is not None else None),
+        }
+    uncertainty = None
+    if a is not None:
+        uncertainty = {
+            "wall_clock_s": {k: float(getattr(a.wall_clock_band_s, k)) for k in
+                             ("p10", "p50", "p90")},
+            "job_cost_total": {k: _money(getattr(a.job_cost_band, k)) for k in
+                               ("p10", "p50", "p90")},
+            "commitment_total": {k: _money(getattr(a.commitment_band, k)) for k in
+                                 ("p10", "p50", "p90")},
+            "deadline_probability": a.deadline_probability,
+            "basis": line.timing_basis,
+        }
+    return {
+        "provider": line.provider, "region": line.region, "zone": line.zone,
+        "instance_type": line.instance_type, "term": line.term.value,
+        "payment_option": line.payment_option, "accelerator": line.accelerator,
+        "num_gpus": line.num_gpus, "gpus_per_instance": line.gpus_per_instance,
+        "nvlink_domain": line.nvlink_domain, "inter_node_gbps": line.inter_node_gbps,
+        "fabric_source": line.fabric_source,
+        "instances": a.instances if a else _instances(line),
+        "rounded_up": a.rounded_up if a else None,
+        "wall_clock_s": a.wall_clock_s if a else None,
+        "billed_hours": str(a.billed_hours.quantize(Decimal("0.0001"))) if a else None,
+        "gpu_hours": str(a.gpu_hours.quantize(Decimal("0.0001"))) if a else None,
+        "unit_price": str(line.unit_price) if line.unit_price is not None else None,
+        "unit": line.unit, "accounting": line.accounting.value,
+        "commitment_total": _money(a.commitment_total) if a else None,
+        "job_cost_total": _money(a.job_cost_total) if a else None,
+        "total": _money(a.total) if a else None,
+        "term_s": a.term_s if a else None,
+        "terms_bought": a.terms_bought if a else None,
+        "currency": line.currency,
+        "goodput_loss_fraction": _finite(a.goodput_loss_fraction) if a else None,
+        "checkpoint_interval_s": a.checkpoint_interval_s if a else None,
+        "goodput_basis": line.goodput_basis, "timing_basis": line.timing_basis,
+        "energy_kwh": str(a.energy_kwh) if a else None,
+        "co2e_kg": str(a.co2e_kg) if a else None, "carbon_basis": line.carbon_basis,
+        "flags": list(line.flags), "feasible": line.feasible,
+        "infeasible_reason": line.infeasible_reason,
+        "within_budget": line.within_budget, "meets_deadline": line.meets_deadline,
+        "policy_outcome": line.outcome.value,
+        "rules": [rule_json(r) for r in line.rules if r.outcome is not core_quote.Outcome.PASS],
+        "uncertainty": uncertainty,
+        "price_as_of": line.price_as_of,
+        "reserved": reserved, "onprem": dict(line.onprem) if line.onprem else None,
+        "offer_id": line.offer_id, "catalog_version": line.catalog_version,
+        "plan": dict(line.plan) if line.plan else None,
+        "global_batch_seqs": line.global_batch_seqs,
+    }
+
+
+def _instances(line: QuoteLine) -> int:
+    return pricing.instances_for(line.num_gpus, line.gpus_per_instance)[0] if (
+        line.gpus_per_instance > 0) else line.num_gpus
+
+
+def policy_json(policy: Policy) -> dict[str, Any]:
+    """A policy's rules as JSON (the stored and answered form)."""
+    out: dict[str, Any] = {}
+    for f in fields(Policy):
+        if f.name in ("name", "revision"):
+            continue
+        value = getattr(policy, f.name)
+        if isinstance(value, frozenset):
+            value = sorted(value)
+        elif isinstance(value, Decimal):
+            value = str(value)
+        out[f.name] = value
+    return out
+
+
+def best_per_provider_term(lines: Sequence[QuoteLine]) -> list[QuoteLine]:
+    """The first (best) line of each (provider, term), in the lines' order."""
+    seen: set[tuple[str, str]] = set()
+    best: list[QuoteLine] = []
+    for line in lines:
+        key = (line.provider, line.term.value)
+        if key not in seen:
+            seen.add(key)
+            best.append(line)
+    return best
+
+
+def rejected_json(computed: Computed) -> dict[str, Any]:
+    groups = Counter((r.provider, r.instance_type, r.code, r.reason)
+                     for r in computed.result.rejected)
+    return {
+        "count": len(computed.result.rejected),
+        "groups": [{"provider": p, "instance_type": i, "code": c, "reason": m, "offers": n}
+                   for (p, i, c, m), n in sorted(groups.items())],
+    }
+
+
+def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool) -> tuple[
+        dict[str, Any], list[dict[str, Any]]]:
+    """(the answer, every line): the answer holds the best line per provider and term unless
+    ``all_lines``; every line is stored for ``GET /v1/quotes/{id}/lines`` and ``verify``."""
+    result = computed.result
+    fraction = computed.request_fraction
+    every = [line_json(x, fraction) for x in result.lines]
+    shown = result.lines if all_lines else best_per_provider_term(result.lines)
+    totals = sorted(result.summary_totals)
+
+    def one(line: QuoteLine | None) -> dict[str, Any] | None:
+        return None if line is None else line_json(line, fraction)
+
+    policy = result.policy
+    body = {
+        "accounting": computed.options.accounting.value,
+        "lines": [line_json(x, fraction) for x in shown],
+        "lines_total": len(result.lines),
+        "lines_shown": "all" if all_lines else "best_per_provider_term",
+        "rejected_offers": rejected_json(computed),
+        "cheapest": one(result.cheapest),
+        "cheapest_per_term": {k: line_json(v, fraction)
+                              for k, v in result.cheapest_per_term.items()},
+        "fastest": one(result.fastest),
+        "recommended": one(result.recommended),
+        "summary": {
+            "lines": len(result.lines), "feasible_lines": len(totals),
+            "min_total": _money(totals[0]) if totals else None,
+            "median_total": _money(_median(totals)) if totals else None,
+            "max_total": _money(totals[-1]) if totals else None,
+            "currency": computed.options.currency,
+        },
+        "budget": request.budget.model_dump() if request.budget else None,
+        "deadline_s": request.deadline_s,
+        "verdict": result.verdict.value if result.verdict else None,
+        "reasons": [r.message for r in result.reasons],
+        "reason_details": [rule_json(r) for r in result.reasons],
+        "policy_result": {
+            "name": policy.name, "revision": policy.revision,
+            "builtin": policy.revision is None, "outcome": result.policy_outcome.value,
+            "rules": [rule_json(r) for r in (result.recommended.rules
+                                             if result.recommended else result.reasons)],
+            "policy": policy_json(policy),
+        },
+    }
+    return body, every
+
+
+def _median(values: Sequence[Decimal]) -> Decimal:
+    n = len(values)
+    middle = n // 2
+    return values[middle] if n % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+ComputeFn = Callable[..., Computed]

@@ -1,0 +1,94 @@
+"""``/v1/policies``: a procurement side's own rules for quotes (docs/policies.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from service.api.schemas.common import RequestModel
+from service.api.schemas.prices import DecimalString
+from service.api.schemas.quotes import PolicyName, Slug, TermName
+from service.core.quote import DEFAULT_POLICY, RULES
+
+RuleName = Literal[
+    "budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",
+    "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
+    "max_price_age_s", "max_duration_s", "min_success_probability", "require_node_fit",
+    "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates"]
+assert set(RuleName.__args__) == set(RULES)  # type: ignore[attr-defined] # noqa: S101
+
+POLICY_EXAMPLE: dict[str, Any] = {
+    "name": "finance-2027",
+    "description": "Training spend FY2027: 2M USD per commitment, no 3-year terms",
+    "rules": {"currency": "USD", "max_commitment": "2000000.00",
+              "allowed_terms": ["on_demand", "spot", "reserved_1y", "onprem"],
+              "forbid_indicative": True, "max_price_age_s": 7776000,
+              "min_success_probability": 0.8, "warn_only": ["forbid_indicative"]},
+}
+
+
+class PolicyRulesIn(RequestModel):
+    """Every rule; an omitted one takes the built-in default (shown), null switches a limit
+    off. A violated rule fails the quote (verdict reject) unless listed in ``warn_only``."""
+
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$",
+                          description="Currency of the money limits; a quote in another "
+                                      "currency fails them.")
+    max_commitment: DecimalString | None = Field(default=None,
+                                                 description="Largest commitment_total.")
+    max_job_cost: DecimalString | None = Field(default=None,
+                                               description="Largest job_cost_total.")
+    allowed_terms: list[TermName] | None = Field(default=None, max_length=6)
+    allowed_providers: list[Slug] | None = Field(default=None, max_length=64)
+    allowed_regions: list[Slug] | None = Field(default=None, max_length=256)
+    forbid_indicative: bool = Field(
+        strict=True, default=DEFAULT_POLICY.forbid_indicative,
+        description="Indicative or derived (synthetic) prices fail; false: they warn.")
+    forbid_quarantined: bool = Field(
+        strict=True, default=DEFAULT_POLICY.forbid_quarantined,
+        description="Prices with data-quality flags (price_outlier, spot_above_on_demand, "
+                    "spot_not_discounted, gpu_memory_mismatch) fail; false: they warn.")
+    max_price_age_s: float | None = Field(
+        strict=True, default=DEFAULT_POLICY.max_price_age_s, gt=0, le=1e10,
+        description="A price older than this (its as_of against the quote's date) is stale.")
+    max_duration_s: float | None = Field(strict=True, default=None, gt=0, le=1e10)
+    min_success_probability: float | None = Field(
+        strict=True, default=None, ge=0, le=1,
+        description="Least probability of finishing before the quote's deadline.")
+    require_node_fit: bool = Field(
+        strict=True, default=DEFAULT_POLICY.require_node_fit,
+        description="Offers whose instance cannot host the plan are rejected unpriced; "
+                    "false: priced with a warning.")
+    forbid_unverified_spot_capacity: bool = Field(
+        strict=True, default=DEFAULT_POLICY.forbid_unverified_spot_capacity,
+        description="A spot line needing more GPUs in one zone than anything public shows "
+                    "fails; false: it warns.")
+    forbid_assumed_interruption_rates: bool = Field(
+        strict=True, default=DEFAULT_POLICY.forbid_assumed_interruption_rates,
+        description="A spot line on an assumed interruption rate fails; false: it warns.")
+    warn_only: list[RuleName] = Field(default_factory=list, max_length=len(RULES),
+                                      description="Rules whose failure only warns.")
+
+
+class PolicyIn(RequestModel):
+    name: PolicyName = Field(examples=["finance-2027"])
+    description: str = Field(default="", max_length=2000)
+    rules: PolicyRulesIn = Field(default_factory=PolicyRulesIn)
+
+
+class PolicyRevisionIn(RequestModel):
+    """A new revision of an existing policy (``PUT`` with ``If-Match``)."""
+
+    description: str = Field(default="", max_length=2000)
+    rules: PolicyRulesIn = Field(default_factory=PolicyRulesIn)
+
+
+class PolicyOut(BaseModel):
+    name: str
+    revision: int
+    created_at: dt.datetime
+    created_by: str
+    description: str
+    rules: dict[str, Any]

@@ -1,0 +1,115 @@
+"""Named procurement policies: immutable revisions, the newest is the policy. A quote stores
+the (name, revision) it was judged by, so ``verify`` judges it again by the same rules."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.catalog.errors import ConflictError, NotFoundError, PreconditionFailedError
+from service.catalog.models import PolicyRevision
+from service.core.quote import DEFAULT_POLICY, Policy
+
+
+def latest(session: Session, name: str) -> PolicyRevision:
+    row = session.scalar(select(PolicyRevision).where(PolicyRevision.name == name)
+                         .order_by(PolicyRevision.revision.desc()).limit(1))
+    if row is None:
+        raise NotFoundError("policy", name)
+    return row
+
+
+def get_revision(session: Session, name: str, revision: int) -> PolicyRevision:
+    row = session.get(PolicyRevision, (name, revision))
+    if row is None:
+        raise NotFoundError("policy revision", f"{name}@{revision}")
+    return row
+
+
+def list_latest(session: Session, *, limit: int, after: str | None) -> Sequence[PolicyRevision]:
+    """The newest revision of each policy, by name."""
+    newest = (select(PolicyRevision.name, func.max(PolicyRevision.revision).label("revision"))
+              .group_by(PolicyRevision.name).subquery())
+    query = (select(PolicyRevision)
+             .join(newest, (PolicyRevision.name == newest.c.name)
+                   & (PolicyRevision.revision == newest.c.revision))
+             .order_by(PolicyRevision.name))
+    if after is not None:
+        query = query.where(PolicyRevision.name > after)
+    return session.scalars(query.limit(limit)).all()
+
+
+def create(session: Session, *, name: str, description: str, rules: Mapping[str, Any],
+           created_by: str) -> PolicyRevision:
+    """Revision 1 of a new policy; 409 if the name exists. Flushes; the caller commits."""
+    if session.scalar(select(PolicyRevision.name).where(PolicyRevision.name == name)
+                      .limit(1)) is not None:
+        raise ConflictError(f"a policy named {name!r} exists; PUT /v1/policies/{name} with "
+                            "If-Match makes a new revision")
+    return _insert(session, name, 1, description, rules, created_by)
+
+
+def revise(session: Session, *, name: str, expected_revision: int | None, description: str,
+           rules: Mapping[str, Any], created_by: str) -> PolicyRevision:
+    """A new revision, if the newest is still ``expected_revision`` (None: ``If-Match: *``)."""
+    current = latest(session, name)
+    if expected_revision is not None and current.revision != expected_revision:
+        raise PreconditionFailedError(
+            f"policy {name} has changed (now revision {current.revision}); GET it again")
+    return _insert(session, name, current.revision + 1, description, rules, created_by)
+
+
+def _insert(session: Session, name: str, revision: int, description: str,
+            rules: Mapping[str, Any], created_by: str) -> PolicyRevision:
+    row = PolicyRevision(name=name, revision=revision, created_at=dt.datetime.now(dt.UTC),
+                         created_by=created_by, description=description, rules=dict(rules))
+    session.add(row)
+    session.flush()
+    return row
+
+
+def to_core(row: PolicyRevision | None) -> Policy:
+    """A stored revision as the core's ``Policy`` (None: the built-in default)."""
+    if row is None:
+        return DEFAULT_POLICY
+    rules = row.rules
+
+    def money(key: str) -> Decimal | None:
+        value = rules.get(key)
+        return Decimal(value) if value is not None else None
+
+    def names(key: str) -> frozenset[str] | None:
+        value = rules.get(key)
+        return frozenset(value) if value is not None else None
+
+    return Policy(
+        name=row.name, revision=row.revision, currency=rules.get("currency", "USD"),
+        max_commitment=money("max_commitment"), max_job_cost=money("max_job_cost"),
+        allowed_terms=names("allowed_terms"), allowed_providers=names("allowed_providers"),
+        allowed_regions=names("allowed_regions"),
+        forbid_indicative=rules.get("forbid_indicative", True),
+        forbid_quarantined=rules.get("forbid_quarantined", True),
+        max_price_age_s=rules.get("max_price_age_s", DEFAULT_POLICY.max_price_age_s),
+        max_duration_s=rules.get("max_duration_s"),
+        min_success_probability=rules.get("min_success_probability"),
+        require_node_fit=rules.get("require_node_fit", True),
+        forbid_unverified_spot_capacity=rules.get("forbid_unverified_spot_capacity", True),
+        forbid_assumed_interruption_rates=rules.get("forbid_assumed_interruption_rates", False),
+        warn_only=frozenset(rules.get("warn_only", ())),
+    )
+
+
+def resolve(session: Session, name: str | None, default_name: str | None,
+            revision: int | None = None) -> Policy:
+    """The policy a quote names (newest revision, or ``revision``), else the server default
+    (``CQ_DEFAULT_POLICY``), else the built-in default."""
+    chosen = name or default_name
+    if chosen is None:
+        return DEFAULT_POLICY
+    row = get_revision(session, chosen, revision) if revision else latest(session, chosen)
+    return to_core(row)

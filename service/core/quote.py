@@ -1,0 +1,813 @@
+"""A quote as typed values: offers, lines, policy rules and the verdict (docs/pricing.md).
+
+The quote vertical in one place, pure: ``PriceOffer`` values come in (built once from catalogue
+rows in ``catalog/mapping.py``), a ``SizedJob`` with one ``JobTiming`` per interconnect comes
+in (the estimate on that offer's fabric), and ``QuoteLine`` values and a ``QuoteResult`` come
+out. Money is ``Decimal``; time is float seconds; the date is an input (``today``, a day
+ordinal), so a stored quote re-evaluates to the same verdict years later.
+
+What a line promises (issue 13):
+- ``commitment_total`` is the cash the buyer signs for: every hour of every reservation term or
+  capacity block bought; the purchase of on-premises GPUs plus the job's running costs; the
+  job's own cost for on-demand and spot.
+- ``job_cost_total`` is the job's share: hours used × rate (reserved at 100 % use of the rest
+  of the term, on-premises TCO per GPU-hour).
+- ``total`` is what ranking and the budget use: the commitment by default; with
+  ``accounting = amortised`` the job's share divided by the stated utilisation of reserved and
+  owned capacity.
+
+The verdict is the recommended line's policy outcome: ``approve`` unless a rule fails.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import ROUND_CEILING, Decimal
+from enum import StrEnum
+
+from service.core import pricing
+from service.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+
+
+class Term(StrEnum):
+    ON_DEMAND = "on_demand"
+    SPOT = "spot"
+    RESERVED_1Y = "reserved_1y"
+    RESERVED_3Y = "reserved_3y"
+    CAPACITY_BLOCK = "capacity_block"
+    ONPREM = "onprem"
+
+
+RESERVED_YEARS = {Term.RESERVED_1Y: 1, Term.RESERVED_3Y: 3}
+
+
+class Verdict(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class Outcome(StrEnum):
+    PASS = "pass"  # noqa: S105 - an outcome, not a password
+    WARN = "warn"
+    FAIL = "fail"
+
+
+OUTCOME_RANK = {Outcome.PASS: 0, Outcome.WARN: 1, Outcome.FAIL: 2}
+SEVERITY = {Outcome.PASS: "info", Outcome.WARN: "warning", Outcome.FAIL: "error"}
+
+
+class Accounting(StrEnum):
+    COMMITMENT = "commitment"
+    AMORTISED = "amortised"
+
+
+CAPACITY_BLOCK_MAX_DAYS = 182
+"""AWS EC2 Capacity Blocks for ML: 1 to 14 days in 1-day steps, then 7-day steps up to 182 days
+(Amazon EC2 User Guide, 'Capacity Blocks for ML', durations)."""
+CAPACITY_BLOCK_DAILY_STEP_MAX_DAYS = 14
+
+SPOT_CAPACITY_UNVERIFIED_GPUS = 64
+"""Above this many GPUs of one spot offer in one zone (eight 8-GPU nodes) nothing public says
+the capacity exists: AWS publishes no spot capacity figures and its Spot placement score is an
+account-specific query. An assumption, documented in docs/pricing.md; the line is flagged
+``spot_capacity_unverified`` and the policy decides."""
+
+QUARANTINE_FLAGS = frozenset({"price_outlier", "spot_above_on_demand", "spot_not_discounted",
+                              "gpu_memory_mismatch"})
+"""Data-quality flags (service/catalog/quality.py) that make a price unfit to approve on."""
+
+Z_90 = 1.2815515655446004
+"""The standard normal's 90th percentile: p10 and p90 are median × exp(∓1.2816 σ)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fabric:
+    """The interconnect of one instance type (provider documentation, named per offer)."""
+
+    gpus_per_instance: float
+    nvlink_domain: int | None
+    """GPUs of one instance that share NVLink/NVSwitch; None when not documented."""
+    inter_node_gbps: float | None
+    """Back-end network of one instance, Gbit/s, for GPU traffic between instances."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PriceOffer:
+    """One catalogue offer, as the quote reads it. Money in the offer's currency."""
+
+    offer_id: str
+    provider: str
+    region: str
+    zone: str | None
+    instance_type: str
+    accelerator: str
+    term: Term
+    payment_option: str | None
+    currency: str
+    price_per_instance_hour: Decimal
+    """The effective hourly rate (up-front fees spread over the term)."""
+    fabric: Fabric
+    fabric_source: str | None
+    interruption_rate_per_hour: float | None
+    interruption_rate_source: str | None
+    interruption_rate_assumed: bool
+    region_carbon_g_per_kwh: float | None
+    as_of: str
+    """ISO date the price held."""
+    as_of_day: int
+    """The same date as a proleptic Gregorian ordinal (``date.toordinal()``): the core reads
+    no clock and keeps no date type, so ages are differences of ordinals."""
+    indicative: bool
+    derived: bool
+    """A synthetic price (for example reserved = on-demand × 0.55), not a seller's figure."""
+    quality_flags: tuple[str, ...]
+    on_demand_rate: Decimal | None = None
+    """The on-demand rate of the same instance and region (break-even figures)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobTiming:
+    """Wall-clock of a job on one fabric, without failures: the estimate and its 80 % band."""
+
+    wall_s: float
+    wall_s_p10: float
+    wall_s_p90: float
+    basis: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SizedJob:
+    """A workload on one accelerator and GPU count, before money."""
+
+    accelerator: str
+    num_gpus: int
+    timing: JobTiming
+    """On the accelerator's reference node (used where the offer's fabric is not modelled)."""
+    checkpoint_bytes: float
+    power_w_per_gpu: float
+    """Average board plus host power per GPU, before PUE."""
+    fast_domain: int = 1
+    """GPUs that must share one NVLink domain: TP × CP of the plan (1 without a plan)."""
+    plan: Mapping[str, object] | None = None
+    global_batch_seqs: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OnPremInputs:
+    purchase_price_per_gpu: Decimal | None
+    basis: str
+    tco: pricing.OnPremInputs | None
+    indicative: bool = False
+    """The purchase price is the catalogue's indicative figure, not the buyer's own."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """Everything of a request that changes money or the verdict."""
+
+    currency: str = "USD"
+    budget: Decimal | None = None
+    deadline_s: float | None = None
+    accounting: Accounting = Accounting.COMMITMENT
+    utilisation_fraction: Decimal = Decimal(1)
+    """Amortised accounting: the share of reserved or owned capacity put to use."""
+    failure_rate_per_gpu_hour: float = pricing.DEFAULT_FAILURE_RATE_PER_GPU_HOUR
+    restart_s: float = pricing.DEFAULT_RESTART_S
+    checkpoint_bytes_per_s: float = pricing.DEFAULT_CHECKPOINT_BYTES_PER_S
+    pue: float = 1.2
+    grid_gco2e_per_kwh: float = 480.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """A procurement policy's rules (docs/policies.md). ``None`` switches a limit off."""
+
+    name: str = "default"
+    revision: int | None = None
+    """None for the built-in default."""
+    currency: str = "USD"
+    max_commitment: Decimal | None = None
+    max_job_cost: Decimal | None = None
+    allowed_terms: frozenset[str] | None = None
+    allowed_providers: frozenset[str] | None = None
+    allowed_regions: frozenset[str] | None = None
+    forbid_indicative: bool = True
+    forbid_quarantined: bool = True
+    max_price_age_s: float | None = 180 * SECONDS_PER_DAY
+    max_duration_s: float | None = None
+    min_success_probability: float | None = None
+    require_node_fit: bool = True
+    forbid_unverified_spot_capacity: bool = True
+    forbid_assumed_interruption_rates: bool = False
+    warn_only: frozenset[str] = frozenset()
+    """Rules whose failure only warns."""
+
+
+DEFAULT_POLICY = Policy()
+"""The server default when a quote names no policy: strict on price quality and capacity, a
+price older than 180 days is stale (cloud GPU prices moved by 10-45 % within 2024-2025, see
+service/catalog/seed/prices/README.md), nothing approves on an indicative price."""
+
+RULES = ("budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",
+         "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
+         "max_price_age_s", "max_duration_s", "min_success_probability", "require_node_fit",
+         "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates")
+"""Every rule a line is judged by, in report order."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleResult:
+    rule: str
+    outcome: Outcome
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Band:
+    p10: Decimal | float
+    p50: Decimal | float
+    p90: Decimal | float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Amounts:
+    """A feasible line's money and time."""
+
+    instances: int
+    rounded_up: bool
+    wall_clock_s: float
+    billed_hours: Decimal
+    gpu_hours: Decimal
+    commitment_total: Decimal
+    job_cost_total: Decimal
+    total: Decimal
+    term_s: float
+    goodput_loss_fraction: float
+    checkpoint_interval_s: float | None
+    energy_kwh: Decimal
+    co2e_kg: Decimal
+    wall_clock_band_s: Band
+    job_cost_band: Band
+    commitment_band: Band
+    deadline_probability: float | None
+    reserved: pricing.Reservation | None = None
+    terms_bought: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuoteLine:
+    """One way to buy the run, judged by every rule."""
+
+    provider: str
+    region: str | None
+    zone: str | None
+    instance_type: str | None
+    term: Term
+    payment_option: str | None
+    accelerator: str
+    num_gpus: int
+    gpus_per_instance: float
+    nvlink_domain: int | None
+    inter_node_gbps: float | None
+    fabric_source: str | None
+    currency: str
+    unit_price: Decimal | None
+    unit: str
+    offer_id: str | None
+    catalog_version: str
+    flags: tuple[str, ...]
+    goodput_basis: str
+    timing_basis: str
+    carbon_basis: str | None
+    plan: Mapping[str, object] | None
+    global_batch_seqs: int | None
+    accounting: Accounting
+    amounts: Amounts | None
+    infeasible_reason: str | None
+    onprem: Mapping[str, str | int] | None
+    price_as_of: str | None
+    price_as_of_day: int | None
+    rules: tuple[RuleResult, ...] = ()
+    within_budget: bool | None = None
+    meets_deadline: bool | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.amounts is not None
+
+    @property
+    def outcome(self) -> Outcome:
+        return max((r.outcome for r in self.rules), key=OUTCOME_RANK.__getitem__,
+                   default=Outcome.PASS)
+
+    def sort_key(self) -> tuple[object, ...]:
+        a = self.amounts
+        return (a is None, a.total if a else Decimal(0), a.wall_clock_s if a else 0.0,
+                self.provider, self.region or "", self.zone or "", self.instance_type or "",
+                self.term.value, self.payment_option or "", self.num_gpus, self.accelerator)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejectedOffer:
+    """An offer whose instance cannot host the plan: listed, never priced."""
+
+    offer_id: str
+    provider: str
+    instance_type: str
+    region: str
+    term: Term
+    accelerator: str
+    num_gpus: int
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuoteResult:
+    lines: tuple[QuoteLine, ...]
+    rejected: tuple[RejectedOffer, ...]
+    recommended: QuoteLine | None
+    cheapest: QuoteLine | None
+    fastest: QuoteLine | None
+    cheapest_per_term: Mapping[str, QuoteLine]
+    verdict: Verdict | None
+    reasons: tuple[RuleResult, ...]
+    policy: Policy
+    policy_outcome: Outcome
+    summary_totals: tuple[Decimal, ...] = field(default=())
+
+
+# --- node fit ------------------------------------------------------------------------------
+
+
+def node_fit(job: SizedJob, fabric: Fabric) -> tuple[str, str] | None:
+    """Why an instance cannot host the job's plan, as (code, message), or None if it can.
+
+    The plan's tensor- and context-parallel group (TP × CP) must sit inside one NVLink domain
+    (Narayanan et al. 2021, section 3.3: tensor parallelism inside a node); a job on more than
+    one instance needs a documented inter-node network. Expert parallelism may cross nodes
+    (DeepSeek-V3 ran EP 64 over InfiniBand with node-limited routing, arXiv 2412.19437 §3.2),
+    so it is not part of the fast domain."""
+    if fabric.gpus_per_instance < 1:
+        return ("fractional_gpu_instance",
+                f"a {fabric.gpus_per_instance:g}-GPU instance shares one GPU: training needs "
+                "whole GPUs")
+    if job.fast_domain > 1:
+        if fabric.nvlink_domain is None:
+            return ("nvlink_domain_unknown",
+                    f"the plan needs {job.fast_domain} GPUs in one NVLink domain (TP × CP) and "
+                    "the instance's NVLink domain is not documented")
+        if fabric.nvlink_domain < job.fast_domain:
+            return ("nvlink_domain_too_small",
+                    f"the plan needs {job.fast_domain} GPUs in one NVLink domain (TP × CP); "
+                    f"the instance has {fabric.nvlink_domain}")
+    if job.num_gpus > fabric.gpus_per_instance and fabric.inter_node_gbps is None:
+        return ("interconnect_unknown",
+                f"{job.num_gpus} GPUs need several instances and the instance's inter-node "
+                "network is not documented")
+    return None
+
+
+# --- money ---------------------------------------------------------------------------------
+
+
+def _hours(wall_s: float, lost_fraction: float) -> Decimal:
+    return pricing.exact(wall_s) / pricing.SECONDS_PER_HOUR_DECIMAL * (
+        1 + pricing.exact(lost_fraction))
+
+
+def capacity_block_days(billed_hours: Decimal) -> tuple[int, int]:
+    """(days bought, blocks): whole days up to 14, then whole weeks, at most 182 days a block
+    (``CAPACITY_BLOCK_MAX_DAYS``); longer jobs buy consecutive blocks."""
+    days = int((billed_hours / 24).to_integral_value(rounding=ROUND_CEILING)) or 1
+    blocks = -(-days // CAPACITY_BLOCK_MAX_DAYS)
+    per_block = -(-days // blocks)
+    if per_block > CAPACITY_BLOCK_DAILY_STEP_MAX_DAYS:
+        per_block = min(CAPACITY_BLOCK_MAX_DAYS, -(-per_block // 7) * 7)
+    return per_block * blocks, blocks
+
+
+def _commitment(term: Term, instances: int, hours: Decimal, rate: Decimal,
+                onprem_capex: Decimal | None) -> tuple[Decimal, float, int | None]:
+    """(commitment, term seconds, terms bought) for ``hours`` of use."""
+    if term in RESERVED_YEARS:
+        term_hours = Decimal(RESERVED_YEARS[term] * pricing.HOURS_PER_YEAR)
+        terms = max(1, int((hours / term_hours).to_integral_value(rounding=ROUND_CEILING)))
+        return (pricing.cents(instances * term_hours * terms * rate),
+                float(term_hours * terms) * SECONDS_PER_HOUR, terms)
+    if term is Term.CAPACITY_BLOCK:
+        days, blocks = capacity_block_days(hours)
+        return pricing.cents(instances * days * 24 * rate), days * SECONDS_PER_DAY, blocks
+    if term is Term.ONPREM and onprem_capex is not None:
+        return pricing.cents(onprem_capex + instances * hours * rate), float(
+            hours * pricing.SECONDS_PER_HOUR_DECIMAL), None
+    return pricing.cents(instances * hours * rate), float(
+        hours * pricing.SECONDS_PER_HOUR_DECIMAL), None
+
+
+def deadline_probability(band: JobTiming, factor: float, deadline_s: float) -> float:
+    """P(wall-clock ≤ deadline), the wall-clock taken as log-normal with median ``wall_s`` and
+    the 80 % band as its 10th and 90th percentiles (σ = ln(p90/p10) / (2 × 1.2816)). A job with
+    no band (GPU-hours given by the caller) is certain either way."""
+    median = band.wall_s * factor
+    if band.wall_s_p90 <= band.wall_s_p10:
+        return 1.0 if median <= deadline_s else 0.0
+    sigma = math.log(band.wall_s_p90 / band.wall_s_p10) / (2 * Z_90)
+    z = (math.log(deadline_s) - math.log(median)) / sigma
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+def price_amounts(
+    *, job: SizedJob, timing: JobTiming, term: Term, instances: int, rounded_up: bool,
+    gpus_per_instance: float, rate: Decimal, lost_fraction: float, interval_s: float | None,
+    options: Options, carbon_g_per_kwh: float, pue: float,
+    onprem_capex: Decimal | None = None, on_demand_rate: Decimal | None = None,
+) -> Amounts:
+    """A feasible line's amounts at the estimate and at the ends of its band."""
+
+    def at(wall_s: float) -> tuple[Decimal, Decimal, Decimal, float, int | None]:
+        hours = _hours(wall_s, lost_fraction)
+        job_cost = pricing.cents(instances * hours * rate)
+        commitment, term_s, terms = _commitment(term, instances, hours, rate, onprem_capex)
+        return hours, job_cost, commitment, term_s, terms
+
+    hours, job_cost, commitment, term_s, terms = at(timing.wall_s)
+    low = at(timing.wall_s_p10)
+    high = at(timing.wall_s_p90)
+    owned = term in RESERVED_YEARS or term is Term.ONPREM
+    if options.accounting is Accounting.AMORTISED:
+        total = pricing.cents(job_cost / options.utilisation_fraction) if owned else job_cost
+    else:
+        total = commitment
+    gpu_hours = hours * instances * pricing.exact(gpus_per_instance)
+    kwh = gpu_hours * pricing.exact(job.power_w_per_gpu) * pricing.exact(pue) / 1000
+    co2 = kwh * pricing.exact(carbon_g_per_kwh) / 1000
+    reserved = None
+    if term in RESERVED_YEARS:
+        reserved = pricing.reservation(
+            instances=instances, billed_hours=hours, years=RESERVED_YEARS[term],
+            effective_rate=rate, on_demand_rate=on_demand_rate,
+            utilisation_fraction=options.utilisation_fraction)
+    factor = 1 + lost_fraction
+    return Amounts(
+        instances=instances, rounded_up=rounded_up,
+        wall_clock_s=float(hours * pricing.SECONDS_PER_HOUR_DECIMAL),
+        billed_hours=hours, gpu_hours=gpu_hours, commitment_total=commitment,
+        job_cost_total=job_cost, total=total, term_s=term_s,
+        goodput_loss_fraction=lost_fraction, checkpoint_interval_s=interval_s,
+        energy_kwh=kwh.quantize(Decimal("0.001")), co2e_kg=co2.quantize(Decimal("0.001")),
+        wall_clock_band_s=Band(p10=float(low[0] * pricing.SECONDS_PER_HOUR_DECIMAL),
+                               p50=float(hours * pricing.SECONDS_PER_HOUR_DECIMAL),
+                               p90=float(high[0] * pricing.SECONDS_PER_HOUR_DECIMAL)),
+        job_cost_band=Band(p10=low[1], p50=job_cost, p90=high[1]),
+        commitment_band=Band(p10=low[2], p50=commitment, p90=high[2]),
+        deadline_probability=(None if options.deadline_s is None else round(
+            deadline_probability(timing, factor, options.deadline_s), 6)),
+        reserved=reserved, terms_bought=terms,
+    )
+
+
+def _flags(offer: PriceOffer, instances: int) -> tuple[str, ...]:
+    flags: list[str] = []
+    if offer.indicative:
+        flags.append("indicative_price")
+    if offer.derived:
+        flags.append("derived_price")
+    flags.extend(offer.quality_flags)
+    if offer.term is Term.SPOT:
+        if offer.interruption_rate_assumed:
+            flags.append("assumed_interruption_rate")
+        if instances * offer.fabric.gpus_per_instance > SPOT_CAPACITY_UNVERIFIED_GPUS:
+            flags.append("spot_capacity_unverified")
+    return tuple(flags)
+
+
+def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Options,
+               version_id: str) -> QuoteLine:
+    """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7)."""
+    gpus = offer.fabric.gpus_per_instance
+    instances, rounded = pricing.instances_for(job.num_gpus, gpus)
+    checkpoint_s = job.checkpoint_bytes / options.checkpoint_bytes_per_s
+    if offer.term is Term.SPOT:
+        rate = offer.interruption_rate_per_hour or 0.0
+        rate_per_s = rate * instances / SECONDS_PER_HOUR
+        assumed = " (an assumption)" if offer.interruption_rate_assumed else ""
+        basis = (f"spot interruptions {rate:g} per instance-hour{assumed} "
+                 f"({offer.interruption_rate_source})")
+    else:
+        rate_per_s = options.failure_rate_per_gpu_hour * instances * gpus / SECONDS_PER_HOUR
+        basis = f"hardware failures {options.failure_rate_per_gpu_hour:g} per GPU-hour"
+    loss = pricing.goodput(rate_per_s, checkpoint_s, options.restart_s)
+    carbon = offer.region_carbon_g_per_kwh
+    line = QuoteLine(
+        provider=offer.provider, region=offer.region, zone=offer.zone,
+        instance_type=offer.instance_type, term=offer.term,
+        payment_option=offer.payment_option, accelerator=job.accelerator,
+        num_gpus=job.num_gpus, gpus_per_instance=gpus,
+        nvlink_domain=offer.fabric.nvlink_domain, inter_node_gbps=offer.fabric.inter_node_gbps,
+        fabric_source=offer.fabric_source, currency=offer.currency,
+        unit_price=offer.price_per_instance_hour, unit="instance-hour", offer_id=offer.offer_id,
+        catalog_version=version_id, flags=_flags(offer, instances), goodput_basis=basis,
+        timing_basis=timing.basis,
+        carbon_basis=None if carbon is None else "region", plan=job.plan,
+        global_batch_seqs=job.global_batch_seqs, accounting=options.accounting,
+        amounts=None, infeasible_reason=loss.reason, onprem=None, price_as_of=offer.as_of,
+        price_as_of_day=offer.as_of_day,
+    )
+    if not loss.feasible:
+        return line
+    amounts = price_amounts(
+        job=job, timing=timing, term=offer.term, instances=instances, rounded_up=rounded,
+        gpus_per_instance=gpus, rate=offer.price_per_instance_hour,
+        lost_fraction=loss.lost_fraction, interval_s=loss.interval_s, options=options,
+        carbon_g_per_kwh=carbon if carbon is not None else options.grid_gco2e_per_kwh,
+        pue=options.pue, on_demand_rate=offer.on_demand_rate)
+    return replace(line, amounts=amounts, carbon_basis=(
+        "region" if carbon is not None else "request default"))
+
+
+def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
+                version_id: str) -> QuoteLine:
+    """Owned GPUs: TCO per GPU-hour (pricing.onprem_rate); the commitment is the purchase
+    (GPUs × price × (1 + overhead)) plus the job's running costs."""
+    line = QuoteLine(
+        provider="onprem", region=None, zone=None, instance_type=None, term=Term.ONPREM,
+        payment_option=None, accelerator=job.accelerator, num_gpus=job.num_gpus,
+        gpus_per_instance=1.0, nvlink_domain=None, inter_node_gbps=None, fabric_source=None,
+        currency=options.currency, unit_price=None, unit="gpu-hour", offer_id=None,
+        catalog_version=version_id, flags=(), timing_basis=job.timing.basis,
+        goodput_basis=f"hardware failures {options.failure_rate_per_gpu_hour:g} per GPU-hour",
+        carbon_basis=None, plan=job.plan, global_batch_seqs=job.global_batch_seqs,
+        accounting=options.accounting, amounts=None, onprem=None, price_as_of=None,
+        price_as_of_day=None,
+        infeasible_reason=(f"no purchase price for {job.accelerator}: give "
+                           "onprem.purchase_price_per_gpu"),
+    )
+    if inputs.tco is None or inputs.purchase_price_per_gpu is None:
+        return line
+    tco = inputs.tco
+    rate = pricing.onprem_rate(tco, job.power_w_per_gpu)
+    failures = options.failure_rate_per_gpu_hour * job.num_gpus / SECONDS_PER_HOUR
+    loss = pricing.goodput(failures, job.checkpoint_bytes / options.checkpoint_bytes_per_s,
+                           options.restart_s)
+    if not loss.feasible:
+        return replace(line, infeasible_reason=loss.reason)
+    capex = job.num_gpus * inputs.purchase_price_per_gpu * (1 + tco.overhead_fraction)
+    running = rate.per_gpu_hour - rate.capex_per_gpu_hour
+    amounts = price_amounts(
+        job=job, timing=job.timing, term=Term.ONPREM, instances=job.num_gpus,
+        rounded_up=False, gpus_per_instance=1.0, rate=rate.per_gpu_hour,
+        lost_fraction=loss.lost_fraction, interval_s=loss.interval_s, options=options,
+        carbon_g_per_kwh=options.grid_gco2e_per_kwh, pue=float(tco.pue), onprem_capex=None)
+    hours = amounts.billed_hours
+    commitment = pricing.cents(capex + job.num_gpus * hours * running)
+    term_s = float(tco.depreciation_years * pricing.HOURS_PER_YEAR) * SECONDS_PER_HOUR
+
+    def commit_at(band_s: float) -> Decimal:
+        used = pricing.exact(band_s) / pricing.SECONDS_PER_HOUR_DECIMAL
+        return pricing.cents(capex + job.num_gpus * used * running)
+
+    band = amounts.wall_clock_band_s
+    amounts = replace(
+        amounts, commitment_total=commitment, term_s=term_s,
+        total=commitment if options.accounting is Accounting.COMMITMENT else amounts.total,
+        commitment_band=Band(p10=commit_at(float(band.p10)), p50=commitment,
+                             p90=commit_at(float(band.p90))))
+    six = Decimal("0.000001")
+    return replace(line, amounts=amounts, infeasible_reason=None, carbon_basis="request default",
+                   flags=("indicative_price",) if inputs.indicative else (),
+                   unit_price=rate.per_gpu_hour.quantize(six), onprem={
+        "purchase_price_per_gpu": str(inputs.purchase_price_per_gpu),
+        "purchase_price_basis": inputs.basis,
+        "overhead_fraction": str(tco.overhead_fraction),
+        "depreciation_years": tco.depreciation_years,
+        "electricity_per_kwh": str(tco.electricity_per_kwh), "pue": str(tco.pue),
+        "operations_fraction_per_year": str(tco.operations_fraction_per_year),
+        "capex_per_gpu_hour": str(rate.capex_per_gpu_hour.quantize(six)),
+        "energy_per_gpu_hour": str(rate.energy_per_gpu_hour.quantize(six)),
+        "operations_per_gpu_hour": str(rate.operations_per_gpu_hour.quantize(six)),
+        "capex_total": str(pricing.cents(capex)),
+    })
+
+
+# --- policy --------------------------------------------------------------------------------
+
+
+def _money(amount: Decimal, currency: str) -> str:
+    return f"{pricing.cents(amount):,} {currency}"
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / SECONDS_PER_DAY:,.1f} days"
+
+
+def _where(line: QuoteLine) -> str:
+    parts = [line.provider, line.region or "", line.instance_type or "", line.term.value]
+    return " ".join(p for p in parts if p)
+
+
+def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
+             node_fit_reason: str | None = None) -> tuple[RuleResult, ...]:
+    """Every rule's outcome for one line. A rule that does not apply passes silently (it is
+    not reported); a violated rule fails, or warns when the policy lists it in ``warn_only``
+    (the built-in warnings: amortised accounting, assumed interruption rates, a wide band)."""
+    results: list[RuleResult] = []
+
+    def add(rule: str, ok: bool, code: str, message: str, *, soft: bool = False) -> None:
+        if ok:
+            outcome = Outcome.PASS
+        elif soft or rule in policy.warn_only:
+            outcome = Outcome.WARN
+        else:
+            outcome = Outcome.FAIL
+        results.append(RuleResult(rule=rule, outcome=outcome, code=code, message=message))
+
+    a = line.amounts
+    where = _where(line)
+    cur = line.currency
+    if a is None:
+        results.append(RuleResult(rule="feasible", outcome=Outcome.FAIL, code="infeasible",
+                                  message=f"{where}: {line.infeasible_reason}"))
+        return tuple(results)
+    amortised = options.accounting is Accounting.AMORTISED
+    if amortised:
+        results.append(RuleResult(
+            rule="budget", outcome=Outcome.WARN, code="amortised_accounting",
+            message=f"{where}: judged on the job's amortised share {_money(a.total, cur)} at "
+                    f"{options.utilisation_fraction} utilisation of reserved or owned "
+                    f"capacity, not on the {_money(a.commitment_total, cur)} committed"))
+    if options.budget is not None:
+        label = "amortised cost" if amortised else "commitment"
+        code = "job_cost_over_budget" if amortised else "commitment_over_budget"
+        over = a.total - options.budget
+        add("budget", over <= 0, code if over > 0 else "within_budget",
+            f"{where}: {label} {_money(a.total, cur)} "
+            + (f"exceeds the budget of {_money(options.budget, cur)} by {_money(over, cur)}"
+               if over > 0 else f"is within the budget of {_money(options.budget, cur)}"))
+        high = a.commitment_band.p90 if not amortised else a.job_cost_band.p90
+        if over <= 0 and isinstance(high, Decimal) and high > options.budget:
+            add("budget", False, "estimate_uncertain",
+                f"{where}: at the slow end of the estimate's 80 % band the {label} is "
+                f"{_money(high, cur)}, over the budget", soft=True)
+    if options.deadline_s is not None:
+        meets = a.wall_clock_s <= options.deadline_s
+        add("deadline", meets, "deadline_met" if meets else "deadline_missed",
+            f"{where}: {_days(a.wall_clock_s)} {'meets' if meets else 'misses'} the deadline "
+            f"of {_days(options.deadline_s)}")
+        p = a.deadline_probability
+        if meets and p is not None and float(a.wall_clock_band_s.p90) > options.deadline_s:
+            add("deadline", False, "estimate_uncertain",
+                f"{where}: {p:.0%} likely to finish before the deadline (slow end of the "
+                f"band: {_days(float(a.wall_clock_band_s.p90))})", soft=True)
+    mismatch = policy.currency != cur
+    if policy.max_commitment is not None:
+        add("max_commitment", not mismatch and a.commitment_total <= policy.max_commitment,
+            "commitment_over_policy_limit",
+            f"{where}: commitment {_money(a.commitment_total, cur)} against the policy's "
+            f"limit of {_money(policy.max_commitment, policy.currency)}")
+    if policy.max_job_cost is not None:
+        add("max_job_cost", not mismatch and a.job_cost_total <= policy.max_job_cost,
+            "job_cost_over_policy_limit",
+            f"{where}: job cost {_money(a.job_cost_total, cur)} against the policy's limit of "
+            f"{_money(policy.max_job_cost, policy.currency)}")
+    if policy.allowed_terms is not None:
+        add("allowed_terms", line.term.value in policy.allowed_terms, "term_not_allowed",
+            f"{where}: term {line.term.value} is "
+            f"{'' if line.term.value in policy.allowed_terms else 'not '}allowed by the policy")
+    if policy.allowed_providers is not None:
+        ok = line.provider in policy.allowed_providers
+        add("allowed_providers", ok, "provider_not_allowed",
+            f"{where}: provider {line.provider} is {'' if ok else 'not '}allowed by the policy")
+    if policy.allowed_regions is not None and line.region is not None:
+        ok = line.region in policy.allowed_regions
+        add("allowed_regions", ok, "region_not_allowed",
+            f"{where}: region {line.region} is {'' if ok else 'not '}allowed by the policy")
+    if "indicative_price" in line.flags or "derived_price" in line.flags:
+        kind = ("a derived (synthetic) price" if "derived_price" in line.flags
+                else "an indicative price")
+        add("forbid_indicative", False,
+            "derived_price" if "derived_price" in line.flags else "indicative_price",
+            f"{where}: rests on {kind}, not a seller's firm figure",
+            soft=not policy.forbid_indicative)
+    quarantined = sorted(QUARANTINE_FLAGS.intersection(line.flags))
+    if quarantined:
+        add("forbid_quarantined", False, "quarantined_price",
+            f"{where}: the price is quarantined by data-quality checks "
+            f"({', '.join(quarantined)})", soft=not policy.forbid_quarantined)
+    if policy.max_price_age_s is not None and line.price_as_of_day is not None:
+        age_s = (today - line.price_as_of_day) * SECONDS_PER_DAY
+        if age_s > policy.max_price_age_s:
+            add("max_price_age_s", False, "stale_price",
+                f"{where}: the price is dated {line.price_as_of}, "
+                f"{_days(age_s)} old; the policy allows {_days(policy.max_price_age_s)}")
+    if policy.max_duration_s is not None:
+        add("max_duration_s", a.wall_clock_s <= policy.max_duration_s, "duration_over_limit",
+            f"{where}: {_days(a.wall_clock_s)} against the policy's limit of "
+            f"{_days(policy.max_duration_s)}")
+    if policy.min_success_probability is not None and a.deadline_probability is not None:
+        ok = a.deadline_probability >= policy.min_success_probability
+        add("min_success_probability", ok, "success_probability_below_minimum",
+            f"{where}: {a.deadline_probability:.1%} likely to meet the deadline; the policy "
+            f"needs {policy.min_success_probability:.0%}")
+    if node_fit_reason is not None:
+        add("require_node_fit", False, "no_offer_fits_plan",
+            f"{where}: priced although it cannot host the plan ({node_fit_reason})",
+            soft=not policy.require_node_fit)
+    if "spot_capacity_unverified" in line.flags:
+        add("forbid_unverified_spot_capacity", False, "spot_capacity_unverified",
+            f"{where}: {a.instances * line.gpus_per_instance:g} spot GPUs in one zone; nothing "
+            f"public shows that capacity (more than {SPOT_CAPACITY_UNVERIFIED_GPUS})",
+            soft=not policy.forbid_unverified_spot_capacity)
+    if "assumed_interruption_rate" in line.flags:
+        add("forbid_assumed_interruption_rates", False, "assumed_interruption_rate",
+            f"{where}: the spot interruption rate is an assumption ({line.goodput_basis})",
+            soft=not policy.forbid_assumed_interruption_rates)
+    return tuple(results)
+
+
+# --- assembly ------------------------------------------------------------------------------
+
+
+def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy: Policy,
+          options: Options, today: int, *, gated: bool,
+          misfits: Mapping[int, str] | None = None) -> QuoteResult:
+    """Judge every line, sort by ``total`` (the request's accounting), recommend the line with
+    the best policy outcome and then the lowest total, and give the verdict on it."""
+    misfits = misfits or {}
+    judged: list[QuoteLine] = []
+    for index, line in enumerate(lines):
+        rules = evaluate(line, policy, options, today, misfits.get(index))
+        a = line.amounts
+        judged.append(replace(
+            line, rules=rules,
+            within_budget=(None if options.budget is None
+                           else a is not None and a.total <= options.budget),
+            meets_deadline=(None if options.deadline_s is None
+                            else a is not None and a.wall_clock_s <= options.deadline_s)))
+    judged.sort(key=QuoteLine.sort_key)
+    feasible = [x for x in judged if x.feasible]
+    recommended = min(feasible, key=lambda x: (OUTCOME_RANK[x.outcome], x.sort_key()),
+                      default=None)
+    per_term: dict[str, QuoteLine] = {}
+    for line in feasible:
+        per_term.setdefault(line.term.value, line)
+    fastest = min(feasible, key=lambda x: (x.amounts.wall_clock_s if x.amounts else 0.0,
+                                           x.sort_key()), default=None)
+    verdict: Verdict | None = None
+    reasons: tuple[RuleResult, ...] = ()
+    outcome = Outcome.PASS
+    if recommended is None:
+        code = "no_offer_fits_plan" if rejected and not judged else "no_feasible_offer"
+        message = ("no offer's instance can host the plan (see rejected_offers)"
+                   if code == "no_offer_fits_plan" else "no offer can run this workload")
+        reasons = (RuleResult(rule="feasible", outcome=Outcome.FAIL, code=code,
+                              message=message),)
+        outcome = Outcome.FAIL
+        verdict = Verdict.REJECT if gated else None
+    else:
+        reasons = tuple(r for r in recommended.rules
+                        if r.outcome is not Outcome.PASS or r.rule in ("budget", "deadline"))
+        outcome = recommended.outcome
+        if gated:
+            verdict = Verdict.REJECT if outcome is Outcome.FAIL else Verdict.APPROVE
+    return QuoteResult(
+        lines=tuple(judged), rejected=tuple(rejected), recommended=recommended,
+        cheapest=feasible[0] if feasible else None, fastest=fastest, cheapest_per_term=per_term,
+        verdict=verdict, reasons=reasons, policy=policy, policy_outcome=outcome,
+        summary_totals=tuple(x.amounts.total for x in feasible if x.amounts),
+    )
+
+
+def price_all(
+    *, jobs: Sequence[SizedJob], offers: Sequence[PriceOffer],
+    timings: Mapping[tuple[int, Fabric], JobTiming], onprem: Mapping[str, OnPremInputs],
+    options: Options, policy: Policy, today: int, version_id: str, gated: bool,
+) -> QuoteResult:
+    """Every offer for every job: offers whose instance cannot host the plan are rejected (or,
+    when the policy does not require node fit, priced with a warning); each line is timed on
+    its offer's fabric (``timings``, else the job's reference timing)."""
+    lines: list[QuoteLine] = []
+    rejected: list[RejectedOffer] = []
+    misfits: dict[int, str] = {}
+    for index, job in enumerate(jobs):
+        for offer in offers:
+            if offer.accelerator != job.accelerator:
+                continue
+            misfit = node_fit(job, offer.fabric)
+            if misfit is not None and policy.require_node_fit:
+                rejected.append(RejectedOffer(
+                    offer_id=offer.offer_id, provider=offer.provider,
+                    instance_type=offer.instance_type, region=offer.region, term=offer.term,
+                    accelerator=offer.accelerator, num_gpus=job.num_gpus, code=misfit[0],
+                    reason=misfit[1]))
+                continue
+            if misfit is not None:
+                misfits[len(lines)] = misfit[1]
+            timing = timings.get((index, offer.fabric), job.timing)
+            lines.append(cloud_line(job, timing, offer, options, version_id))
+        if job.accelerator in onprem:
+            lines.append(onprem_line(job, onprem[job.accelerator], options, version_id))
+    return judge(lines, rejected, policy, options, today, gated=gated, misfits=misfits)

@@ -89,12 +89,12 @@ def test_generated_client_against_the_app(generated: str, migrated_engine: Engin
             body=models.QuoteRequest.from_dict({
                 "workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb",
                                            "gpu_hours": 10000, "num_gpus": 64}},
-                "providers": ["lambda"], "terms": ["on_demand"],
+                "providers": ["aws"], "terms": ["on_demand"],
                 "budget": {"amount": "100000.00", "currency": "USD"}}))
         assert isinstance(quote, models.QuoteOut), quote
         assert quote.verdict.value in {"approve", "reject"}
         cheapest: Any = quote.cheapest
-        assert cheapest.provider == "lambda"
+        assert cheapest.provider == "aws"
         assert float(cheapest.total) > 10000 * 31.92 / 8 * 0.99
 
         fetched = load("api.quotes.get_quote").sync(client=client, quote_id=quote.id)

@@ -171,12 +171,27 @@ class BudgetPlanRequest(RequestModel):
     """Which accelerator, GPU count, term and plan finish soonest within the budget, and which
     finish cheapest before the deadline?"""
 
-    model: ModelIn
+    model: ModelIn | None = Field(
+        default=None, description="Required for objective 'soonest'; 'largest_model' tries "
+                                  "candidate_models instead.")
     training: PlanTrainingIn
     clusters: list[CandidateClusterIn] = Field(min_length=1, max_length=16)
     constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
     budget: MoneyIn
     deadline_s: float | None = Field(strict=True, default=None, gt=0, le=1e10)
+    objective: Literal["soonest", "largest_model"] = Field(
+        default="soonest", description=(
+            "'soonest': the lines for model within the budget, soonest first. "
+            "'largest_model': the largest compute-optimal model of candidate_models (trained "
+            "on tokens_per_param × its parameters, overriding training.tokens) with a line "
+            "within the budget and deadline that no policy rule fails."))
+    candidate_models: list[Annotated[str, StringConstraints(max_length=64)]] | None = Field(
+        default=None, min_length=1, max_length=16,
+        description="Presets for 'largest_model' (default: the dense Llama presets).")
+    tokens_per_param: float = Field(
+        strict=True, default=20.0, gt=0, le=10_000,
+        description="Training tokens per parameter for 'largest_model' (Chinchilla, Hoffmann "
+                    "et al. 2022: about 20).")
     terms: list[TermName] = Field(default_factory=lambda: list(ALL_TERM_NAMES), min_length=1,
                                   max_length=6)
     providers: list[Slug] = Field(default_factory=list, max_length=32)
@@ -200,6 +215,8 @@ class BudgetPlanRequest(RequestModel):
     def _checks(self) -> Self:
         _check_pricing_fields(self.terms, self.reserved_utilisation_fraction, self.accounting,
                               self.reservation_utilisation_fraction)
+        if self.objective == "soonest" and self.model is None:
+            raise ValueError("model is required for objective 'soonest'")
         return self
 
 
@@ -431,3 +448,26 @@ class BudgetPlanOut(BaseModel):
     accounting: AccountingName
     policy: dict[str, Any] = Field(description="The policy's name and revision (null: built-in).")
     explanation: str = Field(description="Why a list is empty (empty when neither is).")
+    objective: Literal["soonest", "largest_model"] = "soonest"
+    largest_model: LargestModelOut | None = Field(
+        default=None, description="objective 'largest_model': the largest candidate with a "
+                                  "line within the budget and deadline (the lists are its).")
+    models_tried: list[ModelTriedOut] = Field(default_factory=list)
+
+
+class ModelTriedOut(BaseModel):
+    preset: str
+    params: int
+    tokens: float
+    lines_within: int = Field(description="Lines within the budget and deadline that no "
+                                          "policy rule fails.")
+    note: str
+
+
+class LargestModelOut(BaseModel):
+    preset: str
+    params: int
+    tokens: float
+    line: QuoteLineOut
+
+BudgetPlanOut.model_rebuild()

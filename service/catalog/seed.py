@@ -5,13 +5,22 @@ version; later price changes are imports or edits, each a new version."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
 from sqlalchemy.orm import Session
 
 from service.catalog.models import Accelerator
 from service.catalog.offers import MICROS
-from service.catalog.prices import commit_version, current_version_id, lock_catalog
+from service.catalog.offers import OfferContent, Term
+from service.catalog.prices import (
+    commit_version,
+    current_version_id,
+    lock_catalog,
+    revision_content,
+    version_revisions,
+)
+from service.catalog.seed_facts import default_interruption_rate, instance_fabric
 from service.catalog.seed_data import AcceleratorSeed, accelerator_seeds
 from service.catalog.seed_prices import seed_offers
 
@@ -24,6 +33,9 @@ class SeedReport:
     price_version: str | None
     """The seed price version created now, or None when a price version already existed."""
     offers: int
+    facts_version: str | None = None
+    """A version made now to add sourced facts (fabric, spot rates) that the current version's
+    offers lack; None when nothing was missing."""
 
 
 def _columns(seed: AcceleratorSeed) -> dict[str, object]:
@@ -63,4 +75,38 @@ def seed_catalog(session: Session) -> SeedReport:
                                  note="seed: research price snapshot (seed/prices/README.md)")
         version_id, offers = version.id, version.offer_count
     return SeedReport(inserted=inserted, updated=updated, unchanged=unchanged,
-                      price_version=version_id, offers=offers)
+                      price_version=version_id, offers=offers,
+                      facts_version=None if version_id else _add_missing_facts(session))
+
+
+def _with_facts(offer: OfferContent) -> OfferContent:
+    """The offer with the seed's sourced fabric where it has none, and a sourced spot rate
+    where its rate was the old unlabelled default."""
+    changes: dict[str, object] = {}
+    if offer.nvlink_domain is None and offer.inter_node_gbps is None:
+        known = instance_fabric(offer.provider, offer.instance_type)
+        if known is not None:
+            changes.update(nvlink_domain=known[0], inter_node_gbps=known[1],
+                           fabric_source=known[2])
+    if offer.term is Term.SPOT and (offer.interruption_rate_source or "").startswith(
+            "default:"):
+        rate, source = default_interruption_rate(offer.provider, offer.instance_type,
+                                                 offer.region)
+        changes.update(interruption_rate_per_hour=rate, interruption_rate_source=source)
+    return dataclasses.replace(offer, **changes) if changes else offer  # type: ignore[arg-type]
+
+
+def _add_missing_facts(session: Session) -> str | None:
+    """A database seeded before offers carried fabric facts (schema 0004) gets one new version
+    with them; older versions stay as they were, so old quotes still verify."""
+    current = current_version_id(session)
+    if current is None:
+        return None
+    offers = [revision_content(row) for row in version_revisions(session, current)]
+    updated = [_with_facts(offer) for offer in offers]
+    if updated == offers:
+        return None
+    version = commit_version(session, updated, created_by="seed", kind="seed",
+                             note="seed: sourced instance fabric and spot interruption rates "
+                                  "(seed/instance_fabric.md, seed/spot_interruption_rates.md)")
+    return version.id

@@ -8,7 +8,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, inspect, update
 from sqlalchemy.orm import Session
 
 from service.catalog.db import make_engine
@@ -21,7 +21,8 @@ from service.catalog.migrate import (
     downgrade,
     upgrade,
 )
-from service.catalog.models import Base
+from service.catalog.models import Base, OfferRevision
+from service.catalog.prices import current_version_id, version_revisions
 from service.catalog.repository import get_accelerator, list_accelerators
 from service.catalog.seed import seed_catalog
 from service.core.specs import Precision
@@ -77,6 +78,33 @@ class TestSeed:
         assert report.inserted == 0
         assert report.updated == 0
         assert len(list_accelerators(db_session)) == report.unchanged
+
+    def test_seed_is_idempotent_for_prices_too(self, db_session: Session) -> None:
+        report = seed_catalog(db_session)
+        assert (report.price_version, report.facts_version) == (None, None)
+
+    def test_a_catalogue_seeded_before_fabric_facts_gets_one_version_with_them(
+        self, db_session: Session
+    ) -> None:
+        old = current_version_id(db_session)
+        assert old is not None
+        # As a database seeded before schema 0004 holds it: no fabric, unlabelled spot rates.
+        db_session.execute(update(OfferRevision).values(
+            nvlink_domain=None, inter_node_gbps=None, fabric_source=None, content_hash="old"))
+        db_session.execute(update(OfferRevision).where(OfferRevision.term == "spot").values(
+            interruption_rate_source="default: a guess"))
+        report = seed_catalog(db_session)
+        assert report.facts_version is not None
+        assert current_version_id(db_session) == report.facts_version
+        fresh = {r.offer_id: r for r in version_revisions(db_session, report.facts_version)}
+        p5 = [r for r in fresh.values() if r.instance_type == "p5.48xlarge"]
+        assert p5
+        assert all((r.nvlink_domain, r.inter_node_gbps) == (8, 3200.0) for r in p5)
+        assert not any((r.interruption_rate_source or "").startswith("default:")
+                       for r in fresh.values())
+        # The old version still reads as it was, so quotes on it verify.
+        assert all(r.inter_node_gbps is None for r in version_revisions(db_session, old))
+        assert seed_catalog(db_session).facts_version is None
 
     def test_reseed_repairs_an_edited_row(self, db_session: Session) -> None:
         get_accelerator(db_session, "h100-sxm5-80gb").bf16_tflops = 1.0

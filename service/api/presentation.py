@@ -124,3 +124,56 @@ def memory_parts(estimate: dict[str, Any]) -> list[tuple[str, float]]:
 def line_where(line: dict[str, Any]) -> str:
     parts = [line["provider"], line.get("region") or "", line.get("instance_type") or ""]
     return " · ".join(p for p in parts if p)
+
+
+TERM_LABELS: dict[str, str] = {
+    "on_demand": "on demand", "spot": "spot", "reserved_1y": "reserved, 1 year",
+    "reserved_3y": "reserved, 3 years", "capacity_block": "capacity block",
+    "onprem": "on-premises (bought)",
+}
+
+FLAG_LABELS: dict[str, str] = {
+    "indicative_price": "indicative price (published list or estimate, not a quote)",
+    "derived_price": "derived price (computed, not published)",
+    "price_outlier": "price outlier against similar offers",
+    "spot_above_on_demand": "spot price above on-demand",
+    "spot_not_discounted": "spot price not discounted",
+    "missing_on_demand": "no on-demand price to check against",
+    "gpu_memory_mismatch": "GPU memory differs from the datasheet",
+    "assumed_interruption_rate": "spot interruption rate assumed",
+    "spot_capacity_unverified": "spot capacity not verified",
+}
+"""Line flags (service/core/quote.py, service/catalog/quality.py) in words."""
+
+
+def term_label(term: str) -> str:
+    return TERM_LABELS.get(term, term.replace("_", " "))
+
+
+def flag_label(code: str) -> str:
+    return FLAG_LABELS.get(code, code.replace("_", " "))
+
+
+def money_band(band: dict[str, str] | None, currency: str = "USD") -> str:
+    """p10–p90 of an amount, with its median: '557,732.61–677,551.32 USD (p50 609,144.40)'."""
+    if not band:
+        return "—"
+    low, mid, high = (money(band[p], currency).removesuffix(f" {currency}")
+                      for p in ("p10", "p50", "p90"))
+    return f"{low}–{high} {currency} (p50 {mid})"
+
+
+def duration_band(band: dict[str, float] | None) -> str:
+    if not band:
+        return "—"
+    return (f"{duration(band['p10'])} – {duration(band['p90'])} "
+            f"(p50 {duration(band['p50'])})")
+
+
+def probability(fraction: float) -> str:
+    """A probability as a percentage that does not round a small chance to 0.0%."""
+    if 0 < fraction < 0.001:
+        return f"{fraction * 100:.2g}%"
+    if 0.999 < fraction < 1:
+        return "over 99.9%"
+    return percent(fraction)

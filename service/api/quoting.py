@@ -57,9 +57,19 @@ from service.core.specs import (
 from service.core.units import gbits_per_s_to_bytes_per_s
 
 
+def _stable_repr(value: Any) -> str | None:
+    """A constant's text that is the same in every process: sets sorted; objects without a
+    value repr (``<... at 0x...>``, such as the scalar ops namespace) left out."""
+    if isinstance(value, set | frozenset):
+        return repr(sorted(value, key=repr))
+    text = repr(value)
+    return None if " at 0x" in text else text
+
+
 def _constants(*modules: Any) -> list[tuple[str, str]]:
-    return sorted((f"{m.__name__}.{k}", repr(v)) for m in modules for k, v in vars(m).items()
-                  if k.isupper())
+    found = ((f"{m.__name__}.{k}", _stable_repr(v)) for m in modules
+             for k, v in vars(m).items() if k.isupper())
+    return sorted((name, text) for name, text in found if text is not None)
 
 
 ESTIMATOR_VERSION = "{}+cal.{}+{}".format(

@@ -11,8 +11,7 @@ from dataclasses import dataclass, fields
 from sqlalchemy.orm import Session
 
 from service.catalog.models import Accelerator
-from service.catalog.offers import MICROS
-from service.catalog.offers import OfferContent, Term
+from service.catalog.offers import MICROS, OfferContent, Term
 from service.catalog.prices import (
     commit_version,
     current_version_id,
@@ -20,8 +19,8 @@ from service.catalog.prices import (
     revision_content,
     version_revisions,
 )
-from service.catalog.seed_facts import default_interruption_rate, instance_fabric
 from service.catalog.seed_data import AcceleratorSeed, accelerator_seeds
+from service.catalog.seed_facts import default_interruption_rate, instance_fabric
 from service.catalog.seed_prices import seed_offers
 
 

@@ -1,6 +1,6 @@
 """``cq``: the ComputeQuote command line.
 
-``cq estimate|optimise|quote|budget-plan|offers|catalog`` talk to the API (``--api URL``, env
+``cq estimate|optimise|quote|budget-plan|offers|catalog|quotes`` talk to the API (``--api URL``, env
 ``CQ_API_URL``) or run the same app in process (``--local``); see ``service/cli/commands.py``.
 ``cq keys`` manages API keys in the database named by ``CQ_DATABASE_URL`` (or the embedded
 SQLite default), so it runs where the database is reachable: a laptop, or a one-off pod.
@@ -26,8 +26,11 @@ keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help
 app.add_typer(keys_app, name="keys")
 catalog_app = typer.Typer(help="Catalogue versions: list, export, import.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
+quotes_app = typer.Typer(help="Stored quotes: get, verify, requote, diff.", no_args_is_help=True)
+app.add_typer(quotes_app, name="quotes")
 commands.register(app)
 commands.register_catalog(catalog_app)
+commands.register_quotes(quotes_app)
 err = Console(stderr=True)
 
 

@@ -1,7 +1,10 @@
-"""``cq estimate|optimise|quote|budget-plan|offers|catalog|serve``: the API from a terminal.
+"""``cq estimate|optimise|quote|budget-plan|offers|catalog|quotes|serve``: the API from a
+terminal.
 
 Every command builds the same JSON body the API takes (from flags, or ``--request FILE``),
 sends it (``--api URL`` or ``--local``), and prints a table, or the raw answer with ``--json``.
+Quotes also print Markdown (``--format markdown``) and gate CI jobs (``--fail-on``): exit 3
+when the verdict is reject, 4 when the policy warned (see ``service/cli/report.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from service.api import presentation as fmt
-from service.cli.client import DEFAULT_API_URL, ApiProblemError, CliError, connect
+from service.cli import report
+from service.cli.client import DEFAULT_API_URL, Api, ApiProblemError, CliError, connect
+from service.cli.report import FailOn, OutputFormat
 
 ApiUrl = Annotated[str, typer.Option("--api", envvar="CQ_API_URL", show_default=True,
                                      help="The service's base URL.")]
@@ -44,6 +49,20 @@ Batch = Annotated[int | None, typer.Option("--global-batch",
                                            help="Global batch, in sequences.")]
 GpuRange = Annotated[str | None, typer.Option(
     "--gpus-range", help="START:STOP:STEP GPU counts to sweep, e.g. 512:4096:512.")]
+Format = Annotated[OutputFormat | None, typer.Option(
+    "--format", help="json (the API's answer, like --json), table (default) or markdown "
+                     "(a pull-request comment).")]
+FailOnOption = Annotated[FailOn | None, typer.Option(
+    "--fail-on", help="CI gate: exit 3 when the verdict is reject (reject or warn); exit 4 "
+                      "when the policy only warned (warn). The output is printed first.")]
+Accounting = Annotated[str | None, typer.Option(
+    "--accounting", help="commitment (default: cash signed for) or amortised (the job's "
+                         "share; needs --utilisation).")]
+Utilisation = Annotated[str | None, typer.Option(
+    "--utilisation", help="reservation_utilisation_fraction in (0, 1], e.g. 0.7; implies "
+                          "--accounting amortised.")]
+PolicyOption = Annotated[str | None, typer.Option(
+    "--policy", help="A stored policy's name to judge by (default: the server's).")]
 
 # Piped output is not cut to 80 columns: tables stay one row per line for grep and logs.
 out = Console() if sys.stdout.isatty() else Console(width=200)
@@ -89,6 +108,15 @@ def _put_budget_and_deadline(body: dict[str, Any], budget: str | None, currency:
     _put(body, "deadline_s", None if deadline_days is None else deadline_days * fmt.DAY_S)
 
 
+def _put_accounting(body: dict[str, Any], accounting: str | None, utilisation: str | None,
+                    policy: str | None) -> None:
+    _put(body, "accounting", accounting)
+    if utilisation is not None:
+        body.setdefault("accounting", "amortised")
+        body["reservation_utilisation_fraction"] = utilisation
+    _put(body, "policy", policy)
+
+
 def _gpu_range(text: str) -> dict[str, int]:
     try:
         start, stop, step = (int(x) for x in text.split(":"))
@@ -119,6 +147,46 @@ def _emit(answer: Any, as_json: bool, render: Callable[[Any], None]) -> None:
         sys.stdout.write(json.dumps(answer, indent=2) + "\n")
     else:
         render(answer)
+
+
+def _output(chosen: OutputFormat | None, as_json: bool,
+            allowed: tuple[OutputFormat, ...] = tuple(OutputFormat)) -> OutputFormat:
+    """--format, with --json as its alias for json; table by default."""
+    if as_json and chosen not in (None, OutputFormat.json):
+        raise typer.BadParameter(f"--json and --format {chosen.value} disagree; give one",
+                                 param_hint="--format")
+    output = OutputFormat.json if as_json else chosen or OutputFormat.table
+    if output not in allowed:
+        raise typer.BadParameter(f"use {' or '.join(a.value for a in allowed)}",
+                                 param_hint="--format")
+    return output
+
+
+def _emit_quote(answer: dict[str, Any], output: OutputFormat, fail_on: FailOn | None) -> None:
+    """Prints a quote, then applies the CI gate: exit 3 (reject) or 4 (warn) with --fail-on."""
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
+    elif output is OutputFormat.markdown:
+        sys.stdout.write(report.quote_markdown(answer))
+    else:
+        render_quote(answer)
+    _gate(answer, fail_on)
+
+
+def _gate(answer: dict[str, Any], fail_on: FailOn | None) -> None:
+    if fail_on is None:
+        return
+    if answer.get("verdict") is None:
+        err.print(f"[yellow]note:[/] --fail-on {fail_on.value}: quote {answer.get('id')} has "
+                  "no verdict (no budget, deadline or policy to judge by), so the gate passes",
+                  highlight=False)
+        return
+    code = report.gate_code(answer, fail_on)
+    if code:
+        _, word = report.headline(answer)
+        err.print(f"--fail-on {fail_on.value}: quote {answer['id']} is {word} (policy "
+                  f"{report.policy_label(answer)}); exit {code}", highlight=False)
+        raise typer.Exit(code=code)
 
 
 def _figures_table(title: str, rows: list[tuple[str, str]]) -> Table:
@@ -167,33 +235,119 @@ def render_plans(answer: dict[str, Any]) -> None:
               + ("; [yellow]truncated at the deadline[/]" if search["truncated"] else ""))
 
 
-def _lines_table(title: str, lines: list[dict[str, Any]]) -> Table:
-    table = Table("term", "where", "GPUs", "wall-clock", "total", "within budget", "flags",
-                  title=title, title_justify="left")
+def _lines_table(title: str, lines: list[dict[str, Any]],
+                 recommended: dict[str, Any] | None = None) -> Table:
+    """Commitment (cash signed for) first, then the job's own cost; under amortised
+    accounting also the amount judged."""
+    amortised = any(line.get("accounting") == "amortised" for line in lines)
+    columns = ["term", "where", "GPUs", "days p50 (p10–p90)", "commitment", "job cost",
+               *(["judged (amortised)"] if amortised else []), "within budget", "policy",
+               "flags"]
+    table = Table(*columns, title=title, title_justify="left")
     for line in lines:
         budget = {True: "yes", False: "no", None: "—"}[line.get("within_budget")]
-        total = (fmt.money(line["total"], line["currency"]) if line["feasible"]
-                 else f"infeasible: {line['infeasible_reason']}")
-        table.add_row(line["term"], fmt.line_where(line), f"{line['num_gpus']:,}",
-                      fmt.duration(line.get("wall_clock_s")), total, budget,
+        judged = ([fmt.money(line.get("total"), line["currency"]) if line["feasible"]
+                   else "—"] if amortised else [])
+        mark = "★ " if report.same_line(line, recommended) else ""
+        table.add_row(mark + line["term"], fmt.line_where(line), f"{line['num_gpus']:,}",
+                      report.days(line), report.commitment(line), report.job_cost(line),
+                      *judged, budget, line.get("policy_outcome") or "—",
                       ", ".join(line.get("flags") or []))
     return table
 
 
 def render_quote(answer: dict[str, Any]) -> None:
-    per_term = list(answer["cheapest_per_term"].values())
-    out.print(_lines_table(f"Quote {answer['id']} — cheapest per term", per_term))
+    recommended = answer.get("recommended")
+    lines = answer.get("lines") or list(answer["cheapest_per_term"].values())
+    out.print(_lines_table(f"Quote {answer['id']} — best per provider and term (★ recommended)",
+                           lines, recommended))
     summary = answer["summary"]
-    out.print(f"{summary['lines']} lines ({summary['feasible_lines']} feasible); totals from "
+    judged = "amortised totals" if answer.get("accounting") == "amortised" else "commitments"
+    out.print(f"{summary['lines']} lines ({summary['feasible_lines']} feasible); {judged} from "
               f"{fmt.money(summary['min_total'], summary['currency'])} to "
-              f"{fmt.money(summary['max_total'], summary['currency'])}")
+              f"{fmt.money(summary['max_total'], summary['currency'])}", highlight=False)
+    if recommended:
+        out.print(f"recommended: {report.line_where(recommended)}, "
+                  f"{recommended['num_gpus']:,} GPUs: commitment {report.commitment(recommended)}"
+                  f", job cost {report.job_cost(recommended)} vs {report.budget_text(answer)}",
+                  highlight=False)
+    rejected = answer.get("rejected_offers") or {}
+    if rejected.get("count"):
+        groups = "; ".join(f"{g['provider']} {g['instance_type']} ({g['code']}) ×{g['offers']}"
+                           for g in rejected.get("groups", [])[:5])
+        out.print(f"{rejected['count']:,} offers rejected unpriced: {groups}", highlight=False)
     verdict = answer.get("verdict")
-    if verdict:
-        colour = "green" if verdict == "approve" else "red"
-        out.print(f"verdict: [bold {colour}]{verdict}[/]")
-    for reason in answer.get("reasons", []):
-        out.print(f"  · {reason}")
-    out.print(f"catalogue {answer['catalog_version']}; stored as /v1/quotes/{answer['id']}")
+    _, word = report.headline(answer)
+    colour = {"approve": "green", "reject": "red", "warn": "yellow"}.get(word, "default")
+    out.print(f"verdict: [bold {colour}]{verdict or 'none'}[/] (policy "
+              f"{report.policy_label(answer)}: "
+              f"{(answer.get('policy_result') or {}).get('outcome', '—')})", highlight=False)
+    details = answer.get("reason_details")
+    if details is None:
+        details = [{"code": "", "message": m} for m in answer.get("reasons", [])]
+    for reason in details:
+        code = f"[{reason['code']}] " if reason.get("code") else ""
+        out.print(f"  · {code}{reason['message']}", highlight=False, markup=False)
+    out.print(f"catalogue {answer['catalog_version']}; estimator "
+              f"{answer.get('estimator_version', '?')}; stored as /v1/quotes/{answer['id']}"
+              + (f"; requote of {answer['requote_of']}" if answer.get("requote_of") else ""),
+              highlight=False)
+
+
+def render_verify(answer: dict[str, Any], quote_id: str) -> None:
+    estimator = answer["estimator_version"]
+    stored = answer["stored_estimator_version"]
+    versions = (f"catalogue {answer['catalog_version']}; estimator {estimator}"
+                + ("" if estimator == stored else f" (the quote was made with {stored})"))
+    if answer["matches"]:
+        out.print(f"[bold green]quote {quote_id} verifies[/]: recomputed to the cent; "
+                  f"{versions}", highlight=False)
+        return
+    table = Table("path", "stored", "recomputed", title=f"Quote {quote_id} does not verify",
+                  title_justify="left")
+    for d in answer["differences"]:
+        table.add_row(d["path"], json.dumps(d["stored"]), json.dumps(d["recomputed"]))
+    out.print(table)
+    out.print(versions, highlight=False)
+
+
+def render_diff(diff: dict[str, Any], show_unchanged: bool = False) -> None:
+    figures = Table("", diff["a"], diff["b"], "", title=f"Quote {diff['a']} → {diff['b']}",
+                    title_justify="left")
+    for f in diff["fields"]:
+        figures.add_row(f["field"], str(f["a"]), str(f["b"]), "changed" if f["changed"] else "")
+    rec = diff["recommended"]
+    currency = (rec["b"] or rec["a"] or {}).get("currency", "USD")
+    figures.add_row("recommended", report.line_where(rec["a"]) if rec["a"] else "—",
+                    report.line_where(rec["b"]) if rec["b"] else "—", "")
+    for label, field, delta in (("recommended commitment", "commitment_total",
+                                 "commitment_change"),
+                                ("recommended job cost", "job_cost_total", "job_cost_change")):
+        before, after = report.amount_pair(rec, field)
+        figures.add_row(label, before, after, report.signed_money(rec[delta], currency))
+    out.print(figures)
+    rows = [r for r in diff["lines"] if show_unchanged or r["status"] != "unchanged"]
+    counts = diff["counts"]
+    summary = (f"lines: {counts['changed']} changed, {counts['added']} added, "
+               f"{counts['removed']} removed, {counts['unchanged']} unchanged")
+    if rows:
+        table = Table("provider", "region", "instance", "term", "change", "commitment A",
+                      "commitment B", "Δ commitment", "job cost A", "job cost B", "Δ job cost",
+                      title="Lines (cheapest per provider, instance, region and term)",
+                      title_justify="left")
+        for r in rows:
+            cur = report.currency_of(r)
+            ca, cb = report.amount_pair(r, "commitment_total")
+            ja, jb = report.amount_pair(r, "job_cost_total")
+            table.add_row(r["provider"], r["region"] or "—", r["instance_type"] or "—",
+                          r["term"], r["status"], ca, cb,
+                          report.signed_money(r["commitment_change"], cur)
+                          + report.relative(r["a"] and r["a"]["commitment_total"],
+                                            r["commitment_change"]),
+                          ja, jb, report.signed_money(r["job_cost_change"], cur))
+        out.print(table)
+    out.print(summary + ("" if show_unchanged else " (--all shows unchanged lines)"),
+              highlight=False)
 
 
 def render_budget_plan(answer: dict[str, Any]) -> None:
@@ -314,10 +468,15 @@ def register(app: typer.Typer) -> None:
         = None,
         idempotency_key: Annotated[str | None, typer.Option(
             help="Retry-safe key; default a new random one.")] = None,
+        accounting: Accounting = None, utilisation: Utilisation = None,
+        policy: PolicyOption = None, fail_on: FailOnOption = None,
         request: RequestFile = None, api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None,
-        local: Local = False, as_json: AsJson = False,
+        local: Local = False, as_json: AsJson = False, output_format: Format = None,
     ) -> None:
-        """Price a workload against every matching offer, check the budget, store the quote."""
+        """Price a workload against every matching offer, check the budget, store the quote.
+
+        Exit 0, or 1 for a problem, 2 when unreachable, 3 reject and 4 warn (--fail-on)."""
+        output = _output(output_format, as_json)
         body = _load(request)
         if gpu_hours is not None:
             body["workload"] = {"gpu_hours": {"accelerator": accelerator, "gpu_hours": gpu_hours,
@@ -331,11 +490,12 @@ def register(app: typer.Typer) -> None:
         _put(body, "providers", provider)
         _put(body, "terms", term)
         _put_budget_and_deadline(body, budget, currency, deadline_days)
+        _put_accounting(body, accounting, utilisation, policy)
         key = idempotency_key or uuid.uuid4().hex
         with connect(api, api_key, local) as client, working("pricing"):
             answer = client.call("POST", "/v1/quotes", json=body,
                                  headers={"Idempotency-Key": key}).json()
-        _emit(answer, as_json, render_quote)
+        _emit_quote(answer, output, fail_on)
 
     @app.command("budget-plan")
     @handled
@@ -347,6 +507,8 @@ def register(app: typer.Typer) -> None:
         currency: Annotated[str, typer.Option(help="Budget currency.")] = "USD",
         deadline_days: Annotated[float | None, typer.Option(help="Wall-clock limit.")]
         = None,
+        accounting: Accounting = None, utilisation: Utilisation = None,
+        policy: PolicyOption = None,
         request: RequestFile = None, api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None,
         local: Local = False, as_json: AsJson = False,
     ) -> None:
@@ -361,6 +523,7 @@ def register(app: typer.Typer) -> None:
                 cluster["num_gpus"] = gpus
             body["clusters"] = [cluster]
         _put_budget_and_deadline(body, budget, currency, deadline_days)
+        _put_accounting(body, accounting, utilisation, policy)
         _defaults(body)
         with connect(api, api_key, local) as client, working("sweeping plans and offers"):
             answer = client.call("POST", "/v1/budget-plans", json=body).json()
@@ -493,3 +656,92 @@ def register_catalog(catalog_app: typer.Typer) -> None:
                       f"({v.get('offer_count', '?')} offers)")
 
         _emit(answer, as_json, render)
+
+
+QuoteId = Annotated[str, typer.Argument(help="A stored quote's id (q_...).")]
+LINES_PAGE_SIZE = 200
+
+
+def _all_lines(client: Api, quote_id: str) -> list[dict[str, Any]]:
+    """Every line of a stored quote, through GET /v1/quotes/{id}/lines page by page."""
+    lines: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        page = client.call("GET", f"/v1/quotes/{quote_id}/lines",
+                           params={"page_size": LINES_PAGE_SIZE, "page_token": token}).json()
+        lines += page["items"]
+        token = page.get("next_page_token")
+        if not token:
+            return lines
+
+
+def register_quotes(quotes_app: typer.Typer) -> None:
+    @quotes_app.command("get")
+    @handled
+    def get(
+        quote_id: QuoteId, fail_on: FailOnOption = None,
+        api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None, local: Local = False,
+        as_json: AsJson = False, output_format: Format = None,
+    ) -> None:
+        """A stored quote, as stored (json), as a table or as Markdown; --fail-on gates it."""
+        output = _output(output_format, as_json)
+        with connect(api, api_key, local) as client:
+            answer = client.call("GET", f"/v1/quotes/{quote_id}").json()
+        _emit_quote(answer, output, fail_on)
+
+    @quotes_app.command("verify")
+    @handled
+    def verify(
+        quote_id: QuoteId, api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None,
+        local: Local = False, as_json: AsJson = False, output_format: Format = None,
+    ) -> None:
+        """Recompute a stored quote (same catalogue and policy); exit 5 if anything differs."""
+        output = _output(output_format, as_json, (OutputFormat.json, OutputFormat.table))
+        with connect(api, api_key, local) as client, working("recomputing"):
+            answer = client.call("POST", f"/v1/quotes/{quote_id}/verify").json()
+        _emit(answer, output is OutputFormat.json,
+              functools.partial(render_verify, quote_id=quote_id))
+        if not answer["matches"]:
+            raise typer.Exit(code=report.EXIT_MISMATCH)
+
+    @quotes_app.command("requote")
+    @handled
+    def requote(
+        quote_id: QuoteId,
+        idempotency_key: Annotated[str | None, typer.Option(
+            help="Retry-safe key; default a new random one.")] = None,
+        fail_on: FailOnOption = None,
+        api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None, local: Local = False,
+        as_json: AsJson = False, output_format: Format = None,
+    ) -> None:
+        """Price a stored quote's request again on today's catalogue, as a new linked quote."""
+        output = _output(output_format, as_json)
+        key = idempotency_key or uuid.uuid4().hex
+        with connect(api, api_key, local) as client, working("pricing"):
+            answer = client.call("POST", f"/v1/quotes/{quote_id}/requote",
+                                 headers={"Idempotency-Key": key}).json()
+        _emit_quote(answer, output, fail_on)
+
+    @quotes_app.command("diff")
+    @handled
+    def diff(
+        first: Annotated[str, typer.Argument(help="The older quote's id.")],
+        second: Annotated[str, typer.Argument(help="The newer quote's id.")],
+        show_all: Annotated[bool, typer.Option("--all", help="Show unchanged lines too.")]
+        = False,
+        api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None, local: Local = False,
+        as_json: AsJson = False, output_format: Format = None,
+    ) -> None:
+        """What changed between two quotes: versions, policy, verdict and every line."""
+        output = _output(output_format, as_json)
+        with connect(api, api_key, local) as client:
+            a = client.call("GET", f"/v1/quotes/{first}").json()
+            b = client.call("GET", f"/v1/quotes/{second}").json()
+            changes = report.diff_quotes(a, b, _all_lines(client, first),
+                                         _all_lines(client, second))
+        if output is OutputFormat.json:
+            sys.stdout.write(json.dumps(changes, indent=2) + "\n")
+        elif output is OutputFormat.markdown:
+            sys.stdout.write(report.diff_markdown(changes, show_unchanged=show_all))
+        else:
+            render_diff(changes, show_all)

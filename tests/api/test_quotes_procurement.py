@@ -8,7 +8,7 @@ import copy
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from fastapi.testclient import TestClient
@@ -237,7 +237,7 @@ class TestLinesAndVerify:
 
 
 class TestBudgetPlans:
-    BODY: dict[str, Any] = {
+    BODY: ClassVar[dict[str, Any]] = {
         "model": {"preset": "llama3.1-8b"},
         "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 1e12},
         "clusters": [{"accelerator": "h100-sxm5-80gb", "num_gpus": 512}],
@@ -275,7 +275,7 @@ class TestBudgetPlans:
                      "budget": {"amount": "2000000.00", "currency": "USD"}})
         answer = client.post("/v1/budget-plans", json=body).json()
         tried = answer["models_tried"]
-        assert [m["preset"] for m in tried][0] == "llama3.1-8b"
+        assert next(m["preset"] for m in tried) == "llama3.1-8b"
         largest = answer["largest_model"]
         assert largest is not None
         assert largest["tokens"] == pytest.approx(20.0 * largest["params"])
@@ -291,3 +291,17 @@ class TestBudgetPlans:
         body = {k: v for k, v in self.BODY.items() if k not in ("model", "policy")}
         body["budget"] = {"amount": "10.00", "currency": "USD"}
         assert_problem(client.post("/v1/budget-plans", json=body), 422, None)
+
+
+def test_the_estimator_version_is_the_same_in_every_process() -> None:
+    """The fingerprint covers every model constant and no process-specific text (object
+    addresses, set order), so verify and diff agree across replicas and restarts."""
+    import subprocess
+    import sys
+
+    code = "from service.api.quoting import ESTIMATOR_VERSION; print(ESTIMATOR_VERSION)"
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: S603
+                           check=True, env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout
+            for seed in ("1", "2", "3")}
+    assert len(seen) == 1
+    assert "+cal." in seen.pop()

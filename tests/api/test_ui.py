@@ -171,6 +171,127 @@ def test_input_is_escaped(client: TestClient) -> None:
     assert "&lt;script&gt;" in response.text or "&#34;&gt;&lt;script" in response.text
 
 
-def test_an_unknown_stored_quote_is_404(client: TestClient) -> None:
-    response = client.get("/ui/quotes/q_00000000000000000000000000000000")
+def _quote(client: TestClient, api_key: Any, **extra: Any) -> dict[str, Any]:
+    body = {"workload": {"optimise": {
+        "model": {"preset": "llama3.1-70b"},
+        "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 2e12},
+        "clusters": [{"accelerator": "h100-sxm5-80gb", "num_gpus": 256}]}},
+        "providers": ["aws", "onprem"], "budget": {"amount": "1000.00", "currency": "USD"},
+        "deadline_s": 60 * 86_400, **extra}
+    headers = {**api_key("quotes:write", "quotes:read"), "Idempotency-Key": "audit-1"}
+    response = client.post("/v1/quotes", json=body, headers=headers)
+    assert response.status_code == 201, response.text[:500]
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def test_the_stored_quote_is_an_audit_document_without_a_form(
+        client: TestClient, api_key: Any) -> None:
+    quote = _quote(client, api_key)
+    response = client.get(f"/ui/quotes/{quote['id']}")
+    assert response.status_code == 200
+    html = response.text
+    # Only the stored quote: no workload form beside it.
+    assert 'action="/ui"' not in html
+    assert 'name="tokens"' not in html
+    assert parse(html).inputs == []
+    assert parse(html).external == []
+    # What was quoted, from the stored request.
+    assert "llama3.1-70b" in html
+    assert "256 × h100-sxm5-80gb" in html
+    assert "2.0 T (2,000,000,000,000)" in html
+    assert "aws, onprem" in html
+    assert fmt.layout(quote["recommended"]["plan"]) in html
+    # Versions, policy, provenance.
+    for value in (quote["catalog_version"], quote["catalog_content_hash"],
+                  quote["estimator_version"], quote["principal"]):
+        assert value in html
+    assert quote["created_at"] in html  # the <time datetime=...> of the stored moment
+    assert "the built-in default policy" in html
+    # Every rule's outcome with its code and message.
+    rules = quote["policy_result"]["rules"]
+    assert rules
+    table = re.search(r'<table id="rules">.*?</table>', html, re.S)
+    assert table is not None
+    for rule in rules:
+        assert f"<code>{rule['code']}</code>" in table.group(0)
+        assert f'class="outcome {rule["outcome"]}">{rule["outcome"]}<' in table.group(0)
+    # The commitment against the budget: commitment first, then job cost, accounting named.
+    rec = quote["recommended"]
+    figures = re.search(r'id="commitment-figures">(.*?)</dl>', html, re.S)
+    assert figures is not None
+    text = figures.group(1)
+    assert text.index("<dt>Commitment</dt>") < text.index("<dt>Job cost</dt>") \
+        < text.index("<dt>Budget</dt>")
+    assert fmt.money(rec["commitment_total"], rec["currency"]) in text
+    assert fmt.money(rec["job_cost_total"], rec["currency"]) in text
+    assert fmt.money("1000.00", "USD") in text
+    assert "Commitment over budget by" in text
+    assert "Accounting: <strong>commitment</strong>" in html
+    # The p10-p90 band and the deadline probability.
+    band = rec["uncertainty"]
+    assert fmt.duration(band["wall_clock_s"]["p10"]) in html
+    assert fmt.money(band["commitment_total"]["p90"], rec["currency"]) in html
+    assert fmt.probability(band["deadline_probability"]) in html
+    # The lines, the rejected offers, and the links.
+    lines = re.search(r'<table id="lines-table">.*?</table>', html, re.S)
+    assert lines is not None
+    assert lines.group(0).count("<tr") == len(quote["lines"]) + 1
+    assert "Committed for" in lines.group(0)
+    assert "GPUs per instance" in lines.group(0)
+    assert fmt.flag_label("spot_capacity_unverified") in lines.group(0)
+    if quote["rejected_offers"]["count"]:
+        assert quote["rejected_offers"]["groups"][0]["code"] in html
+    for link in (f'href="/v1/quotes/{quote["id"]}"', f'href="/v1/quotes/{quote["id"]}/lines"',
+                 f'action="/ui/quotes/{quote["id"]}/verify"'):
+        assert link in html
+    headings = re.findall(r"<h([12])[^>]*>", html)
+    assert headings.count("1") == 1
+    assert len(headings) >= 8
+
+
+def test_verify_from_the_audit_page_recomputes_and_matches(
+        client: TestClient, api_key: Any) -> None:
+    quote = _quote(client, api_key)
+    response = client.post(f"/ui/quotes/{quote['id']}/verify")
+    assert response.status_code == 200
+    assert 'id="verification"' in response.text
+    assert "it matches the stored quote" in response.text
+
+
+@pytest.mark.parametrize("quote_id", ["q_00000000000000000000000000000000", "nope",
+                                      "%3Cscript%3E"])
+def test_an_unknown_stored_quote_is_a_readable_404(client: TestClient, quote_id: str) -> None:
+    response = client.get(f"/ui/quotes/{quote_id}")
     assert response.status_code == 404
+    assert response.headers["content-type"].startswith("text/html")
+    assert "<h1>Quote not found</h1>" in response.text
+    assert 'href="/ui"' in response.text
+    assert "<script>" not in response.text
+    assert client.post(f"/ui/quotes/{quote_id}/verify").status_code == 404
+
+
+def test_the_portal_quote_shows_commitment_policy_and_reason_codes(
+        client: TestClient, api_key: Any) -> None:
+    key = api_key("quotes:write", "quotes:read")["Authorization"].split()[1]
+    response = client.post("/ui", data={**FORM, "api_key": key, "budget": "1000.00",
+                                        "providers": "aws, onprem", "action": "quote"})
+    assert response.status_code == 200, response.text[:800]
+    html = response.text
+    quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
+    stored = client.get(f"/v1/quotes/{quote_id}").json()
+    rec = stored["recommended"]
+    figures = re.search(r'id="quote-figures">(.*?)</dl>', html, re.S)
+    assert figures is not None
+    assert figures.group(1).index("Commitment") < figures.group(1).index("Job cost")
+    assert fmt.money(rec["commitment_total"], rec["currency"]) in figures.group(1)
+    per_term = re.search(r'<table id="per-term">.*?</table>', html, re.S)
+    assert per_term is not None
+    header = per_term.group(0)
+    assert header.index("<th scope=\"col\">Commitment</th>") \
+        < header.index("<th scope=\"col\">Job cost</th>")
+    assert "Total</th>" not in header
+    assert 'id="policy-outcome"' in html
+    assert f'class="outcome {stored["policy_result"]["outcome"]}"' in html
+    for reason in stored["reason_details"]:
+        assert f"<code>{reason['code']}</code>" in html

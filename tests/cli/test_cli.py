@@ -246,3 +246,208 @@ def test_cq_serve_migrates_seeds_and_serves(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=20)
+
+
+# --- cq as a CI gate: --fail-on, --format markdown, cq quotes get|verify|requote|diff ------
+
+AWS_512 = ["--gpu-hours", "100000", "--accelerator", "h100-sxm5-80gb", "--gpus", "512",
+           "--provider", "aws"]
+AWS_8_RESERVED = ["--gpu-hours", "10000", "--accelerator", "h100-sxm5-80gb", "--gpus", "8",
+                  "--provider", "aws", "--term", "reserved_1y"]
+
+
+@pytest.fixture(scope="module")
+def lenient(local_url: str, api: TestClient) -> str:
+    """A stored policy under which indicative (derived) prices only warn."""
+    key = seeded_database_with_key(local_url, name="cli-policies", scopes=["policies:write"])
+    created = api.post("/v1/policies", json={"name": "lenient",
+                                             "rules": {"forbid_indicative": False}},
+                       headers={"Authorization": f"Bearer {key}"})
+    assert created.status_code == 201, created.text
+    return "lenient"
+
+
+def quote_json(*args: str) -> dict[str, Any]:
+    result = cq("quote", "--local", "--format", "json", *args)
+    assert result.exit_code == 0, result.output
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
+
+
+def test_fail_on_reject_exits_3_after_printing(local: str) -> None:
+    flags = [*AWS_512, "--term", "on_demand", "--budget", "1.00"]
+    assert cq("quote", "--local", *flags).exit_code == 0  # no gate: exit 0 whatever the verdict
+    for fail_on in ("reject", "warn"):  # reject takes precedence over warn
+        result = cq("quote", "--local", "--json", "--fail-on", fail_on, *flags)
+        assert result.exit_code == 3, result.output
+        answer = json.loads(result.stdout)  # the answer is printed before the gate
+        assert answer["verdict"] == "reject"
+        assert "exit 3" in flat(result.stderr)
+
+
+def test_fail_on_passes_an_approved_quote(local: str) -> None:
+    result = cq("quote", "--local", "--json", "--fail-on", "warn", *AWS_512, "--term",
+                "on_demand", "--budget", "100000000")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert (answer["verdict"], answer["policy_result"]["outcome"]) == ("approve", "pass")
+
+
+def test_fail_on_warn_exits_4_on_a_policy_warning(local: str, lenient: str) -> None:
+    answer = quote_json(*AWS_8_RESERVED, "--policy", lenient)
+    assert answer["verdict"] == "approve"
+    assert answer["policy_result"]["outcome"] == "warn"
+    assert answer["policy_result"]["name"] == lenient
+    assert cq("quote", "--local", "--fail-on", "reject", "--policy", lenient,
+              *AWS_8_RESERVED).exit_code == 0
+    warned = cq("quote", "--local", "--fail-on", "warn", "--policy", lenient, *AWS_8_RESERVED)
+    assert warned.exit_code == 4, warned.output
+    # The built-in policy fails the same derived price: reject, exit 3 even with --fail-on warn.
+    assert cq("quote", "--local", "--fail-on", "warn", "--budget", "1000000",
+              *AWS_8_RESERVED).exit_code == 3
+
+
+def test_a_quote_without_a_verdict_passes_the_gate_with_a_note(local: str) -> None:
+    result = cq("quote", "--local", "--json", "--fail-on", "warn", *AWS_8_RESERVED)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["verdict"] is None
+    assert "no verdict" in flat(result.stderr)
+
+
+def test_markdown_is_a_pull_request_comment(local: str) -> None:
+    flags = [*AWS_512, "--budget", "1.00", "--idempotency-key", "md-reject"]
+    answer = quote_json(*flags)
+    result = cq("quote", "--local", "--format", "markdown", "--fail-on", "reject", *flags)
+    assert result.exit_code == 3
+    md = result.stdout
+    assert md.startswith(f"### ❌ reject: ComputeQuote `{answer['id']}`")
+    line = answer["recommended"]
+    assert (f"Commitment {fmt.money(line['commitment_total'], 'USD')} vs budget "
+            f"{fmt.money('1.00', 'USD')}") in md
+    assert f"job cost {fmt.money(line['job_cost_total'], 'USD')}" in md
+    rows = [row for row in md.splitlines() if row.startswith("| ")]
+    assert rows[0].startswith("| provider | region | instance | term | GPUs | commitment | "
+                              "job cost | days p50 (p10–p90) |")
+    assert 1 <= len(rows) - 1 <= 3
+    assert rows[1].startswith(f"| ★ aws | {line['region']} | {line['instance_type']} | "
+                              f"{line['term']} | 512 |")
+    assert len(answer["lines"]) > 3  # more lines than the comment shows
+    for reason in answer["reason_details"]:
+        assert f"`{reason['code']}`" in md
+    assert "`commitment_over_budget`" in md
+    assert answer["catalog_version"] in md
+    assert answer["estimator_version"] in md
+    assert "`default@built-in`" in md
+
+
+def test_markdown_heading_for_approve_and_warn(local: str, lenient: str) -> None:
+    approved = cq("quote", "--local", "--format", "markdown", *AWS_512, "--term", "on_demand",
+                  "--budget", "100000000")
+    assert approved.stdout.startswith("### ✅ approve")
+    warned = cq("quote", "--local", "--format", "markdown", "--policy", lenient,
+                *AWS_8_RESERVED)
+    assert warned.stdout.startswith("### ⚠️ warn")
+    assert "`derived_price`" in warned.stdout
+    assert f"`{lenient}@1`" in warned.stdout
+
+
+def test_json_and_format_disagreeing_is_a_usage_error(local: str) -> None:
+    result = cq("quote", "--local", "--json", "--format", "markdown", *AWS_8_RESERVED)
+    assert result.exit_code == 2
+    assert "disagree" in flat(result.output)
+
+
+def test_amortised_accounting_flags(local: str) -> None:
+    answer = quote_json(*AWS_8_RESERVED, "--utilisation", "0.5")
+    assert answer["accounting"] == "amortised"
+    line = answer["recommended"]
+    assert line["total"] != line["commitment_total"]
+    table = cq("quote", "--local", *AWS_8_RESERVED, "--utilisation", "0.5")
+    assert "judged (amortised)" in table.stdout
+    # The commitment comes before the job cost in the table.
+    commitment = fmt.money(line["commitment_total"], "USD")
+    assert table.stdout.index(commitment) < table.stdout.index(
+        fmt.money(line["job_cost_total"], "USD"))
+    refused = cq("quote", "--local", *AWS_8_RESERVED, "--accounting", "amortised")
+    assert refused.exit_code == 1
+    assert "reservation_utilisation_fraction" in flat(refused.output)
+
+
+def test_quotes_get_and_verify(local: str, api: TestClient) -> None:
+    answer = quote_json(*AWS_512, "--term", "on_demand", "--budget", "1.00")
+    got = cq("quotes", "get", "--local", "--json", answer["id"])
+    assert got.exit_code == 0, got.output
+    assert json.loads(got.stdout) == answer
+    assert cq("quotes", "get", "--local", "--fail-on", "reject", answer["id"]).exit_code == 3
+    table = cq("quotes", "get", "--local", answer["id"])
+    assert "commitment_over_budget" in table.stdout
+    verified = cq("quotes", "verify", "--local", "--json", answer["id"])
+    assert verified.exit_code == 0, verified.output
+    assert json.loads(verified.stdout)["matches"] is True
+    assert "verifies" in cq("quotes", "verify", "--local", answer["id"]).stdout
+    missing = cq("quotes", "get", "--local", "q_" + "0" * 32)
+    assert missing.exit_code == 1
+    assert "404" in missing.output
+
+
+def test_quotes_diff_after_a_price_change(local: str, tmp_path: Path) -> None:
+    before = quote_json(*AWS_512, "--term", "on_demand", "--budget", "1000000")
+    exported = tmp_path / "catalog.csv"
+    assert cq("catalog", "export", "--local", "-o", str(exported)).exit_code == 0
+    import csv
+
+    with exported.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    row = next(r for r in rows if r["provider"] == "aws" and r["region"] == "us-west-1"
+               and r["instance_type"] == "p5.48xlarge" and r["term"] == "on_demand")
+    row["price_per_hour"] = f"{float(row['price_per_hour']) * 2:.6f}"
+    patch = tmp_path / "patch.csv"
+    with patch.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerow(row)
+    imported = cq("catalog", "import", "--local", str(patch), "--note", "double us-west-1")
+    assert imported.exit_code == 0, imported.output
+    requoted = cq("quotes", "requote", "--local", "--json", before["id"])
+    assert requoted.exit_code == 0, requoted.output
+    after = json.loads(requoted.stdout)
+    assert after["requote_of"] == before["id"]
+    assert after["catalog_version"] != before["catalog_version"]
+
+    result = cq("quotes", "diff", "--local", "--json", before["id"], after["id"])
+    assert result.exit_code == 0, result.output
+    diff = json.loads(result.stdout)
+    fields = {f["field"]: f for f in diff["fields"]}
+    assert fields["catalog_version"]["changed"]
+    assert fields["catalog_version"]["b"] == after["catalog_version"]
+    assert fields["policy"]["a"] == "default@built-in"
+    changed = [r for r in diff["lines"] if r["status"] == "changed"]
+    assert [(r["provider"], r["region"], r["instance_type"], r["term"]) for r in changed] == [
+        ("aws", "us-west-1", "p5.48xlarge", "on_demand")]
+    line = changed[0]
+    assert float(line["b"]["commitment_total"]) == pytest.approx(
+        2 * float(line["a"]["commitment_total"]), rel=1e-3)
+    assert line["total_change"] == f"{float(line['b']['total']) - float(line['a']['total']):.2f}"
+    assert diff["counts"]["unchanged"] > 0
+    assert diff["counts"]["added"] == diff["counts"]["removed"] == 0
+
+    table = cq("quotes", "diff", "--local", before["id"], after["id"])
+    assert "us-west-1" in table.stdout
+    assert after["catalog_version"] in table.stdout
+    md = cq("quotes", "diff", "--local", "--format", "markdown", before["id"], after["id"])
+    assert f"**catalog_version**: `{before['catalog_version']}` → " in md.stdout
+    assert "| aws | us-west-1 | p5.48xlarge | on_demand | changed |" in md.stdout
+
+
+def test_quotes_over_http(local_url: str, local: str) -> None:
+    answer = quote_json(*AWS_8_RESERVED, "--budget", "1.00")
+    key = seeded_database_with_key(local_url, name="cli-reader", scopes=["quotes:read"])
+    with live_server(Settings(database_url=local_url, search_workers=0)) as base:
+        got = cq("quotes", "get", "--api", base, "--api-key", key, "--format", "markdown",
+                 "--fail-on", "reject", answer["id"])
+        assert got.exit_code == 3, got.output
+        assert got.stdout.startswith("### ❌ reject")
+        diff = cq("quotes", "diff", "--api", base, "--api-key", key, "--json", answer["id"],
+                  answer["id"])
+        assert diff.exit_code == 0, diff.output
+        assert json.loads(diff.stdout)["counts"]["changed"] == 0

@@ -44,7 +44,11 @@ def test_livez_p99_under_two_searches_stays_near_idle(tmp_path: Path) -> None:
             until = time.monotonic() + 3.0
             while time.monotonic() < until:
                 response = httpx.post(f"{base}/v1/parallelism-plans", json=body, timeout=120)
-                statuses.append((response.status_code, response.json()["search"]["truncated"]))
+                answer = response.json()
+                # 200 with what it found, or 422 when nothing that fits was reached in time
+                truncated = (answer["search"]["truncated"] if response.status_code == 200
+                             else "truncated at its deadline" in answer["detail"])
+                statuses.append((response.status_code, truncated))
 
         with httpx.Client(base_url=base, timeout=5) as client:
             idle = []
@@ -65,7 +69,7 @@ def test_livez_p99_under_two_searches_stays_near_idle(tmp_path: Path) -> None:
             for worker in workers:
                 worker.join()
     assert len(statuses) >= 2
-    assert all(status == (200, True) for status in statuses), statuses
+    assert all(code in (200, 422) and truncated for code, truncated in statuses), statuses
     assert len(latencies) > 100
     busy, quiet = _p99(latencies), _p99(idle)
     # In the request thread (no workers) two sweeps pushed p99 from about 5 ms to 54 ms; in

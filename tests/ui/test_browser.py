@@ -110,18 +110,52 @@ def test_quote_shows_the_verdict_and_links_to_its_json(page: Page,
                                                        server: tuple[str, str]) -> None:
     page.goto("/ui")
     page.fill("#f-budget", "250000")
-    page.fill("#f-providers", "lambda,nebius")
+    page.fill("#f-providers", "aws, onprem")
     page.fill("#f-api_key", server[1])
     page.fill("#f-tokens", "1e11")
     page.click("button[value=quote]")
     page.wait_for_selector("#verdict")
     assert re.search(r"Budget verdict: (approve|reject)", page.inner_text("#verdict"))
     assert page.locator("#per-term tbody tr").count() >= 1
+    figures = page.inner_text("#quote-figures")
+    assert figures.index("Commitment") < figures.index("Job cost")
     shot(page, "ui-quote")
     page.click("text=its JSON")
     stored = page.evaluate("() => JSON.parse(document.body.innerText)")
     assert stored["id"].startswith("q_")
     assert stored["verdict"] in ("approve", "reject")
+
+
+def test_the_stored_quote_is_an_audit_document(page: Page, server: tuple[str, str]) -> None:
+    page.goto("/ui")
+    page.fill("#f-budget", "250000")
+    page.fill("#f-providers", "aws, onprem")
+    page.fill("#f-api_key", server[1])
+    page.fill("#f-tokens", "1e11")
+    page.click("button[value=quote]")
+    page.wait_for_selector("#verdict")
+    page.click("text=its audit page")
+    page.wait_for_selector("#commitment-figures")
+    assert page.locator("input:not([type=hidden]), select").count() == 0  # no form
+    assert page.locator("h1").count() == 1
+    stored = httpx.get(server[0] + page.url.replace("/ui/quotes/", "/v1/quotes/")
+                       .removeprefix(server[0])).json()
+    provenance = page.inner_text("#provenance")
+    assert stored["catalog_content_hash"] in provenance.replace("\n", "")
+    assert stored["estimator_version"] in provenance
+    figures = page.inner_text("#commitment-figures")
+    assert figures.index("Commitment") < figures.index("Job cost") < figures.index("Budget")
+    assert page.locator("#lines-table tbody tr").count() == len(stored["lines"])
+    shot(page, "ui-stored-quote")
+    pairs = _colours(page, "header p, h2, dt, dd, th, td, caption, .outcome, code, a, button, "
+                           "summary, p")
+    assert len(pairs) > 80
+    assert _low_contrast(pairs) == []
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= LAPTOP["width"]
+    page.click("#verify")
+    page.wait_for_selector("#verification")
+    assert "matches the stored quote" in page.inner_text("#verification")
 
 
 def test_errors_appear_next_to_their_fields(page: Page) -> None:
@@ -167,24 +201,33 @@ def _contrast(a: tuple[float, ...], b: tuple[float, ...]) -> float:
     return (high + 0.05) / (low + 0.05)
 
 
+def _colours(page: Page, selector: str) -> list[dict[str, Any]]:
+    """Text and background colour of every element the selector matches."""
+    pairs: list[dict[str, Any]] = page.evaluate("""selector => {
+        const rgb = s => s.match(/[\\d.]+/g).map(Number);
+        const background = e => { for (; e; e = e.parentElement) {
+            const c = rgb(getComputedStyle(e).backgroundColor);
+            if (c.length < 4 || c[3] > 0) return c; } return [255, 255, 255]; };
+        return [...document.querySelectorAll(selector)]
+          .map(e => ({what: e.tagName + '.' + e.className,
+                      fg: rgb(getComputedStyle(e).color), bg: background(e)}));
+    }""", selector)
+    return pairs
+
+
+def _low_contrast(pairs: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """Pairs under WCAG AA's 4.5:1."""
+    return [(p["what"], round(_contrast(tuple(p["fg"]), tuple(p["bg"])), 2)) for p in pairs
+            if _contrast(tuple(p["fg"]), tuple(p["bg"])) < 4.5]
+
+
 def test_text_meets_wcag_aa_contrast_on_a_laptop_screen(page: Page) -> None:
     page.goto("/ui")
     page.fill("#f-tokens", "x")
     page.click("button[value=estimate]")
     page.locator("#e-tokens").wait_for()
-    pairs: list[dict[str, Any]] = page.evaluate("""() => {
-        const rgb = s => s.match(/[\\d.]+/g).map(Number);
-        const background = e => { for (; e; e = e.parentElement) {
-            const c = rgb(getComputedStyle(e).backgroundColor);
-            if (c.length < 4 || c[3] > 0) return c; } return [255, 255, 255]; };
-        return [...document.querySelectorAll(
-            'label, small, .error, button, legend, header p, input, select, option')]
-          .map(e => ({what: e.tagName + '.' + e.className,
-                      fg: rgb(getComputedStyle(e).color), bg: background(e)}));
-    }""")
+    pairs = _colours(page, "label, small, .error, button, legend, header p, input, select, option")
     assert len(pairs) > 40
-    low = [(p["what"], round(_contrast(tuple(p["fg"]), tuple(p["bg"])), 2)) for p in pairs
-           if _contrast(tuple(p["fg"]), tuple(p["bg"])) < 4.5]
-    assert low == []
+    assert _low_contrast(pairs) == []
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= LAPTOP["width"]

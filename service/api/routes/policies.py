@@ -18,6 +18,7 @@ from service.api.schemas.policies import (
     PolicyRevisionIn,
     PolicyRulesIn,
 )
+from service.api.schemas.prices import as_utc
 from service.catalog import policies as store
 from service.catalog.errors import PreconditionFailedError
 from service.catalog.models import PolicyRevision
@@ -33,7 +34,7 @@ ETAG_HEADER: dict[str, Any] = {"description": 'The revision, "p<revision>": send
 
 
 def _out(row: PolicyRevision) -> PolicyOut:
-    return PolicyOut(name=row.name, revision=row.revision, created_at=row.created_at,
+    return PolicyOut(name=row.name, revision=row.revision, created_at=as_utc(row.created_at),
                      created_by=row.created_by, description=row.description, rules=row.rules)
 
 

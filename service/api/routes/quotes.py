@@ -444,10 +444,10 @@ def _largest_model(
     names = body.candidate_models or list(DEFAULT_LARGEST_CANDIDATES)
     sized: list[tuple[int, str, ModelIn]] = []
     for index, name in enumerate(names):
-        model_in = ModelIn(preset=name)
         try:
+            model_in = ModelIn(preset=name)
             params = count_parameters(model_in.to_core()).total
-        except CoreError as exc:
+        except (CoreError, ValueError) as exc:
             raise InvalidSpecError(str(exc), field=f"candidate_models.{index}") from None
         sized.append((int(params), name, model_in))
     tried: list[dict[str, Any]] = []

@@ -8,7 +8,10 @@ No script, no build step, no CDN: HTML, one stylesheet from ``/static`` and inli
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import math
+import re
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -18,9 +21,13 @@ import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from service.api import presentation as fmt
+from service.api.deps import SessionDep
 from service.api.ui import charts
+from service.catalog.models import Quote
 
 router = APIRouter(include_in_schema=False)
 templates = Environment(loader=PackageLoader("service.api.ui", "templates"),
@@ -324,17 +331,198 @@ async def portal_submit(request: Request) -> HTMLResponse:
     return _page(outcome, await _choices(request), status=422 if failed else 200)
 
 
-@router.get("/ui/quotes/{quote_id}", response_class=HTMLResponse)
-async def portal_quote(request: Request, quote_id: str) -> HTMLResponse:
-    """A stored quote as a page (its JSON is at /v1/quotes/{id})."""
-    outcome = Outcome(values=_values({}), action="quote")
+QUOTE_ID = re.compile(r"^q_[0-9a-f]{32}$")
+PROBLEM_TITLES = {401: "Sign-in needed", 403: "Not allowed", 404: "Quote not found"}
+
+
+def _when(stamp: str | None) -> str:
+    """An API timestamp for people: '2026-11-23 11:59:49 UTC'."""
+    if not stamp:
+        return "—"
+    try:
+        moment = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _setting(value: Any) -> str:
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) if value else "none"
+    return _short(value) if isinstance(value, dict) else str(value)
+
+
+templates.globals.update(when=_when, short=_short, setting=_setting)
+
+
+def _tokens(value: Any) -> str:
+    return f"{fmt.si(value)} ({value:,.0f})" if isinstance(value, int | float) else str(value)
+
+
+def _model_rows(model: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not model:
+        return []
+    if model.get("preset"):
+        return [("Model", str(model["preset"]))]
+    shape = ", ".join(f"{label} {model[key]:,}" for key, label in (
+        ("num_layers", "layers"), ("hidden_size", "hidden size")) if isinstance(
+        model.get(key), int))
+    return [("Model", f"{model.get('name') or 'custom'} (custom architecture"
+                      f"{': ' + shape if shape else ''})")]
+
+
+def _training_rows(training: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not training:
+        return []
+    rows = [("Training tokens", _tokens(training.get("tokens"))),
+            ("Sequence length", f"{training.get('seq_len', 0):,}")]
+    if training.get("global_batch_seqs") is not None:
+        rows.append(("Global batch", f"{training['global_batch_seqs']:,} sequences"))
+    elif training.get("global_batch_seqs_options"):
+        rows.append(("Global batch", "one of " + ", ".join(
+            f"{b:,}" for b in training["global_batch_seqs_options"]) + " sequences"))
+    elif isinstance(training.get("global_batch_range"), dict):
+        span = training["global_batch_range"]
+        rows.append(("Global batch", f"{span.get('start')}–{span.get('stop')} step "
+                                     f"{span.get('step')} sequences"))
+    if training.get("precision"):
+        rows.append(("Precision", str(training["precision"])))
+    return rows
+
+
+def _cluster_text(cluster: dict[str, Any]) -> str:
+    span = cluster.get("num_gpus_range")
+    if isinstance(span, dict):
+        count = f"{span.get('start'):,}–{span.get('stop'):,} step {span.get('step'):,}"
+    else:
+        count = f"{cluster.get('num_gpus', 0):,}"
+    return f"{count} × {cluster.get('accelerator')}"
+
+
+def workload_rows(stored: dict[str, Any] | None, quote: dict[str, Any]
+                  ) -> list[tuple[str, str]]:
+    """What was quoted, from the stored request (or, without it, from the quote's lines)."""
+    rec = quote.get("recommended") or (quote.get("lines") or [None])[0]
+    rows: list[tuple[str, str]] = []
+    workload = (stored or {}).get("workload") or {}
+    if estimate := workload.get("estimate"):
+        rows.append(("Workload", "estimate: one cluster, one layout"))
+        rows += _model_rows(estimate.get("model"))
+        rows.append(("Cluster", _cluster_text(estimate.get("cluster") or {})))
+        rows += _training_rows(estimate.get("training"))
+    elif optimise := workload.get("optimise"):
+        rows.append(("Workload", "optimise: the layout searched for each candidate cluster"))
+        rows += _model_rows(optimise.get("model"))
+        rows.append(("Candidate clusters", "; ".join(
+            _cluster_text(c) for c in optimise.get("clusters") or [])))
+        rows += _training_rows(optimise.get("training"))
+    elif hours := workload.get("gpu_hours"):
+        rows += [("Workload", "GPU-hours given"),
+                 ("Accelerator", str(hours.get("accelerator"))),
+                 ("GPU-hours", fmt.number(hours.get("gpu_hours") or 0)),
+                 ("GPUs at once", f"{hours.get('num_gpus', 0):,}")]
+    elif rec:
+        rows += [("Accelerator", str(rec.get("accelerator"))),
+                 ("GPUs", f"{rec.get('num_gpus', 0):,}")]
+    if rec and rec.get("plan"):
+        rows.append(("Layout (recommended line)", fmt.layout(rec["plan"])))
+        if rec.get("global_batch_seqs"):
+            rows.append(("Global batch (recommended line)",
+                         f"{rec['global_batch_seqs']:,} sequences"))
+    if stored:
+        rows += [
+            ("Providers", ", ".join(stored.get("providers") or []) or "all"),
+            ("Regions", ", ".join(stored.get("regions") or []) or "all"),
+            ("Terms", ", ".join(fmt.term_label(t) for t in stored.get("terms") or []) or "all"),
+            ("Catalogue version asked for", stored.get("catalog_version") or "the current one"),
+            ("Policy asked for", stored.get("policy") or "the server's default"),
+        ]
+        if stored.get("accounting") == "amortised":
+            rows.append(("Reservation utilisation",
+                         str(stored.get("reservation_utilisation_fraction"))))
+    return rows
+
+
+def budget_view(quote: dict[str, Any]) -> dict[str, Any]:
+    """How far the judged amount (commitment, or job cost when amortised) is from the budget."""
+    rec, budget = quote.get("recommended"), quote.get("budget")
+    judged = "Job cost" if quote.get("accounting") == "amortised" else "Commitment"
+    view: dict[str, Any] = {"difference": None, "within": None, "judged": judged}
+    if not rec or not budget or rec.get("total") is None \
+            or budget.get("currency") != rec.get("currency"):
+        return view
+    try:
+        difference = Decimal(budget["amount"]) - Decimal(rec["total"])
+    except (InvalidOperation, KeyError):
+        return view
+    view.update(difference=str(abs(difference)), within=difference >= 0)
+    return view
+
+
+def _quote_page(status: int = 200, **context: Any) -> HTMLResponse:
+    context.setdefault("r", None)
+    html = templates.get_template("quote.html").render(**context)
+    return HTMLResponse(html, status_code=status)
+
+
+def _quote_error(status: int, detail: str) -> HTMLResponse:
+    title = PROBLEM_TITLES.get(status, "The quote could not be shown")
+    return _quote_page(status, error={"status": status, "title": title, "detail": detail})
+
+
+async def _stored_quote(request: Request, session: Session, quote_id: str,
+                        verify: bool = False) -> HTMLResponse:
+    if not QUOTE_ID.match(quote_id):
+        return _quote_error(404, "There is no such quote: a quote id is q_ followed by 32 "
+                                 "hexadecimal digits.")
     headers = {}
     if auth := request.headers.get("authorization"):
         headers["Authorization"] = auth
+    verified: dict[str, Any] | None = None
+    verify_error = None
     async with _api(request) as client:
         response = await client.get(f"/v1/quotes/{quote_id}", headers=headers)
-    if response.status_code != 200:
-        _place_errors(outcome, _problem(response))
-        return _page(outcome, await _choices(request), status=response.status_code)
-    outcome.result = response.json()
-    return _page(outcome, await _choices(request))
+        if response.status_code != 200:
+            problem = _problem(response)
+            detail = str(problem.get("detail") or problem.get("title") or "the request failed")
+            if response.status_code == 404:
+                detail = f"There is no stored quote {quote_id}."
+            return _quote_error(response.status_code, detail)
+        if verify:
+            answer = await client.post(f"/v1/quotes/{quote_id}/verify", headers=headers)
+            if answer.status_code == 200:
+                verified = answer.json()
+            else:
+                problem = _problem(answer)
+                verify_error = str(problem.get("detail") or problem.get("title")
+                                   or f"the service answered {answer.status_code}")
+    quote = response.json()
+    # The API has let this caller read the quote; its stored request says what was quoted.
+    row = await run_in_threadpool(session.get, Quote, quote_id)
+    stored = row.request if row is not None and isinstance(row.request, dict) else None
+    return _quote_page(r=quote, req=stored, workload=workload_rows(stored, quote),
+                       budget=budget_view(quote), verify=verified, verify_error=verify_error)
+
+
+@router.get("/ui/quotes/{quote_id}", response_class=HTMLResponse)
+async def portal_quote(request: Request, quote_id: str, session: SessionDep) -> HTMLResponse:
+    """A stored quote as an audit document (its JSON is at /v1/quotes/{id})."""
+    return await _stored_quote(request, session, quote_id)
+
+
+@router.post("/ui/quotes/{quote_id}/verify", response_class=HTMLResponse)
+async def portal_quote_verify(request: Request, quote_id: str,
+                              session: SessionDep) -> HTMLResponse:
+    """The stored quote's page with the verification (POST /v1/quotes/{id}/verify) on top."""
+    return await _stored_quote(request, session, quote_id, verify=True)

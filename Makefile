@@ -23,7 +23,7 @@ migrate: venv
 	$(BIN)/python -m service.catalog.migrate
 
 run: migrate
-	$(BIN)/uvicorn --factory service.main:create_app --no-access-log --host $(HOST) --port $(PORT)
+	$(BIN)/uvicorn --factory service.main:create_app --no-access-log --no-server-header --host $(HOST) --port $(PORT)
 
 lint: venv
 	$(BIN)/ruff check service tests benchmarks migrations

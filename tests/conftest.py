@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -23,6 +25,12 @@ from service.catalog.migrate import upgrade
 from service.catalog.seed import seed_catalog
 from service.main import create_app, dispose
 from service.settings import Settings
+
+# No per-example deadline: Hypothesis' default 200 ms fails a correct property on a loaded
+# machine (seen: a pricing property under a concurrent suite), so speed never decides a test.
+hypothesis_settings.register_profile("computequote", deadline=None,
+                                    suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("computequote")
 
 POSTGRES_URL = os.environ.get(
     "CQ_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

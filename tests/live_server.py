@@ -58,6 +58,7 @@ def server_process(env: dict[str, str], *, app: str = "service.main:create_app",
     load benchmarks and for faults that kill a replica. Stops it (kill -9 if need be)."""
     port = port or free_port()
     command = [sys.executable, "-m", "uvicorn", *(["--factory"] if factory else []), app,
+               "--no-server-header",
                "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
                "--log-level", "warning"]
     log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed below

@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.catalog.db import unit_of_work
-from service.catalog.errors import NotFoundError
+from service.catalog.errors import CommitFailedError, NotFoundError
 from service.catalog.mapping import accelerator_to_spec
 from service.catalog.repository import list_accelerators
 from service.core.errors import InvalidSpecError
@@ -81,9 +82,24 @@ def get_settings(request: Request) -> Settings:
 
 
 def get_session(request: Request) -> Iterator[Session]:
+    """One session per request, committed when the route returns and **before** the answer
+    is sent (``scope="function"`` below): a 2xx means committed. A commit that fails is a
+    503 (``CommitFailedError``), never a 2xx."""
     factory: sessionmaker[Session] = request.app.state.session_factory
-    with unit_of_work(factory) as session:
-        yield session
+    session = factory()
+    try:
+        try:
+            yield session
+        except BaseException:
+            session.rollback()
+            raise
+        try:
+            session.commit()
+        except SQLAlchemyError as exc:
+            session.rollback()
+            raise CommitFailedError(type(exc).__name__) from exc
+    finally:
+        session.close()
 
 
 def get_accelerators(request: Request) -> AcceleratorCache:
@@ -92,5 +108,5 @@ def get_accelerators(request: Request) -> AcceleratorCache:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 AcceleratorsDep = Annotated[AcceleratorCache, Depends(get_accelerators)]

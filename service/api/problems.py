@@ -26,6 +26,7 @@ from starlette.types import Scope, Send
 
 from service.catalog.errors import (
     AuthError,
+    CommitFailedError,
     ConflictError,
     NotFoundError,
     PreconditionFailedError,
@@ -209,6 +210,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         )
 
     app.add_exception_handler(OperationalError, _database_unavailable)
+    app.add_exception_handler(CommitFailedError, _database_unavailable)
     app.add_exception_handler(PoolTimeoutError, _database_unavailable)
 
     @app.exception_handler(StarletteHTTPException)

@@ -4,6 +4,7 @@
     ├── NotFoundError   no row with that id
     ├── ConflictError   the write clashes with stored state
     ├── PreconditionFailedError   If-Match names a state that is no longer current
+    ├── CommitFailedError   the database refused or lost the commit (HTTP 503)
     └── AuthError       no usable API key (401) or a key without the scope (403)
 """
 
@@ -27,6 +28,14 @@ class ConflictError(CatalogError):
 
 class PreconditionFailedError(CatalogError):
     """The client edited from a stale copy (HTTP 412)."""
+
+
+class CommitFailedError(CatalogError):
+    """The request's work was done but its commit failed: nothing is acknowledged (503)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(f"the write could not be committed ({cause}); it may not be stored: "
+                         "retry the same request")
 
 
 class AuthError(CatalogError):

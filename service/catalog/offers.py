@@ -30,6 +30,9 @@ HOURS_PER_YEAR = 8760
 MAX_PRICE_PER_HOUR = Decimal(1_000_000)
 MAX_UPFRONT_FEE = Decimal(10_000_000_000)
 MAX_IMPORT_ROWS = 20_000
+MIN_GPUS_PER_INSTANCE = 0.0625
+"""The smallest GPU share sold: 1/16 (Azure NVv4 sells 1/8 of an MI25, AWS g6f 1/4 of an L4);
+a smaller value is a unit error, and 1e-300 overflowed the per-GPU price (issue 14)."""
 
 
 E = TypeVar("E", bound=StrEnum)
@@ -338,7 +341,8 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
     if accelerator is not None and accelerator not in accelerators:
         p.fail("accelerator", "is not an accelerator id of the catalogue (GET /v1/accelerators)",
                "unknown_accelerator")
-    gpus = p.number("gpus_per_instance", required=True, low=0, high=1024)
+    gpus = p.number("gpus_per_instance", required=True, low=MIN_GPUS_PER_INSTANCE, high=1024,
+                    low_inclusive=True)
     vcpus = p.number("vcpus", required=False, low=0, high=100_000)
     memory_gib = p.number("memory_gib", required=False, low=0, high=1_000_000)
     gpu_memory_gib = p.number("gpu_memory_gib", required=False, low=0, high=10_000)

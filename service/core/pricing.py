@@ -85,6 +85,10 @@ def goodput(interruptions_per_s: float, checkpoint_s: float, restart_s: float) -
     else:
         interval = math.sqrt(2 * checkpoint_s / rate)
         lost = checkpoint_s / interval + rate * (interval / 2 + restart_s)
+    if not math.isfinite(lost) or (interval is not None and not math.isfinite(interval)):
+        return Goodput(interval_s=None, lost_fraction=math.inf, feasible=False,
+                       reason=f"a checkpoint would take {checkpoint_s:,.3g} s to write: the "
+                              "job cannot make progress")
     if lost >= 1:
         return Goodput(interval_s=interval, lost_fraction=lost, feasible=False,
                        reason=f"checkpointing and restarts would take {lost:.0%} of the time: "

@@ -225,8 +225,13 @@ class TestStorage:
         assert client.get(f"/v1/quotes/{old_quote['id']}").content == old.content
         verify = client.post(f"/v1/quotes/{old_quote['id']}/verify").json()
         assert verify == {**verify, "matches": True, "differences": []}
-        requote = client.post(f"/v1/quotes/{old_quote['id']}/requote", headers=writer)
+        path = f"/v1/quotes/{old_quote['id']}/requote"
+        assert client.post(path, headers=writer).status_code == 400  # no Idempotency-Key
+        requote = client.post(path, headers={**writer, "Idempotency-Key": "rq-1"})
         assert requote.status_code == 201, requote.text
+        replay = client.post(path, headers={**writer, "Idempotency-Key": "rq-1"})
+        assert replay.headers["idempotent-replayed"] == "true"
+        assert replay.json()["id"] == requote.json()["id"]
         fresh = requote.json()
         assert fresh["requote_of"] == old_quote["id"]
         assert fresh["catalog_version"] == edit.json()["catalog_version"]

@@ -292,3 +292,11 @@ class TestVersions:
                                        created_by="t", note="")
         created = version.created_at.replace(tzinfo=version.created_at.tzinfo or dt.UTC)
         assert abs(dt.datetime.now(dt.UTC) - created) < dt.timedelta(minutes=5)
+
+
+@pytest.mark.parametrize("gpus", ["1e-7", "1e-300", "0.01"])
+def test_absurdly_small_gpu_shares_are_refused_not_a_500(gpus: str) -> None:
+    with pytest.raises(ImportRejectedError) as caught:
+        parse_offer(1, row(gpus_per_instance=gpus), ACCELERATORS)
+    assert [e.field for e in caught.value.errors] == ["gpus_per_instance"]
+    assert "0.0625" in caught.value.errors[0].message

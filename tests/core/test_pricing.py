@@ -33,6 +33,15 @@ class TestGoodput:
         assert not result.feasible
         assert "Λ·R = 1.20" in (result.reason or "")
 
+    @pytest.mark.parametrize("checkpoint_s", [1e300 * 1e10, 1e308])
+    def test_a_checkpoint_that_never_finishes_is_infeasible_not_nan(
+        self, checkpoint_s: float,
+    ) -> None:
+        # Issue 14: a near-zero checkpoint bandwidth gave nan and a 500.
+        result = pricing.goodput(1e-4, checkpoint_s=checkpoint_s, restart_s=600.0)
+        assert not result.feasible
+        assert "checkpoint" in (result.reason or "")
+
 
 class TestCloudLine:
     def test_on_demand_by_hand(self) -> None:

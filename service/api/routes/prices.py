@@ -15,6 +15,7 @@ from service.api.pagination import PageSize, PageToken, decode_token, encode_tok
 from service.api.problems import problem_responses
 from service.api.schemas.common import Page
 from service.api.schemas.prices import (
+    NO_CONTROL_CHARACTERS,
     CatalogVersionDetail,
     CatalogVersionOut,
     OfferOut,
@@ -170,7 +171,9 @@ async def import_catalog(
         description="replace: the import is the whole new version; patch: its offers are "
                     "added to, or replace same-id offers of, the current version.")
     ] = prices.ImportMode.REPLACE,
-    note: Annotated[str, Query(max_length=1000)] = "",
+    note: Annotated[str, Query(max_length=1000, pattern=NO_CONTROL_CHARACTERS,
+                               description="Stored on the new version; no control "
+                                           "characters.")] = "",
 ) -> CatalogVersionDetail:
     """Validate every row, then store a new current version; one bad row rejects the whole
     import with 422 listing each bad row and field, and nothing changes."""

@@ -352,13 +352,16 @@ def requote_quote(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """A new quote from the same request on the current catalogue and the policy's newest
-    revision, linked by ``requote_of``."""
+    revision, linked by ``requote_of``. Needs an ``Idempotency-Key``, as ``create_quote``
+    does: a retried requote replays one quote instead of making another."""
+    if not idempotency_key:
+        raise HTTPException(400, "the Idempotency-Key header is required")
     old = store.get_quote(session, quote_id)
     canonical = dict(old.request)
     canonical["catalog_version"] = None
     body = QuoteRequest.model_validate(canonical)
     canonical = body.model_dump(mode="json")
-    key = idempotency_key or f"requote:{quote_id}:{uuid.uuid4().hex}"
+    key = idempotency_key
     hash_ = store.request_hash({**canonical, "requote_of": quote_id})
     existing = store.find_by_key(session, principal.name, key)
     if existing is not None:

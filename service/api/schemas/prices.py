@@ -11,6 +11,10 @@ from service.api.schemas.common import RequestModel
 from service.catalog.models import CatalogVersion, OfferRevision
 from service.catalog.offers import PaymentOption, Term, micros_to_text
 
+NO_CONTROL_CHARACTERS = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
+"""Free text stored as a version note: tabs and line breaks, but no NUL (PostgreSQL refuses it
+in text) and no other control character."""
+
 DecimalString = Annotated[
     str, StringConstraints(pattern=r"^\d{1,13}(\.\d{1,6})?$", max_length=20)
 ]
@@ -141,8 +145,9 @@ class OfferUpdate(RequestModel):
                        description="Date the price held, YYYY-MM-DD.")
     indicative: bool = Field(strict=True)
     notes: str = Field(default="", max_length=4000)
-    note: str = Field(default="", max_length=1000,
-                      description="Why the price changed; stored on the new version.")
+    note: str = Field(default="", max_length=1000, pattern=NO_CONTROL_CHARACTERS,
+                      description="Why the price changed; stored on the new version (no "
+                                  "control characters).")
 
     def changes(self) -> dict[str, Any]:
         """The edited columns in the import format."""

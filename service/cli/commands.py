@@ -15,6 +15,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -350,10 +351,76 @@ def render_diff(diff: dict[str, Any], show_unchanged: bool = False) -> None:
               highlight=False)
 
 
+class PlanObjective(StrEnum):
+    soonest = "soonest"
+    largest_model = "largest_model"
+
+
+def _plan_table(title: str, lines: list[dict[str, Any]]) -> Table:
+    """A budget plan's lines: the commitment (cash signed for) first, then the job's own cost,
+    then how long and where."""
+    amortised = any(line.get("accounting") == "amortised" for line in lines)
+    columns = ["#", "commitment", "job cost", *(["judged (amortised)"] if amortised else []),
+               "days p50 (p10–p90)", "where", "term", "GPUs", "policy", "flags"]
+    table = Table(*columns, title=title, title_justify="left")
+    for rank, line in enumerate(lines, 1):
+        judged = [fmt.money(line.get("total"), line["currency"])] if amortised else []
+        table.add_row(str(rank), report.commitment(line), report.job_cost(line), *judged,
+                      report.days(line), fmt.line_where(line), line["term"],
+                      f"{line['num_gpus']:,}", line.get("policy_outcome") or "—",
+                      ", ".join(line.get("flags") or []))
+    return table
+
+
 def render_budget_plan(answer: dict[str, Any]) -> None:
-    out.print(_lines_table("Soonest within budget", answer["soonest_within_budget"][:10]))
-    out.print(_lines_table("Cheapest before the deadline",
-                           answer["cheapest_before_deadline"][:10]))
+    budget = answer.get("budget") or {}
+    deadline = answer.get("deadline_s")
+    policy = answer.get("policy") or {}
+    out.print(f"budget {fmt.money(budget.get('amount'), budget.get('currency', 'USD'))} "
+              f"({answer.get('accounting', 'commitment')} accounting); deadline "
+              f"{fmt.duration(deadline) if deadline else 'none'}; policy "
+              f"{policy.get('name') or 'default'}@"
+              f"{'built-in' if policy.get('revision') is None else policy['revision']}; "
+              f"catalogue {answer.get('catalog_version')}", highlight=False, markup=False)
+    if answer.get("objective") == "largest_model":
+        _render_largest(answer)
+    explanation = answer.get("explanation") or ""
+    for title, key, empty in (
+            ("Soonest within the budget", "soonest_within_budget", "no line is within the "
+                                                                    "budget"),
+            ("Cheapest before the deadline" if deadline else "Cheapest (no deadline given)",
+             "cheapest_before_deadline", "no line meets the deadline")):
+        lines = answer.get(key) or []
+        if lines:
+            out.print(_plan_table(title, lines[:10]))
+        else:
+            out.print(f"{title}: {empty}", highlight=False, markup=False)
+    if explanation:
+        out.print(f"why: {explanation}", highlight=False, markup=False)
+
+
+def _render_largest(answer: dict[str, Any]) -> None:
+    largest = answer.get("largest_model")
+    if largest:
+        line = largest["line"]
+        out.print(f"largest model: {largest['preset']}, {fmt.si(largest['params'])} "
+                  f"parameters on {fmt.si(largest['tokens'])} tokens "
+                  f"({largest['tokens'] / largest['params']:,.1f} per parameter)",
+                  highlight=False, markup=False)
+        out.print(f"its best line: commitment {report.commitment(line)}, job cost "
+                  f"{report.job_cost(line)}, {report.days(line)} days, "
+                  f"{fmt.line_where(line)}, {line['term']}, {line['num_gpus']:,} GPUs",
+                  highlight=False, markup=False)
+    else:
+        out.print("largest model: none: no candidate has a line within the budget and "
+                  "deadline that the policy passes (the lists are the smallest candidate's)",
+                  highlight=False, markup=False)
+    tried = Table("model", "parameters", "tokens", "lines within", "note",
+                  title="Models tried, smallest first", title_justify="left")
+    for model in answer.get("models_tried") or []:
+        tried.add_row(model["preset"], fmt.si(model["params"]), fmt.si(model["tokens"]),
+                      f"{model['lines_within']:,}", model["note"])
+    out.print(tried)
 
 
 def handled(function: Callable[..., None]) -> Callable[..., None]:
@@ -507,14 +574,38 @@ def register(app: typer.Typer) -> None:
         currency: Annotated[str, typer.Option(help="Budget currency.")] = "USD",
         deadline_days: Annotated[float | None, typer.Option(help="Wall-clock limit.")]
         = None,
+        provider: Annotated[list[str] | None, typer.Option(
+            help="Only this provider; repeat for several ('onprem' included).")] = None,
+        term: Annotated[list[str] | None, typer.Option(
+            help="on_demand, spot, reserved_1y, reserved_3y, capacity_block, onprem.")]
+        = None,
+        objective: Annotated[PlanObjective | None, typer.Option(
+            help="soonest (default: the lines for --model) or largest_model (the largest "
+                 "compute-optimal candidate with a line within the budget and deadline).")]
+        = None,
+        candidate_model: Annotated[list[str] | None, typer.Option(
+            help="largest_model: a candidate preset; repeat for several (default: the "
+                 "dense Llama presets).")] = None,
+        tokens_per_param: Annotated[float | None, typer.Option(
+            help="largest_model: training tokens per parameter (default 20, Chinchilla).")]
+        = None,
         accounting: Accounting = None, utilisation: Utilisation = None,
         policy: PolicyOption = None,
         request: RequestFile = None, api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None,
         local: Local = False, as_json: AsJson = False,
     ) -> None:
-        """The soonest plans within a budget and the cheapest before a deadline."""
+        """The soonest plans within a budget and the cheapest before a deadline; or, with
+        --objective largest_model, the largest compute-optimal model they can train."""
         body = _load(request)
         _put_model_and_training(body, model, tokens, seq_len, global_batch)
+        _put(body, "objective", objective.value if objective else None)
+        _put(body, "candidate_models", candidate_model)
+        _put(body, "tokens_per_param", tokens_per_param)
+        if body.get("objective") == "largest_model":
+            # Replaced by tokens_per_param × each candidate's parameters; the schema wants one.
+            body.setdefault("training", {}).setdefault("tokens", 1.0)
+        _put(body, "providers", provider)
+        _put(body, "terms", term)
         if accelerator:
             cluster: dict[str, Any] = {"accelerator": accelerator}
             if gpus_range:
@@ -579,7 +670,7 @@ def register(app: typer.Typer) -> None:
 
         migrate_and_seed(Settings().resolved_database_url)
         uvicorn.run("service.main:create_app", factory=True, host=host, port=port,
-                    access_log=False)
+                    access_log=False, server_header=False)
 
 
 def _defaults(body: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from markupsafe import escape
 
 from service.api import presentation as fmt
 
@@ -62,7 +63,7 @@ def test_the_form_labels_every_field_and_loads_nothing_from_elsewhere(
     assert len(page.inputs) >= 18
     assert all(i["id"] in page.labels for i in page.inputs)
     assert page.external == []
-    for action in ("estimate", "optimise", "quote"):
+    for action in ("estimate", "optimise", "quote", "budget_plan", "largest_model"):
         assert f'value="{action}"' in response.text
     assert 'option value="llama3.1-405b"' in response.text  # presets from the API
     assert client.get("/static/ui.css").status_code == 200
@@ -295,3 +296,141 @@ def test_the_portal_quote_shows_commitment_policy_and_reason_codes(
     assert f'class="outcome {stored["policy_result"]["outcome"]}"' in html
     for reason in stored["reason_details"]:
         assert f"<code>{reason['code']}</code>" in html
+
+
+# Budget plans: 8B on 1e11 tokens, 8 to 32 H100s on AWS (a small, fast search).
+PLAN_FORM = {**FORM, "model": "llama3.1-8b", "tokens": "1e11", "gpus": "8", "gpus_min": "8",
+             "gpus_max": "32", "gpus_step": "8", "providers": "aws", "budget": "200000",
+             "deadline_days": "60"}
+PLAN_BODY = {"model": {"preset": "llama3.1-8b"},
+             "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 1e11},
+             "clusters": [{"accelerator": "h100-sxm5-80gb",
+                           "num_gpus_range": {"start": 8, "stop": 32, "step": 8}}],
+             "providers": ["aws"], "budget": {"amount": "200000", "currency": "USD"},
+             "deadline_s": 60 * fmt.DAY_S}
+LARGEST_FORM = {**PLAN_FORM, "gpus_min": "256", "gpus_max": "512", "gpus_step": "256",
+                "budget": "2000000", "candidate_models": "llama3.1-8b, llama3.1-70b"}
+
+
+def _table(html: str, table_id: str) -> str:
+    match = re.search(rf'<table id="{table_id}".*?</table>', html, re.S)
+    assert match is not None, f"no table {table_id}"
+    return match.group(0)
+
+
+def _headers(table: str) -> list[str]:
+    return re.findall(r'<th scope="col"[^>]*>([^<]*)</th>', table)
+
+
+def test_budget_plan_shows_both_lists_commitment_first(client: TestClient) -> None:
+    api = client.post("/v1/budget-plans", json=PLAN_BODY).json()
+    assert api["soonest_within_budget"]
+    assert api["cheapest_before_deadline"]
+    response = client.post("/ui", data={**PLAN_FORM, "action": "budget_plan"})
+    assert response.status_code == 200, response.text[:800]
+    html = response.text
+    assert "<h2>Budget plan</h2>" in html
+    assert 'id="plan-explanation"' not in html  # neither list is empty
+    for table_id, key in (("soonest", "soonest_within_budget"),
+                          ("cheapest", "cheapest_before_deadline")):
+        table = _table(html, table_id)
+        headers = _headers(table)
+        assert headers[:3] == ["Commitment", "Job cost", "Days p50 (p10–p90)"]
+        assert "Total" not in headers
+        first = api[key][0]
+        row = re.search(r"<tbody>\s*<tr>(.*?)</tr>", table, re.S)
+        assert row is not None
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)
+        assert cells[0] == fmt.money(first["commitment_total"], first["currency"])
+        assert cells[1] == fmt.money(first["job_cost_total"], first["currency"])
+        band = first["uncertainty"]["wall_clock_s"]
+        assert cells[2] == (f"{band['p50'] / fmt.DAY_S:,.1f} ({band['p10'] / fmt.DAY_S:,.1f}–"
+                            f"{band['p90'] / fmt.DAY_S:,.1f})")
+        assert fmt.line_where(first) in cells[3]
+        assert cells[4] == fmt.term_label(first["term"])
+        assert cells[5].startswith(f"{first['num_gpus']:,}")
+        assert table.count("<tr>") == len(api[key]) + 1  # + the header row
+    assert "region" in html
+    assert 'aria-labelledby="soonest-heading"' in html
+
+
+def test_a_tiny_budget_plan_explains_the_empty_list(client: TestClient) -> None:
+    api = client.post("/v1/budget-plans", json={**PLAN_BODY, "budget": {
+        "amount": "10", "currency": "USD"}}).json()
+    assert api["soonest_within_budget"] == []
+    assert api["explanation"]
+    response = client.post("/ui", data={**PLAN_FORM, "budget": "10", "action": "budget_plan"})
+    assert response.status_code == 200, response.text[:800]
+    box = re.search(r'<div class="explanation" id="plan-explanation".*?</div>', response.text,
+                    re.S)
+    assert box is not None
+    assert "Nothing fits the budget" in box.group(0)
+    assert str(escape(api["explanation"][1:])) in box.group(0)
+    empty = re.search(r'<p class="empty" id="soonest">([^<]*)</p>', response.text)
+    assert empty is not None
+    assert empty.group(1).startswith("No line is within the budget.")
+    assert '<table id="soonest"' not in response.text
+
+
+def test_largest_model_shows_the_model_its_line_and_the_models_tried(
+        client: TestClient) -> None:
+    response = client.post("/ui", data={**LARGEST_FORM, "action": "largest_model"})
+    assert response.status_code == 200, response.text[:800]
+    html = response.text
+    api = client.post("/v1/budget-plans", json={
+        **{k: v for k, v in PLAN_BODY.items() if k != "model"}, "objective": "largest_model",
+        "candidate_models": ["llama3.1-8b", "llama3.1-70b"],
+        "clusters": [{"accelerator": "h100-sxm5-80gb",
+                      "num_gpus_range": {"start": 256, "stop": 512, "step": 256}}],
+        "budget": {"amount": "2000000", "currency": "USD"}}).json()
+    largest = api["largest_model"]
+    assert largest is not None
+    assert "<h2>Largest model</h2>" in html
+    answer = re.search(r'<p id="largest-answer">(.*?)</p>', html, re.S)
+    assert answer is not None
+    assert f"<strong>{largest['preset']}</strong>" in answer.group(1)
+    assert fmt.si(largest["tokens"]) in answer.group(1)
+    figures = re.search(r'id="largest-figures">(.*?)</dl>', html, re.S)
+    assert figures is not None
+    text = figures.group(1)
+    line = largest["line"]
+    assert text.index("Commitment") < text.index("Job cost")
+    assert fmt.money(line["commitment_total"], line["currency"]) in text
+    assert fmt.line_where(line) in text
+    assert "20.0 per parameter" in text
+    tried = _table(html, "models-tried")
+    assert [t["preset"] for t in api["models_tried"]] == re.findall(
+        r"<tr[^>]*><td>([^<]+)</td>", tried)
+    for model in api["models_tried"]:
+        assert model["note"] in tried
+    assert _headers(_table(html, "soonest"))[0] == "Commitment"
+
+
+def test_largest_model_with_nothing_in_budget_says_so(client: TestClient) -> None:
+    response = client.post("/ui", data={**LARGEST_FORM, "budget": "10",
+                                        "candidate_models": "llama3.1-8b",
+                                        "action": "largest_model"})
+    assert response.status_code == 200, response.text[:800]
+    box = re.search(r'id="largest-none".*?</div>', response.text, re.S)
+    assert box is not None
+    assert "No candidate model fits" in box.group(0)
+    assert "nothing fits the budget" in box.group(0)
+    assert "llama3.1-8b" in _table(response.text, "models-tried")
+
+
+def test_budget_plan_errors_appear_next_to_their_fields(client: TestClient) -> None:
+    response = client.post("/ui", data={**PLAN_FORM, "budget": "", "gpus_max": "many",
+                                        "action": "budget_plan"})
+    assert response.status_code == 422
+    assert error_of(response.text, "budget") == "Field required"
+    assert error_of(response.text, "gpus_max") == "Input should be a valid integer"
+    ratio = client.post("/ui", data={**LARGEST_FORM, "tokens_per_param": "0",
+                                     "action": "largest_model"})
+    assert ratio.status_code == 422
+    assert "greater than 0" in error_of(ratio.text, "tokens_per_param")
+    unknown = client.post("/ui", data={**LARGEST_FORM, "candidate_models": "llama3.1-8b, nope",
+                                       "action": "largest_model"})
+    assert unknown.status_code == 422  # a modelling rule: shown above the form, as for others
+    errors = re.search(r'id="form-errors">(.*?)</div>', unknown.text, re.S)
+    assert errors is not None
+    assert "unknown model preset &#39;nope&#39;" in errors.group(1)

@@ -172,6 +172,65 @@ def test_budget_plan_and_offers_local(local: str, api: TestClient) -> None:
     assert prices == sorted(prices)
 
 
+LARGEST_FLAGS = ["--objective", "largest_model", "--candidate-model", "llama3.1-8b",
+                 "--candidate-model", "llama3.1-70b", "--accelerator", "h100-sxm5-80gb",
+                 "--gpus-range", "256:512:256", "--provider", "aws", "--deadline-days", "60"]
+
+
+def test_budget_plan_table_shows_commitment_first(local: str) -> None:
+    flags = ["budget-plan", "--local", "--model", "llama3.1-8b", "--accelerator",
+             "h100-sxm5-80gb", "--gpus-range", "8:32:8", "--tokens", "1e11", "--budget",
+             "200000", "--deadline-days", "60", "--provider", "aws"]
+    answer = json.loads(cq(*flags, "--json").stdout)
+    assert {line["provider"] for line in answer["soonest_within_budget"]} == {"aws"}
+    result = cq(*flags)
+    assert result.exit_code == 0, result.output
+    header = next(row for row in result.stdout.splitlines() if row.startswith("┃ #"))
+    assert header.index("commitment") < header.index("job cost") < header.index("days p50")
+    first = answer["soonest_within_budget"][0]
+    assert re.search(rf"│ 1\s+│ {re.escape(fmt.money(first['commitment_total'], 'USD'))} │",
+                     result.stdout)
+    assert "why:" not in result.stdout  # neither list is empty
+
+
+def test_budget_plan_largest_model_local(local: str) -> None:
+    result = cq("budget-plan", "--local", *LARGEST_FLAGS, "--budget", "2000000")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(cq("budget-plan", "--local", "--json", *LARGEST_FLAGS, "--budget",
+                           "2000000").stdout)
+    largest = answer["largest_model"]
+    assert answer["objective"] == "largest_model"
+    assert largest is not None
+    assert largest["tokens"] == pytest.approx(20 * largest["params"])
+    text = flat(result.stdout)
+    assert f"largest model: {largest['preset']}," in text
+    line = largest["line"]
+    assert (f"its best line: commitment {fmt.money(line['commitment_total'], 'USD')}, job cost "
+            f"{fmt.money(line['job_cost_total'], 'USD')}") in text
+    assert "Models tried" in text
+    for model in answer["models_tried"]:
+        assert model["preset"] in text
+        assert model["note"] in text
+    ratio = json.loads(cq("budget-plan", "--local", "--json", *LARGEST_FLAGS, "--budget",
+                          "2000000", "--tokens-per-param", "10").stdout)
+    assert ratio["models_tried"][0]["tokens"] == pytest.approx(
+        10 * ratio["models_tried"][0]["params"])
+
+
+def test_budget_plan_explains_a_10_usd_budget(local: str) -> None:
+    result = cq("budget-plan", "--local", *LARGEST_FLAGS, "--budget", "10")
+    assert result.exit_code == 0, result.output
+    text = flat(result.stdout)
+    assert "largest model: none" in text
+    assert "Soonest within the budget: no line is within the budget" in text
+    assert "why: nothing fits the budget: the cheapest line's commitment total is" in text
+    soonest = cq("budget-plan", "--local", "--model", "llama3.1-8b", "--tokens", "1e11",
+                 "--accelerator", "h100-sxm5-80gb", "--gpus", "8", "--provider", "aws",
+                 "--budget", "10")
+    assert soonest.exit_code == 0, soonest.output
+    assert "why: nothing fits the budget" in flat(soonest.stdout)
+
+
 def test_catalog_versions_export_and_import(local: str, tmp_path: Path) -> None:
     exported = tmp_path / "catalog.csv"
     assert cq("catalog", "export", "--local", "-o", str(exported)).exit_code == 0

@@ -184,7 +184,55 @@ def test_tab_walks_the_form_in_reading_order(page: Page) -> None:
     assert order == expected
     assert order[0] == "#results"  # the skip link comes first
     assert order.index("f-model") < order.index("f-tokens") < order.index("f-api_key")
-    assert order[-3:] == ["estimate", "optimise", "quote"]
+    assert order[-5:] == ["estimate", "optimise", "quote", "budget_plan", "largest_model"]
+
+
+def _plan_form(page: Page, budget: str) -> None:
+    page.goto("/ui")
+    page.select_option("#f-model", "llama3.1-8b")
+    page.fill("#f-tokens", "1e11")
+    page.fill("#f-gpus_min", "8")
+    page.fill("#f-gpus_max", "32")
+    page.fill("#f-gpus_step", "8")
+    page.fill("#f-providers", "aws")
+    page.fill("#f-budget", budget)
+    page.fill("#f-deadline_days", "60")
+
+
+def test_budget_plan_and_largest_model(page: Page) -> None:
+    _plan_form(page, "200000")
+    page.click("button[value=budget_plan]")
+    page.wait_for_selector("#plan-figures")
+    headers = page.locator("#soonest thead th").all_inner_texts()
+    assert headers[:2] == ["Commitment", "Job cost"]
+    assert page.locator("#soonest tbody tr").count() >= 1
+    assert page.locator("#cheapest tbody tr").count() >= 1
+    shot(page, "ui-budget-plan")
+    pairs = _colours(page, "h2, h3, dt, dd, th, td, .outcome, .note, p, button, label, small")
+    assert _low_contrast(pairs) == []
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= LAPTOP["width"]
+
+    _plan_form(page, "10")
+    page.click("button[value=budget_plan]")
+    page.wait_for_selector("#plan-explanation")
+    assert "Nothing fits the budget" in page.inner_text("#plan-explanation")
+    assert _low_contrast(_colours(page, "#plan-explanation *, p.empty")) == []
+
+    _plan_form(page, "2000000")
+    page.fill("#f-gpus_min", "256")
+    page.fill("#f-gpus_max", "512")
+    page.fill("#f-gpus_step", "256")
+    page.fill("#f-candidate_models", "llama3.1-8b, llama3.1-70b")
+    page.click("button[value=largest_model]")
+    page.wait_for_selector("#largest-answer")
+    assert "llama3.1-8b" in page.inner_text("#largest-answer")
+    figures = page.inner_text("#largest-figures")
+    assert figures.index("Commitment") < figures.index("Job cost")
+    assert page.locator("#models-tried tbody tr").count() == 2
+    shot(page, "ui-largest-model")
+    pairs = _colours(page, "h2, h3, dt, dd, th, td, .note, p, caption")
+    assert _low_contrast(pairs) == []
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= LAPTOP["width"]
 
 
 def _luminance(rgb: tuple[float, ...]) -> float:

@@ -35,13 +35,17 @@ templates = Environment(loader=PackageLoader("service.api.ui", "templates"),
                         lstrip_blocks=True)
 templates.globals["fmt"] = fmt
 
-ACTIONS = ("estimate", "optimise", "quote")
+ACTIONS = ("estimate", "optimise", "quote", "budget_plan", "largest_model")
+ACTION_LABELS: dict[str, str] = {
+    "estimate": "Estimate", "optimise": "Optimise", "quote": "Quote",
+    "budget_plan": "Budget plan", "largest_model": "Largest model"}
 DEFAULTS: dict[str, str] = {
     "model": "llama3.1-70b", "tokens": "2e12", "seq_len": "8192", "global_batch": "512",
     "accelerator": "h100-sxm5-80gb", "gpus": "256", "gpus_min": "", "gpus_max": "",
     "gpus_step": "", "tp": "8", "pp": "4", "cp": "1", "micro_batch": "1", "zero_stage": "1",
     "recompute": "none", "budget": "", "currency": "USD", "deadline_days": "",
-    "providers": "", "price_per_gpu_hour": "", "api_key": "", "nonce": "",
+    "providers": "", "price_per_gpu_hour": "", "tokens_per_param": "20",
+    "candidate_models": "", "api_key": "", "nonce": "",
 }
 # Where an API field error belongs on the form (after the workload prefix is removed).
 FIELD_OF: dict[str, str] = {
@@ -52,12 +56,15 @@ FIELD_OF: dict[str, str] = {
     "cluster.num_gpus_range": "gpus_min", "cluster.num_gpus_range.start": "gpus_min",
     "cluster.num_gpus_range.stop": "gpus_max", "cluster.num_gpus_range.step": "gpus_step",
     "clusters.0.accelerator": "accelerator", "clusters.0.num_gpus": "gpus",
+    "clusters.0.num_gpus_range": "gpus_min", "clusters.0.num_gpus_range.start": "gpus_min",
+    "clusters.0.num_gpus_range.stop": "gpus_max", "clusters.0.num_gpus_range.step": "gpus_step",
     "parallelism.tp": "tp", "parallelism.pp": "pp", "parallelism.cp": "cp",
     "parallelism.micro_batch": "micro_batch", "parallelism.zero_stage": "zero_stage",
     "parallelism.recompute": "recompute", "budget.amount": "budget",
     "budget.currency": "currency", "budget": "budget", "deadline_s": "deadline_days",
     "providers": "providers", "providers.0": "providers",
     "constraints.price_per_gpu_hour_usd": "price_per_gpu_hour", "authorization": "api_key",
+    "tokens_per_param": "tokens_per_param", "candidate_models": "candidate_models",
 }
 NUMBER_FIELDS = ("tokens", "seq_len", "global_batch", "gpus", "gpus_min", "gpus_max",
                  "gpus_step", "tp", "pp", "cp", "micro_batch", "zero_stage")
@@ -149,11 +156,38 @@ def quote_body(v: dict[str, str]) -> dict[str, Any]:
         "clusters": [{"accelerator": v["accelerator"],
                       "num_gpus": _integer_or_text(v["gpus"])}]}}}
     if v["providers"]:
-        body["providers"] = [p.strip() for p in v["providers"].split(",") if p.strip()]
+        body["providers"] = _list(v["providers"])
     if v["budget"]:
         body["budget"] = {"amount": v["budget"].replace(",", ""), "currency": v["currency"]}
     if v["deadline_days"]:
         body["deadline_s"] = _days_as_s(v["deadline_days"])
+    return body
+
+
+def _list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def budget_plan_body(v: dict[str, str], largest: bool = False) -> dict[str, Any]:
+    """POST /v1/budget-plans: the form's one candidate cluster (its GPU range, or its GPU
+    count), budget, deadline and providers; for 'largest_model' the candidates and the
+    tokens-per-parameter ratio instead of the model."""
+    body: dict[str, Any] = {"training": _training(v), "clusters": [_cluster(v)]}
+    if largest:
+        body["objective"] = "largest_model"
+        # Replaced by tokens_per_param × each candidate's parameters; the schema wants one.
+        body["training"]["tokens"] = 1.0
+        body["tokens_per_param"] = _number(v["tokens_per_param"] or "20")
+        if candidates := _list(v["candidate_models"]):
+            body["candidate_models"] = candidates
+    else:
+        body["model"] = {"preset": v["model"]}
+    if v["budget"]:
+        body["budget"] = {"amount": v["budget"].replace(",", ""), "currency": v["currency"]}
+    if v["deadline_days"]:
+        body["deadline_s"] = _days_as_s(v["deadline_days"])
+    if v["providers"]:
+        body["providers"] = _list(v["providers"])
     return body
 
 
@@ -166,6 +200,8 @@ def _place_errors(outcome: Outcome, problem: dict[str, Any], prefix: str = "") -
         name = FIELD_OF.get(path)
         if name is None and path.startswith("deadline_s"):
             name = "deadline_days"
+        if name is None and path.startswith(("providers.", "candidate_models.")):
+            name = path.split(".")[0]
         if name is not None:
             outcome.errors.setdefault(name, []).append(str(error.get("message", "invalid")))
             placed = True
@@ -291,7 +327,22 @@ async def run_quote(request: Request, outcome: Outcome) -> None:
     outcome.result = response.json()
 
 
-RUNNERS = {"estimate": run_estimate, "optimise": run_optimise, "quote": run_quote}
+async def run_budget_plan(request: Request, outcome: Outcome) -> None:
+    """Budget plan and Largest model: a read, so no key is needed (one given is sent, for a
+    server that requires keys for reads)."""
+    key = outcome.values["api_key"]
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = budget_plan_body(outcome.values, largest=outcome.action == "largest_model")
+    async with _api(request) as client:
+        response = await client.post("/v1/budget-plans", json=body, headers=headers)
+    if response.status_code != 200:
+        _place_errors(outcome, _problem(response))
+        return
+    outcome.result = response.json()
+
+
+RUNNERS = {"estimate": run_estimate, "optimise": run_optimise, "quote": run_quote,
+           "budget_plan": run_budget_plan, "largest_model": run_budget_plan}
 
 
 async def _choices(request: Request) -> dict[str, list[str]]:
@@ -305,7 +356,7 @@ async def _choices(request: Request) -> dict[str, list[str]]:
 def _page(outcome: Outcome, choices: dict[str, list[str]], status: int = 200) -> HTMLResponse:
     outcome.values["nonce"] = uuid.uuid4().hex  # a fresh page is a fresh quote
     html = templates.get_template("portal.html").render(o=outcome, choices=choices,
-                                                        actions=ACTIONS)
+                                                        actions=ACTION_LABELS)
     return HTMLResponse(html, status_code=status)
 
 
@@ -323,7 +374,8 @@ async def portal_submit(request: Request) -> HTMLResponse:
     raw = {k: v for k, v in form.items() if isinstance(v, str)}
     outcome = Outcome(values=_values(raw), action=raw.get("action"))
     if outcome.action not in RUNNERS:
-        outcome.general_errors.append("choose Estimate, Optimise or Quote")
+        outcome.general_errors.append("choose " + ", ".join(
+            list(ACTION_LABELS.values())[:-1]) + " or " + list(ACTION_LABELS.values())[-1])
         return _page(outcome, await _choices(request), status=400)
     await RUNNERS[outcome.action](request, outcome)
     outcome.values["api_key"] = ""  # never echoed back into the page
@@ -363,7 +415,26 @@ def _setting(value: Any) -> str:
     return _short(value) if isinstance(value, dict) else str(value)
 
 
-templates.globals.update(when=_when, short=_short, setting=_setting)
+def _days(line: dict[str, Any]) -> str:
+    """A line's wall-clock p50 in days with its p10–p90 band: '8.2 (7.9–8.6)'."""
+    band = (line.get("uncertainty") or {}).get("wall_clock_s")
+    if not band:
+        wall = line.get("wall_clock_s")
+        return "—" if wall is None else f"{wall / fmt.DAY_S:,.1f}"
+    return (f"{band['p50'] / fmt.DAY_S:,.1f} ({band['p10'] / fmt.DAY_S:,.1f}–"
+            f"{band['p90'] / fmt.DAY_S:,.1f})")
+
+
+def _sentence(text: str) -> str:
+    """An API phrase as a sentence: its first letter capitalised (the rest kept), a full stop."""
+    text = text.strip()
+    if not text:
+        return ""
+    return text[0].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+templates.globals.update(when=_when, short=_short, setting=_setting, days=_days,
+                         sentence=_sentence)
 
 
 def _tokens(value: Any) -> str:

@@ -54,8 +54,8 @@ def llama405b_sweep_request() -> SearchRequest:
 def scalar_seconds_per_candidate(request: SearchRequest, samples: int = 300) -> float:
     cluster = request.clusters[0]
     space = SearchSpace()
-    skeletons = _skeletons(request.model, cluster, request.training.global_batch_seqs,
-                           request.training.seq_len, space, {})
+    skeletons = list(_skeletons(request.model, cluster, request.training.global_batch_seqs,
+                                request.training.seq_len, space, {}))
     zeros, codes = _inner(space)
     columns = _columns(skeletons, zeros, codes, request.training.global_batch_seqs)
     size = columns["tp"].size

@@ -57,7 +57,7 @@ def _space_columns(case: tuple[str, str, int, int, int]) -> tuple[
                           gpus_per_node=min(8, gpus))
     training = TrainingSpec(seq_len=seq, global_batch_seqs=batch, tokens=1e12)
     space = SearchSpace()
-    skeletons = _skeletons(m, cluster, batch, seq, space, {})
+    skeletons = list(_skeletons(m, cluster, batch, seq, space, {}))
     zeros, codes = _inner(space)
     return m, cluster, training, _columns(skeletons, zeros, codes, batch)
 
@@ -194,8 +194,25 @@ def test_work_cap_refuses_before_any_work() -> None:
     clock = _Clock()
     with pytest.raises(SearchTooLargeError) as info:
         search(_gpt3_request(max_candidates=1000), clock=clock)
-    assert "limit is 1,000" in str(info.value)
+    assert "more than 1,000 candidates" in str(info.value)
     assert info.value.field == "constraints"
+
+
+def test_an_oversized_space_is_refused_without_building_it() -> None:
+    """1,024 GPU counts of GPT-3 (hundreds of millions of candidates): counting stops at the
+    cap, so the refusal allocates almost nothing (it built every skeleton before, issue 14)."""
+    import tracemalloc
+
+    clusters = tuple(ClusterSpec(accelerator=accelerator("a100-sxm4-80gb"), num_gpus=n,
+                                 gpus_per_node=8) for n in range(512, 512 * 1025, 512))
+    tracemalloc.start()
+    try:
+        with pytest.raises(SearchTooLargeError):
+            search(_gpt3_request(clusters=clusters, max_candidates=100_000), clock=_Clock())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5_000_000, f"peak {peak:,} bytes"
 
 
 def test_deadline_truncates_and_returns_what_it_has() -> None:

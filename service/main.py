@@ -90,15 +90,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.offer_pages = PageCache()
     app.state.metrics = Metrics()
     install_problem_handlers(app)
+    app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
+    # Outside the request context, so a shed request costs as little as possible: no log
+    # line, no latency histogram; it is counted in requests_shed_total.
+    app.add_middleware(LoadSheddingMiddleware, max_in_flight=settings.max_in_flight,
+                       on_shed=app.state.metrics.shed.inc)
+    # Outermost: the body arrives (within CQ_BODY_TIMEOUT_S and the size limits) before the
+    # request may take an in-flight slot, so slow clients cannot hold every slot.
     app.add_middleware(
         BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes,
         path_limits={"/v1/catalog/imports": settings.max_import_bytes},
+        body_timeout_s=settings.body_timeout_s,
     )
-    app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
-    # Outermost, so a shed request costs as little as possible: no log line, no latency
-    # histogram; it is counted in requests_shed_total.
-    app.add_middleware(LoadSheddingMiddleware, max_in_flight=settings.max_in_flight,
-                       on_shed=app.state.metrics.shed.inc)
     for module in (estimates, plans, quotes, policies, catalog, prices, health, docs):
         app.include_router(module.router)
     app.include_router(ui_router)

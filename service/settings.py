@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     quote_ttl_days: int = Field(
         default=30, ge=1, le=3650, description="Days until a stored quote's expires_at.",
     )
+    body_timeout_s: float = Field(
+        default=10.0, gt=0, le=600,
+        description="Seconds a request body may take to arrive (408 after); the body is read "
+                    "before the request takes an in-flight slot.")
     default_policy: str | None = Field(
         default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
         description="The stored policy (its newest revision) that judges quotes naming none; "

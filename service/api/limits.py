@@ -1,11 +1,19 @@
-"""Request body size limit, enforced before the body is parsed (pure ASGI middleware).
+"""Request body limits, enforced before anything else sees the request (pure ASGI middleware,
+the outermost layer).
 
-The limit is per path (catalogue imports get a larger one than compute requests). Bodies with
-a Content-Length over the limit are refused at once; chunked bodies are counted
-as they stream and refused as soon as they pass it. Either way the answer is a 413 problem.
+- Size: per path (catalogue imports get a larger limit than compute requests). Bodies with a
+  Content-Length over the limit are refused at once; chunked bodies are counted as they
+  stream and refused as soon as they pass it. Either way the answer is a 413 problem.
+- Time: the whole body must arrive within ``body_timeout_s`` or the answer is a 408 problem
+  and the connection closes. The body is read here, before the load shedder, so a client
+  trickling a body holds no in-flight slot (issue 14: 32 clients sending 1 byte/s took every
+  slot of a replica). Headers are not bounded here (uvicorn reads them before the app runs):
+  the ingress must bound them (deploy/README.md).
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,11 +22,13 @@ from service.api.problems import send_problem
 
 class BodySizeLimitMiddleware:
     def __init__(
-        self, app: ASGIApp, *, max_body_bytes: int, path_limits: dict[str, int] | None = None
+        self, app: ASGIApp, *, max_body_bytes: int, path_limits: dict[str, int] | None = None,
+        body_timeout_s: float | None = None,
     ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.path_limits = path_limits or {}
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -34,6 +44,9 @@ class BodySizeLimitMiddleware:
                 if declared > limit:
                     await self._reject(scope, send, limit)
                     return
+        if self.body_timeout_s is not None:
+            await self._buffered(scope, receive, send, limit)
+            return
         received = 0
         rejected = False
 
@@ -61,6 +74,41 @@ class BodySizeLimitMiddleware:
         except Exception:
             if not rejected:
                 raise
+
+    async def _buffered(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        """Read the whole body within the time limit, then run the app on it."""
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body = message.get("body", b"")
+                    size += len(body)
+                    if size > limit:
+                        await self._reject(scope, send, limit)
+                        return
+                    chunks.append(body)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await send_problem(
+                scope, send, status=408, kind="request-timeout", title="Request timeout",
+                detail=f"the request body did not arrive within {self.body_timeout_s:g} s "
+                       "(CQ_BODY_TIMEOUT_S)", headers=[(b"connection", b"close")])
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     @staticmethod
     async def _reject(scope: Scope, send: Send, limit: int) -> None:

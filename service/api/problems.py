@@ -100,7 +100,8 @@ async def send_problem(scope: Scope, send: Send, *, status: int, kind: str, titl
         "type": "http.response.start",
         "status": status,
         "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()),
-                    (b"content-length", str(len(body)).encode()), *(headers or [])],
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-content-type-options", b"nosniff"), *(headers or [])],
     })
     await send({"type": "http.response.body", "body": body})
 

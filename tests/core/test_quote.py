@@ -263,3 +263,15 @@ class TestVerdict:
         seconds = {x.offer_id: x.amounts.wall_clock_s for x in result.lines if x.amounts}
         assert seconds == {"off_1": pytest.approx(10 * DAY_S), "off_2": pytest.approx(20 * DAY_S)}
         assert result.verdict is None  # ungated: no budget, deadline or named policy
+
+
+def test_owned_gpus_that_fail_faster_than_a_restart_are_an_infeasible_line_not_a_500() -> None:
+    """Issue 14: an on-prem line with Λ·R ≥ 1 reached exact(inf) and answered 500."""
+    from service.core import pricing
+
+    inputs = q.OnPremInputs(purchase_price_per_gpu=Decimal("30000"), basis="request",
+                            tco=pricing.OnPremInputs(purchase_price_per_gpu=Decimal("30000")))
+    options = Options(failure_rate_per_gpu_hour=1.0, restart_s=600.0)
+    line = q.onprem_line(job(num_gpus=64), inputs, options, "cv_000001")
+    assert not line.feasible
+    assert "cannot make progress" in (line.infeasible_reason or "")

@@ -36,6 +36,7 @@ from service.catalog.models import (
 )
 from service.catalog.offers import (
     COLUMNS,
+    MAX_IMPORT_ROWS,
     ImportRejectedError,
     OfferContent,
     OfferRowError,
@@ -424,7 +425,9 @@ def export_json(version: CatalogVersion, rows: Sequence[OfferRevision]) -> str:
 
 
 def parse_csv(text: str) -> list[dict[str, str]]:
-    """CSV rows as dicts; a header naming an unknown column fails every row (422)."""
+    """CSV rows as dicts; a header naming an unknown column fails every row (422). Rows are
+    counted as they are read and the import is refused at ``MAX_IMPORT_ROWS`` + 1, so an
+    8 MiB body of one-character rows never becomes millions of dicts (issue 14: 3.7 GB)."""
     reader = csv.DictReader(io.StringIO(text, newline=""))
     rows: list[dict[str, str]] = []
     try:
@@ -433,6 +436,9 @@ def parse_csv(text: str) -> list[dict[str, str]]:
                 raise ImportRejectedError([OfferRowError(
                     reader.line_num, "row", "has more values than the header has columns",
                     "too_many_values")])
+            if len(rows) == MAX_IMPORT_ROWS:
+                raise ImportRejectedError([OfferRowError(
+                    0, "offers", f"at most {MAX_IMPORT_ROWS} rows per import", "too_long")])
             rows.append(line)
     except csv.Error as exc:
         raise ImportRejectedError([OfferRowError(

@@ -300,3 +300,30 @@ def test_absurdly_small_gpu_shares_are_refused_not_a_500(gpus: str) -> None:
         parse_offer(1, row(gpus_per_instance=gpus), ACCELERATORS)
     assert [e.field for e in caught.value.errors] == ["gpus_per_instance"]
     assert "0.0625" in caught.value.errors[0].message
+
+
+def _peak_bytes(work: Any) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        work()
+        return 0
+    except ImportRejectedError as exc:
+        assert exc.errors[0].code == "too_long"
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_an_import_of_millions_of_tiny_rows_is_refused_before_they_are_built() -> None:
+    """Issue 14: an 8 MiB CSV of one-character rows peaked at 3.7 GB; counted as read, the
+    refusal now peaks at a small multiple of the body."""
+    csv_body = "provider\n" + "a\n" * (4 * 1024 * 1024)
+    peak = _peak_bytes(lambda: prices.parse_csv(csv_body))
+    assert 0 < peak < 64 * 1024 * 1024, f"{peak:,} bytes"
+    from service.api.routes.prices import _parse_import_body
+
+    json_body = ('{"offers": [' + ",".join(["{}"] * (1024 * 1024)) + "]}").encode()
+    peak = _peak_bytes(lambda: _parse_import_body(json_body, "application/json"))
+    assert 0 < peak < 128 * 1024 * 1024, f"{peak:,} bytes"

@@ -23,7 +23,13 @@ from service.api.schemas.prices import (
 )
 from service.catalog import prices
 from service.catalog.errors import PreconditionFailedError
-from service.catalog.offers import COLUMNS, ImportRejectedError, OfferRowError, Term
+from service.catalog.offers import (
+    COLUMNS,
+    MAX_IMPORT_ROWS,
+    ImportRejectedError,
+    OfferRowError,
+    Term,
+)
 
 router = APIRouter()
 
@@ -130,6 +136,10 @@ def export_catalog_version(
                     headers=headers)
 
 
+MAX_IMPORT_OBJECTS = MAX_IMPORT_ROWS * 8
+"""JSON objects an import body may hold: each row, its quality flags and the document."""
+
+
 def _parse_import_body(body: bytes, content_type: str) -> list[dict[str, Any]]:
     media_type = content_type.split(";")[0].strip().lower()
     try:
@@ -144,8 +154,23 @@ def _parse_import_body(body: bytes, content_type: str) -> list[dict[str, Any]]:
     def no_constants(name: str) -> Any:
         raise ValueError(f"{name} is not a number")
 
+    objects = 0
+
+    def counted(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        # Stop building objects past what a full import can hold (a row and a few quality
+        # flags each), so a body of millions of tiny objects is refused before it is built.
+        nonlocal objects
+        objects += 1
+        if objects > MAX_IMPORT_OBJECTS:
+            raise ImportRejectedError([OfferRowError(
+                0, "offers", f"at most {MAX_IMPORT_ROWS} rows per import", "too_long")])
+        return dict(pairs)
+
     try:
-        document = json.loads(text, parse_float=Decimal, parse_constant=no_constants)
+        document = json.loads(text, parse_float=Decimal, parse_constant=no_constants,
+                              object_pairs_hook=counted)
+    except ImportRejectedError:
+        raise
     except (ValueError, RecursionError):
         raise ImportRejectedError([OfferRowError(0, "body", "is not valid JSON",
                                                  "json_invalid")]) from None
@@ -178,7 +203,9 @@ async def import_catalog(
     """Validate every row, then store a new current version; one bad row rejects the whole
     import with 422 listing each bad row and field, and nothing changes."""
     body = await request.body()
-    rows = _parse_import_body(body, request.headers.get("content-type", ""))
+    # Parsing an 8 MiB body is CPU work: off the event loop, like the import itself.
+    rows = await run_in_threadpool(_parse_import_body, body,
+                                   request.headers.get("content-type", ""))
 
     def work() -> CatalogVersionDetail:
         version = prices.import_offers(session, rows, mode=mode, created_by=principal.name,

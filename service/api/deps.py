@@ -82,24 +82,22 @@ def get_settings(request: Request) -> Settings:
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    """One session per request, committed when the route returns and **before** the answer
-    is sent (``scope="function"`` below): a 2xx means committed. A commit that fails is a
-    503 (``CommitFailedError``), never a 2xx."""
+    """One session per request; what a read or a failed request leaves is rolled back or
+    committed after the answer. Writes do not rely on that: they ``commit_before_answer``."""
     factory: sessionmaker[Session] = request.app.state.session_factory
-    session = factory()
+    with unit_of_work(factory) as session:
+        yield session
+
+
+def commit_before_answer(session: Session) -> None:
+    """Commit a write before its 2xx is sent (a FastAPI dependency's clean-up runs after the
+    answer: issue 14 lost acknowledged catalogue writes that way). A failed commit is a 503
+    (``CommitFailedError``), never a 2xx."""
     try:
-        try:
-            yield session
-        except BaseException:
-            session.rollback()
-            raise
-        try:
-            session.commit()
-        except SQLAlchemyError as exc:
-            session.rollback()
-            raise CommitFailedError(type(exc).__name__) from exc
-    finally:
-        session.close()
+        session.commit()
+    except SQLAlchemyError as exc:
+        session.rollback()
+        raise CommitFailedError(type(exc).__name__) from exc
 
 
 def get_accelerators(request: Request) -> AcceleratorCache:
@@ -108,5 +106,5 @@ def get_accelerators(request: Request) -> AcceleratorCache:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+SessionDep = Annotated[Session, Depends(get_session)]
 AcceleratorsDep = Annotated[AcceleratorCache, Depends(get_accelerators)]

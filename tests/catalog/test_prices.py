@@ -307,13 +307,13 @@ def _peak_bytes(work: Any) -> int:
 
     tracemalloc.start()
     try:
-        work()
-        return 0
-    except ImportRejectedError as exc:
-        assert exc.errors[0].code == "too_long"
-        return tracemalloc.get_traced_memory()[1]
+        with pytest.raises(ImportRejectedError) as caught:
+            work()
+        peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    assert caught.value.errors[0].code == "too_long"
+    return peak
 
 
 def test_an_import_of_millions_of_tiny_rows_is_refused_before_they_are_built() -> None:

@@ -35,8 +35,18 @@ def _edit(price: str) -> dict[str, Any]:
             "indicative": False}
 
 
+def _small_catalogue(client: httpx.Client | TestClient, auth: dict[str, str]) -> None:
+    """Replace the seed with 30 offers, so each edit (a new version) is cheap."""
+    offers = [{"provider": "acme", "region": f"r{i}", "instance_type": "gpu-8x-h100",
+               "accelerator": "h100-sxm5-80gb", "gpus_per_instance": 8, "term": "on_demand",
+               "currency": "USD", "price_per_hour": "10.000000", "source": "test",
+               "as_of": "2026-11-01", "indicative": False} for i in range(30)]
+    created = client.post("/v1/catalog/imports", json={"offers": offers}, headers=auth)
+    assert created.status_code == 201, created.text
+
+
 def _an_offer(client: httpx.Client | TestClient) -> tuple[str, str]:
-    page = client.get("/v1/offers", params={"provider": "aws", "term": "on_demand",
+    page = client.get("/v1/offers", params={"provider": "acme", "term": "on_demand",
                                            "page_size": 1}).json()
     offer_id = page["items"][0]["id"]
     return offer_id, client.get(f"/v1/offers/{offer_id}").headers["etag"]
@@ -52,6 +62,7 @@ def test_two_hundred_writes_are_each_read_back_at_once(
     missed: list[int] = []
     with live_server(Settings(database_url=url, search_workers=0)) as base, \
             httpx.Client(base_url=base, timeout=30) as client:
+        _small_catalogue(client, auth)
         offer_id, etag = _an_offer(client)
         for i in range(200):
             price = Decimal("50.00") + Decimal(i) / 100
@@ -88,6 +99,7 @@ def test_a_failure_at_commit_is_503_and_stores_nothing(failing_app: tuple[Any, s
     auth = {"Authorization": f"Bearer {key}"}
     good = app.state.session_factory
     with TestClient(app) as client:
+        _small_catalogue(client, auth)
         offer_id, etag = _an_offer(client)
         before = client.get(f"/v1/offers/{offer_id}").json()
         versions = len(client.get("/v1/catalog/versions").json()["items"])
@@ -122,9 +134,11 @@ def test_a_replica_killed_at_the_first_byte_of_the_answer_loses_nothing(
     auth = {"Authorization": f"Bearer {key}"}
     env = {"CQ_DATABASE_URL": url, "CQ_SEARCH_WORKERS": "0", "CQ_LOG_LEVEL": "warning"}
     acknowledged: dict[str, tuple[Decimal, str]] = {}
-    for i in range(4):
+    for i in range(2):
         with server_process(env) as server, httpx.Client(base_url=server.url,
                                                          timeout=30) as client:
+            if i == 0:
+                _small_catalogue(client, auth)
             offer_id, etag = _an_offer(client)
             price = Decimal("70.00") + i
             with client.stream("PUT", f"/v1/offers/{offer_id}", json=_edit(str(price)),
@@ -137,4 +151,4 @@ def test_a_replica_killed_at_the_first_byte_of_the_answer_loses_nothing(
             got = httpx.get(f"{again.url}/v1/offers/{offer_id}", timeout=30)
             assert Decimal(got.json()["price_per_hour"]) == price, f"write {i} lost"
             assert got.headers["etag"] == acknowledged[offer_id][1]
-    print(f"kill -9 at the first byte ({backend}): 4 acknowledged, 0 lost")
+    print(f"kill -9 at the first byte ({backend}): 2 acknowledged, 0 lost")

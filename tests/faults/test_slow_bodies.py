@@ -57,6 +57,7 @@ def test_slow_bodies_hold_no_slot_and_time_out(tmp_path: Path) -> None:
         time.sleep(0.5)  # every slow client has sent its headers and is trickling
         statuses = []
         with httpx.Client(base_url=server.url, timeout=10) as client:
+            assert "server" not in client.get("/livez").headers  # no banner (issue 14)
             for _ in range(10):
                 statuses.append(client.post("/v1/estimates", json=ESTIMATE_EXAMPLE).status_code)
                 statuses.append(client.get("/v1/models").status_code)

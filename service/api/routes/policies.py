@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Response
 
 from service.api.auth import Principal, read_access, require
-from service.api.deps import SessionDep
+from service.api.deps import SessionDep, commit_before_answer
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
 from service.api.schemas.common import Page
@@ -60,7 +60,7 @@ def create_policy(
     answer: a 201 means stored."""
     row = store.create(session, name=body.name, description=body.description,
                        rules=_rules(body.rules), created_by=principal.name)
-    session.commit()
+    commit_before_answer(session)
     response.headers["ETag"] = _etag(row)
     response.headers["Location"] = f"/v1/policies/{row.name}"
     return _out(row)
@@ -117,6 +117,6 @@ def update_policy(
     row = store.revise(session, name=name, expected_revision=_expected(if_match),
                        description=body.description, rules=_rules(body.rules),
                        created_by=principal.name)
-    session.commit()
+    commit_before_answer(session)
     response.headers["ETag"] = _etag(row)
     return _out(row)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Resp
 from fastapi.concurrency import run_in_threadpool
 
 from service.api.auth import Principal, read_access, require
-from service.api.deps import SessionDep
+from service.api.deps import SessionDep, commit_before_answer
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
 from service.api.schemas.common import Page
@@ -210,7 +210,9 @@ async def import_catalog(
     def work() -> CatalogVersionDetail:
         version = prices.import_offers(session, rows, mode=mode, created_by=principal.name,
                                        note=note)
-        return CatalogVersionDetail.from_row(version, version.id)
+        detail = CatalogVersionDetail.from_row(version, version.id)
+        commit_before_answer(session)
+        return detail
 
     detail = await run_in_threadpool(work)
     response.headers["Location"] = f"/v1/catalog/versions/{detail.id}"
@@ -323,5 +325,7 @@ def update_offer(
         session, offer_id, expected_revision_id=expected, changes=update.changes(),
         created_by=principal.name, note=update.note,
     )
+    answer = OfferOut.from_row(row, version.id)
+    commit_before_answer(session)
     response.headers["ETag"] = _etag(row.id)
-    return OfferOut.from_row(row, version.id)
+    return answer

@@ -15,7 +15,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.api.auth import Principal, read_access, require
-from service.api.deps import AcceleratorCache, AcceleratorsDep, SessionDep, SettingsDep
+from service.api.deps import (
+    AcceleratorCache,
+    AcceleratorsDep,
+    SessionDep,
+    SettingsDep,
+    commit_before_answer,
+)
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
 from service.api.quoting import (
@@ -194,7 +200,7 @@ def _new_quote(request: Request, principal: str, key: str, hash_: str,
 def _store(request: Request, session: Session, row: Quote) -> Response:
     """Insert (or lose the race and replay), commit before answering, count."""
     stored = store.insert_quote(session, row)
-    session.commit()
+    commit_before_answer(session)
     if stored is not row:
         return _replay(stored)
     metrics = request.app.state.metrics

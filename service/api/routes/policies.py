@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Response
 
 from service.api.auth import Principal, read_access, require
 from service.api.deps import SessionDep, commit_before_answer
+from service.api.etags import expected_revision
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
 from service.api.schemas.common import Page
@@ -20,7 +21,6 @@ from service.api.schemas.policies import (
 )
 from service.api.schemas.prices import as_utc
 from service.catalog import policies as store
-from service.catalog.errors import PreconditionFailedError
 from service.catalog.models import PolicyRevision
 
 router = APIRouter(tags=["policies"])
@@ -91,18 +91,6 @@ def get_policy(
     return _out(row)
 
 
-def _expected(if_match: str | None) -> int | None:
-    if if_match is None:
-        raise HTTPException(428, "PUT needs If-Match with the ETag from GET /v1/policies/{name}")
-    tags = [t.strip() for t in if_match.split(",")]
-    if "*" in tags:
-        return None
-    for tag in tags:
-        if tag.startswith('"p') and tag.endswith('"') and tag[2:-1].isdigit():
-            return int(tag[2:-1])
-    raise PreconditionFailedError("If-Match names no current ETag of this policy")
-
-
 @router.put("/v1/policies/{name}", summary="Revise a policy", response_model=PolicyOut,
             responses={200: {"headers": {"ETag": ETAG_HEADER}},
                        **problem_responses(401, 403, 404, 412, 413, 422, 428)})
@@ -114,7 +102,9 @@ def update_policy(
 ) -> PolicyOut:
     """A new revision; earlier revisions stay, and quotes judged by them still verify. Needs
     ``If-Match``: 428 without it, 412 when another revision came first."""
-    row = store.revise(session, name=name, expected_revision=_expected(if_match),
+    expected = expected_revision(if_match, prefix="p", what="policy",
+                                 read_at="/v1/policies/{name}")
+    row = store.revise(session, name=name, expected_revision=expected,
                        description=body.description, rules=_rules(body.rules),
                        created_by=principal.name)
     commit_before_answer(session)

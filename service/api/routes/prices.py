@@ -11,6 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from service.api.auth import Principal, read_access, require
 from service.api.deps import SessionDep, commit_before_answer
+from service.api.etags import expected_revision
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
 from service.api.schemas.common import Page
@@ -22,7 +23,6 @@ from service.api.schemas.prices import (
     OfferUpdate,
 )
 from service.catalog import prices
-from service.catalog.errors import PreconditionFailedError
 from service.catalog.offers import (
     COLUMNS,
     MAX_IMPORT_ROWS,
@@ -294,19 +294,6 @@ def get_offer(
     return OfferOut.from_row(row, version_id)
 
 
-def _revision_from_if_match(if_match: str | None) -> int | None:
-    """The revision an If-Match names; None for ``*``. Weak tags never match (RFC 9110)."""
-    if if_match is None:
-        raise HTTPException(428, "PUT needs If-Match with the ETag from GET /v1/offers/{id}")
-    tags = [t.strip() for t in if_match.split(",")]
-    if "*" in tags:
-        return None
-    for tag in tags:
-        if tag.startswith('"r') and tag.endswith('"') and tag[2:-1].isdigit():
-            return int(tag[2:-1])
-    raise PreconditionFailedError("If-Match names no current ETag of this offer")
-
-
 @router.put(
     "/v1/offers/{offer_id}", tags=["catalog"], summary="Edit a price offer",
     response_model=OfferOut, responses={
@@ -320,7 +307,8 @@ def update_offer(
 ) -> OfferOut:
     """Change one offer of the current version; this creates a new version. Needs the
     ``If-Match`` ETag of the copy being edited: 428 without it, 412 when it is stale."""
-    expected = _revision_from_if_match(if_match)
+    expected = expected_revision(if_match, prefix="r", what="offer",
+                                 read_at="/v1/offers/{id}")
     version, row = prices.edit_offer(
         session, offer_id, expected_revision_id=expected, changes=update.changes(),
         created_by=principal.name, note=update.note,

@@ -27,12 +27,19 @@ ACCOUNTING_DESCRIPTION = (
     "owned capacity divided by reservation_utilisation_fraction (which must then be given); "
     "the verdict's reasons say that amortised accounting was used.")
 PolicyName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+AccountingField = Annotated[AccountingName, Field(description=ACCOUNTING_DESCRIPTION)]
+PolicyField = Annotated[PolicyName | None, Field(
+    description="A stored policy (GET /v1/policies) to judge by; default: the server's "
+                "default policy.", examples=["finance-2027"])]
 
 TermName = Literal["on_demand", "spot", "reserved_1y", "reserved_3y", "capacity_block", "onprem"]
 ALL_TERM_NAMES: tuple[TermName, ...] = get_args(TermName)
 assert set(ALL_TERM_NAMES) == set(ALL_TERMS)  # noqa: S101 - the catalogue's terms, plus onprem
 Slug = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Fraction = Annotated[str, StringConstraints(pattern=r"^(0(\.\d{1,6})?|1(\.0{1,6})?)$")]
+UtilisationField = Annotated[Fraction | None, Field(
+    description="Amortised accounting only (then required): the share of reserved or owned "
+                "capacity's term put to use by all work.")]
 
 QUOTE_EXAMPLE: dict[str, Any] = {
     "workload": {"estimate": {
@@ -132,14 +139,9 @@ class QuoteRequest(RequestModel):
     reserved_utilisation_fraction: Fraction = Field(
         default="1", description="Deprecated: shapes only reserved.amortised_total; use "
                                  "accounting and reservation_utilisation_fraction.")
-    accounting: AccountingName = Field(default="commitment",
-                                       description=ACCOUNTING_DESCRIPTION)
-    reservation_utilisation_fraction: Fraction | None = Field(
-        default=None, description="Amortised accounting only (then required): the share of "
-                                  "reserved or owned capacity's term put to use by all work.")
-    policy: PolicyName | None = Field(
-        default=None, description="A stored policy (GET /v1/policies) to judge by; default: "
-                                  "the server's default policy.", examples=["finance-2027"])
+    accounting: AccountingField = "commitment"
+    reservation_utilisation_fraction: UtilisationField = None
+    policy: PolicyField = None
     onprem: OnPremIn = Field(default_factory=OnPremIn)
     energy: EnergyIn = Field(default_factory=EnergyIn)
 
@@ -199,14 +201,9 @@ class BudgetPlanRequest(RequestModel):
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$")
     reliability: ReliabilityIn = Field(default_factory=ReliabilityIn)
     reserved_utilisation_fraction: Fraction = "1"
-    accounting: AccountingName = Field(default="commitment",
-                                       description=ACCOUNTING_DESCRIPTION)
-    reservation_utilisation_fraction: Fraction | None = Field(
-        default=None, description="Amortised accounting only (then required): the share of "
-                                  "reserved or owned capacity's term put to use by all work.")
-    policy: PolicyName | None = Field(
-        default=None, description="A stored policy (GET /v1/policies) to judge by; default: "
-                                  "the server's default policy.", examples=["finance-2027"])
+    accounting: AccountingField = "commitment"
+    reservation_utilisation_fraction: UtilisationField = None
+    policy: PolicyField = None
     onprem: OnPremIn = Field(default_factory=OnPremIn)
     energy: EnergyIn = Field(default_factory=EnergyIn)
     top_k: int = Field(strict=True, default=10, ge=1, le=100)

@@ -1,0 +1,23 @@
+"""Strong ETags that name a stored revision (``"r412"`` for an offer, ``"p3"`` for a policy)
+and the If-Match rules every guarded write follows (RFC 9110 section 13.1.1)."""
+
+from __future__ import annotations
+
+from fastapi import HTTPException
+
+from service.catalog.errors import PreconditionFailedError
+
+
+def expected_revision(if_match: str | None, *, prefix: str, what: str, read_at: str) -> int | None:
+    """The revision an If-Match names; None for ``*``. 428 without the header; 412 when it
+    names no ETag of this kind. Weak tags never match."""
+    if if_match is None:
+        raise HTTPException(428, f"PUT needs If-Match with the ETag from GET {read_at}")
+    tags = [t.strip() for t in if_match.split(",")]
+    if "*" in tags:
+        return None
+    start = f'"{prefix}'
+    for tag in tags:
+        if tag.startswith(start) and tag.endswith('"') and tag[len(start):-1].isdigit():
+            return int(tag[len(start):-1])
+    raise PreconditionFailedError(f"If-Match names no current ETag of this {what}")

@@ -6,8 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections import Counter
-from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Request, Response
@@ -15,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.api.auth import Principal, read_access, require
+from service.api.budget_plans import budget_plan
 from service.api.deps import (
     AcceleratorCache,
     AcceleratorsDep,
@@ -26,15 +25,11 @@ from service.api.pagination import PageSize, PageToken, decode_token, encode_tok
 from service.api.problems import problem_responses
 from service.api.quoting import (
     ESTIMATOR_VERSION,
-    Computed,
-    line_json,
-    optimised_jobs,
     price,
     quote_body,
     size_workload,
 )
 from service.api.schemas.common import Page
-from service.api.schemas.estimate import ModelIn
 from service.api.schemas.prices import as_utc
 from service.api.schemas.quotes import (
     BUDGET_PLAN_EXAMPLE,
@@ -52,10 +47,8 @@ from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
 from service.catalog.models import CatalogVersionOffer, OfferRevision, Quote
 from service.catalog.prices import get_version
-from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
-from service.core.params import count_parameters
-from service.core.quote import Outcome, Policy, QuoteLine
-from service.settings import Settings
+from service.core.errors import InvalidSpecError
+from service.core.quote import Policy
 
 router = APIRouter(tags=["quotes"])
 
@@ -401,129 +394,5 @@ def plan_budget(
     version = _version_in_body(session, body.catalog_version)
     _check_currency(session, body.budget.currency, version.id)
     policy = _policy(session, body.policy, settings.default_policy)
-    now = dt.datetime.now(dt.UTC)
-    extra: dict[str, Any] = {"objective": body.objective}
-    if body.objective == "largest_model":
-        computed, tried, largest = _largest_model(body, session, accelerators, settings,
-                                                  version.id, policy, now)
-        extra["models_tried"] = tried
-        extra["largest_model"] = largest
-    else:
-        assert body.model is not None  # noqa: S101 - the schema requires it for 'soonest'
-        jobs = optimised_jobs(accelerators, body.model, body.training, body.clusters,
-                              body.constraints, body.energy.to_core(), "",
-                              settings.search_workers, settings.search_max_candidates)
-        computed = price(session, body, jobs, version.id, policy, now, gated=True)
-    within, in_time = _plan_lists(computed)
-    fraction = computed.request_fraction
-    return BudgetPlanOut.model_validate({
-        "soonest_within_budget": [line_json(x, fraction) for x in within[: body.top_k]],
-        "cheapest_before_deadline": [line_json(x, fraction) for x in in_time[: body.top_k]],
-        "catalog_version": version.id, "budget": body.budget.model_dump(),
-        "deadline_s": body.deadline_s, "accounting": body.accounting,
-        "policy": {"name": policy.name, "revision": policy.revision},
-        "explanation": _explain(computed, within, in_time), **extra,
-    })
-
-
-def _plan_lists(computed: Computed) -> tuple[list[QuoteLine], list[QuoteLine]]:
-    """(lines within the budget, soonest first; lines meeting the deadline, cheapest first),
-    leaving out lines a policy rule other than the budget or deadline fails."""
-    lines = [x for x in computed.result.lines
-             if (x.feasible and x.outcome is not Outcome.FAIL) or _only_budget_or_deadline(x)]
-    within = sorted((x for x in lines if x.within_budget),
-                    key=lambda x: (x.amounts.wall_clock_s if x.amounts else 0.0,
-                                   x.amounts.total if x.amounts else Decimal(0)))
-    in_time = [x for x in lines if x.meets_deadline is not False]
-    return within, in_time
-
-
-DEFAULT_LARGEST_CANDIDATES = ("llama3.1-8b", "llama2-13b", "llama3.1-70b", "llama3.1-405b")
-"""Dense presets tried by 'largest_model' by default (MoE models have no agreed
-compute-optimal token ratio)."""
-
-
-def _largest_model(
-    body: BudgetPlanRequest, session: Session, accelerators: AcceleratorCache,
-    settings: Settings, version_id: str, policy: Policy, now: dt.datetime,
-) -> tuple[Computed, list[dict[str, Any]], dict[str, Any] | None]:
-    """Try candidate models from the smallest up, each on tokens_per_param × its parameters;
-    stop at the first that has no line within the budget and deadline (a larger one costs
-    more: compute grows with parameters × tokens, so with parameters squared)."""
-    names = body.candidate_models or list(DEFAULT_LARGEST_CANDIDATES)
-    sized: list[tuple[int, str, ModelIn]] = []
-    for index, name in enumerate(names):
-        try:
-            model_in = ModelIn(preset=name)
-            params = count_parameters(model_in.to_core()).total
-        except (CoreError, ValueError) as exc:
-            raise InvalidSpecError(str(exc), field=f"candidate_models.{index}") from None
-        sized.append((int(params), name, model_in))
-    tried: list[dict[str, Any]] = []
-    best: tuple[Computed, dict[str, Any]] | None = None
-    last: Computed | None = None
-    for params, name, model_in in sorted(sized):
-        tokens = body.tokens_per_param * params
-        training = body.training.model_copy(update={"tokens": tokens})
-        try:
-            jobs = optimised_jobs(accelerators, model_in, training, body.clusters,
-                                  body.constraints, body.energy.to_core(), "",
-                                  settings.search_workers, settings.search_max_candidates)
-        except NoFeasiblePlanError:
-            tried.append({"preset": name, "params": params, "tokens": tokens,
-                          "lines_within": 0, "note": "does not fit in memory on any "
-                                                     "candidate cluster"})
-            break
-        computed = price(session, body, jobs, version_id, policy, now, gated=True)
-        last = computed
-        ok = [x for x in computed.result.lines if x.feasible and x.outcome is not Outcome.FAIL]
-        tried.append({"preset": name, "params": params, "tokens": tokens,
-                      "lines_within": len(ok), "note": (
-                          "fits the budget and deadline" if ok else
-                          "no line within the budget and deadline that the policy passes")})
-        if not ok:
-            break
-        cheapest = min(ok, key=QuoteLine.sort_key)
-        best = (computed, {"preset": name, "params": params, "tokens": tokens,
-                           "line": line_json(cheapest, computed.request_fraction)})
-    if best is not None:
-        return best[0], tried, best[1]
-    if last is None:
-        raise NoFeasiblePlanError("no candidate model fits in memory on the candidate clusters")
-    return last, tried, None
-
-
-def _only_budget_or_deadline(line: QuoteLine) -> bool:
-    """A feasible line whose only failures are the budget or the deadline (kept: the two
-    lists filter on those themselves)."""
-    fails = {r.rule for r in line.rules if r.outcome is Outcome.FAIL}
-    return line.feasible and bool(fails) and fails <= {"budget", "deadline"}
-
-
-def _explain(computed: Computed, within: list[QuoteLine], in_time: list[QuoteLine]) -> str:
-    """Why the lists are empty, when they are."""
-    result = computed.result
-    if within and in_time:
-        return ""
-    feasible = [x for x in result.lines if x.feasible]
-    parts: list[str] = []
-    if not feasible:
-        parts.append("no offer can run any candidate plan"
-                     + (f" ({len(result.rejected)} offers cannot host the plans)"
-                        if result.rejected else ""))
-    else:
-        cheapest = min(x.amounts.total for x in feasible if x.amounts)
-        if not within:
-            parts.append(f"nothing fits the budget: the cheapest line's "
-                         f"{computed.options.accounting.value} total is {cheapest} "
-                         f"{computed.options.currency}")
-        if not in_time:
-            fastest = min(x.amounts.wall_clock_s for x in feasible if x.amounts)
-            parts.append(f"nothing meets the deadline: the fastest line takes "
-                         f"{fastest / 86400:,.1f} days")
-        failed = Counter(r.code for x in feasible for r in x.rules
-                         if r.outcome is Outcome.FAIL and r.rule not in ("budget", "deadline"))
-        if failed:
-            parts.append("policy failures: " + ", ".join(
-                f"{code} ({n} lines)" for code, n in failed.most_common(5)))
-    return "; ".join(parts)
+    return budget_plan(body, session, accelerators, settings, version.id, policy,
+                       dt.datetime.now(dt.UTC))

@@ -1,0 +1,152 @@
+"""``POST /v1/budget-plans``: the lines a budget buys soonest, the cheapest before a deadline,
+and the largest compute-optimal model a budget and deadline can train. Lines are judged like
+quotes (commitment accounting by default, the policy's rules)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.api.deps import AcceleratorCache
+from service.api.quoting import Computed, line_json, optimised_jobs, price
+from service.api.schemas.estimate import ModelIn
+from service.api.schemas.quotes import BudgetPlanOut, BudgetPlanRequest
+from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
+from service.core.params import count_parameters
+from service.core.quote import Outcome, Policy, QuoteLine
+from service.settings import Settings
+
+
+def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: AcceleratorCache,
+                settings: Settings, version_id: str, policy: Policy,
+                now: dt.datetime) -> BudgetPlanOut:
+    """The answer, for either objective."""
+    extra: dict[str, Any] = {"objective": body.objective}
+    if body.objective == "largest_model":
+        computed, tried, largest = _largest_model(body, session, accelerators, settings,
+                                                  version_id, policy, now)
+        extra["models_tried"] = tried
+        extra["largest_model"] = largest
+    else:
+        assert body.model is not None  # noqa: S101 - the schema requires it for 'soonest'
+        jobs = optimised_jobs(accelerators, body.model, body.training, body.clusters,
+                              body.constraints, body.energy.to_core(), "",
+                              settings.search_workers, settings.search_max_candidates)
+        computed = price(session, body, jobs, version_id, policy, now, gated=True)
+    within, in_time = _plan_lists(computed)
+    fraction = computed.request_fraction
+    return BudgetPlanOut.model_validate({
+        "soonest_within_budget": [line_json(x, fraction) for x in within[: body.top_k]],
+        "cheapest_before_deadline": [line_json(x, fraction) for x in in_time[: body.top_k]],
+        "catalog_version": version_id, "budget": body.budget.model_dump(),
+        "deadline_s": body.deadline_s, "accounting": body.accounting,
+        "policy": {"name": policy.name, "revision": policy.revision},
+        "explanation": _explain(computed, within, in_time), **extra,
+    })
+
+
+def _plan_lists(computed: Computed) -> tuple[list[QuoteLine], list[QuoteLine]]:
+    """(lines within the budget, soonest first; lines meeting the deadline, cheapest first),
+    leaving out lines a policy rule other than the budget or deadline fails."""
+    lines = [x for x in computed.result.lines
+             if (x.feasible and x.outcome is not Outcome.FAIL) or _only_budget_or_deadline(x)]
+    within = sorted((x for x in lines if x.within_budget),
+                    key=lambda x: (x.amounts.wall_clock_s if x.amounts else 0.0,
+                                   x.amounts.total if x.amounts else Decimal(0)))
+    in_time = [x for x in lines if x.meets_deadline is not False]
+    return within, in_time
+
+
+DEFAULT_LARGEST_CANDIDATES = ("llama3.1-8b", "llama2-13b", "llama3.1-70b", "llama3.1-405b")
+"""Dense presets tried by 'largest_model' by default (MoE models have no agreed
+compute-optimal token ratio)."""
+
+
+def _largest_model(
+    body: BudgetPlanRequest, session: Session, accelerators: AcceleratorCache,
+    settings: Settings, version_id: str, policy: Policy, now: dt.datetime,
+) -> tuple[Computed, list[dict[str, Any]], dict[str, Any] | None]:
+    """Try candidate models from the smallest up, each on tokens_per_param × its parameters;
+    stop at the first that has no line within the budget and deadline (a larger one costs
+    more: compute grows with parameters × tokens, so with parameters squared)."""
+    names = body.candidate_models or list(DEFAULT_LARGEST_CANDIDATES)
+    sized: list[tuple[int, str, ModelIn]] = []
+    for index, name in enumerate(names):
+        try:
+            model_in = ModelIn(preset=name)
+            params = count_parameters(model_in.to_core()).total
+        except (CoreError, ValueError) as exc:
+            raise InvalidSpecError(str(exc), field=f"candidate_models.{index}") from None
+        sized.append((int(params), name, model_in))
+    tried: list[dict[str, Any]] = []
+    best: tuple[Computed, dict[str, Any]] | None = None
+    last: Computed | None = None
+    for params, name, model_in in sorted(sized):
+        tokens = body.tokens_per_param * params
+        training = body.training.model_copy(update={"tokens": tokens})
+        try:
+            jobs = optimised_jobs(accelerators, model_in, training, body.clusters,
+                                  body.constraints, body.energy.to_core(), "",
+                                  settings.search_workers, settings.search_max_candidates)
+        except NoFeasiblePlanError:
+            tried.append({"preset": name, "params": params, "tokens": tokens,
+                          "lines_within": 0, "note": "does not fit in memory on any "
+                                                     "candidate cluster"})
+            break
+        computed = price(session, body, jobs, version_id, policy, now, gated=True)
+        last = computed
+        ok = [x for x in computed.result.lines if x.feasible and x.outcome is not Outcome.FAIL]
+        tried.append({"preset": name, "params": params, "tokens": tokens,
+                      "lines_within": len(ok), "note": (
+                          "fits the budget and deadline" if ok else
+                          "no line within the budget and deadline that the policy passes")})
+        if not ok:
+            break
+        cheapest = min(ok, key=QuoteLine.sort_key)
+        best = (computed, {"preset": name, "params": params, "tokens": tokens,
+                           "line": line_json(cheapest, computed.request_fraction)})
+    if best is not None:
+        return best[0], tried, best[1]
+    if last is None:
+        raise NoFeasiblePlanError("no candidate model fits in memory on the candidate clusters")
+    return last, tried, None
+
+
+def _only_budget_or_deadline(line: QuoteLine) -> bool:
+    """A feasible line whose only failures are the budget or the deadline (kept: the two
+    lists filter on those themselves)."""
+    fails = {r.rule for r in line.rules if r.outcome is Outcome.FAIL}
+    return line.feasible and bool(fails) and fails <= {"budget", "deadline"}
+
+
+def _explain(computed: Computed, within: list[QuoteLine], in_time: list[QuoteLine]) -> str:
+    """Why the lists are empty, when they are."""
+    result = computed.result
+    if within and in_time:
+        return ""
+    feasible = [x for x in result.lines if x.feasible]
+    parts: list[str] = []
+    if not feasible:
+        parts.append("no offer can run any candidate plan"
+                     + (f" ({len(result.rejected)} offers cannot host the plans)"
+                        if result.rejected else ""))
+    else:
+        cheapest = min(x.amounts.total for x in feasible if x.amounts)
+        if not within:
+            parts.append(f"nothing fits the budget: the cheapest line's "
+                         f"{computed.options.accounting.value} total is {cheapest} "
+                         f"{computed.options.currency}")
+        if not in_time:
+            fastest = min(x.amounts.wall_clock_s for x in feasible if x.amounts)
+            parts.append(f"nothing meets the deadline: the fastest line takes "
+                         f"{fastest / 86400:,.1f} days")
+        failed = Counter(r.code for x in feasible for r in x.rules
+                         if r.outcome is Outcome.FAIL and r.rule not in ("budget", "deadline"))
+        if failed:
+            parts.append("policy failures: " + ", ".join(
+                f"{code} ({n} lines)" for code, n in failed.most_common(5)))
+    return "; ".join(parts)

@@ -66,6 +66,26 @@ DERIVED_COLUMNS = ("effective_price_per_hour", "price_per_gpu_hour", "quality_fl
 COLUMNS = ("id", *CONTENT_COLUMNS, *DERIVED_COLUMNS)
 """The CSV header of exports and the accepted keys of import rows, in this order."""
 
+FREE_TEXT_COLUMNS = ("interconnect", "interruption_rate_source", "region_carbon_source",
+                     "fabric_source", "source", "notes")
+"""Columns a person writes; the only ones a spreadsheet could run as a formula."""
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+"""A cell starting with one of these is run as a formula by spreadsheets (OWASP, CSV
+Injection)."""
+
+
+def csv_escape(text: str) -> str:
+    """A free-text cell as CSV exports write it: a leading formula character (or an
+    apostrophe, so that the escape can be undone exactly) gets an apostrophe in front, which
+    spreadsheets show as text."""
+    return "'" + text if text.startswith((*FORMULA_PREFIXES, "'")) else text
+
+
+def csv_unescape(text: str) -> str:
+    """The inverse of ``csv_escape``, applied by CSV imports: one leading apostrophe goes."""
+    return text[1:] if text.startswith("'") else text
+
+
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
 CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -236,8 +256,10 @@ class _RowParser:
         if len(value) > max_length:
             self.fail(name, f"must be at most {max_length} characters", "string_too_long")
             return None
-        if any(ord(c) < 32 and c not in "\t\n\r" for c in value):
-            self.fail(name, "must not contain control characters", "string_control_character")
+        if any(ord(c) < 32 and c not in "\t\n\r" for c in value) or re.search(
+                "\r(?!\n)", value):
+            self.fail(name, "must not contain control characters (a carriage return only "
+                            "before a line feed)", "string_control_character")
             return None
         if pattern is not None and not pattern.match(value):
             self.fail(name, f"must match {pattern.pattern}", "string_pattern_mismatch")

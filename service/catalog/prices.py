@@ -36,6 +36,7 @@ from service.catalog.models import (
 )
 from service.catalog.offers import (
     COLUMNS,
+    FREE_TEXT_COLUMNS,
     MAX_IMPORT_ROWS,
     ImportRejectedError,
     OfferContent,
@@ -43,6 +44,8 @@ from service.catalog.offers import (
     PaymentOption,
     QualityFlag,
     Term,
+    csv_escape,
+    csv_unescape,
     micros_to_text,
     parse_offer,
     parse_offers,
@@ -404,7 +407,10 @@ def export_csv(rows: Sequence[OfferRevision]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(export_row(row) for row in rows)
+    for row in rows:
+        values = export_row(row)
+        writer.writerow({k: csv_escape(v) if k in FREE_TEXT_COLUMNS else v
+                         for k, v in values.items()})
     return buffer.getvalue()
 
 
@@ -439,6 +445,9 @@ def parse_csv(text: str) -> list[dict[str, str]]:
             if len(rows) == MAX_IMPORT_ROWS:
                 raise ImportRejectedError([OfferRowError(
                     0, "offers", f"at most {MAX_IMPORT_ROWS} rows per import", "too_long")])
+            for name in FREE_TEXT_COLUMNS:  # undo the export's formula escape
+                if isinstance(line.get(name), str):
+                    line[name] = csv_unescape(line[name])
             rows.append(line)
     except csv.Error as exc:
         raise ImportRejectedError([OfferRowError(

@@ -327,3 +327,30 @@ def test_an_import_of_millions_of_tiny_rows_is_refused_before_they_are_built() -
     json_body = ('{"offers": [' + ",".join(["{}"] * (1024 * 1024)) + "]}").encode()
     peak = _peak_bytes(lambda: _parse_import_body(json_body, "application/json"))
     assert 0 < peak < 128 * 1024 * 1024, f"{peak:,} bytes"
+
+
+FORMULA_PAYLOADS = ["=1+1", "+SUM(A1:A2)", "-2+3", "@SUM(A1)", "=HYPERLINK(\"http://x\")",
+                    "\t=1+1", "'=already escaped", "=cmd|' /C calc'!A0", "-"]
+
+
+def test_csv_exports_neutralise_formulas_and_imports_undo_it(db_session: Session) -> None:
+    """OWASP CSV injection (issue 14): no exported cell starts with = + - @ tab or CR, and an
+    export imports back to the same content."""
+    rows = [row(region=f"r{i}", notes=payload, source=payload)
+            for i, payload in enumerate(FORMULA_PAYLOADS)]
+    version = prices.import_offers(db_session, rows, mode=prices.ImportMode.REPLACE,
+                                   created_by="test", note="formulas")
+    revisions = prices.version_revisions(db_session, version.id)
+    text = prices.export_csv(revisions)
+    for cells in csv.reader(text.splitlines()[1:]):
+        for cell in cells:
+            assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), cell
+    again = parse_offers(prices.parse_csv(text), ACCELERATORS)
+    assert sorted(o.content_hash for o in again) == sorted(r.content_hash for r in revisions)
+    assert sorted(o.notes for o in again) == sorted(r.notes for r in revisions)
+    assert "'=already escaped" in {o.notes for o in again}  # an apostrophe survives too
+
+
+def test_a_bare_carriage_return_is_refused() -> None:
+    assert errors_of([row(notes="one\rtwo")]) == [(1, "notes", "string_control_character")]
+    parse_offers([row(notes="one\r\ntwo")], ACCELERATORS)  # a CRLF line break is text

@@ -109,6 +109,16 @@ def test_api_validation_errors_appear_next_to_their_fields(client: TestClient) -
     assert "<svg" not in response.text
 
 
+@pytest.mark.parametrize("text", ["NaN", "inf", "-Infinity", "1e400"])
+@pytest.mark.parametrize("action", ["estimate", "optimise", "budget_plan"])
+def test_non_finite_numbers_are_named_not_a_500(client: TestClient, text: str,
+                                                action: str) -> None:
+    """Issue 14: NaN, inf and 1e400 in a number field answered 500 (52 of 680 probes)."""
+    response = client.post("/ui", data={**FORM, "tokens": text, "action": action})
+    assert response.status_code == 422, response.text[:300]
+    assert error_of(response.text, "tokens") == "Input should be a valid number"
+
+
 def test_a_modelling_rule_is_shown_above_the_form(client: TestClient) -> None:
     response = client.post("/ui", data={**FORM, "tp": "7", "action": "estimate"})
     assert response.status_code == 422

@@ -90,8 +90,11 @@ def _number(text: str) -> Any:
         value = float(cleaned)
     except ValueError:
         return text
-    if math.isfinite(value) and value == int(value) and "e" not in cleaned.lower() \
-            and "." not in cleaned:
+    if not math.isfinite(value):
+        # NaN, inf and 1e400 cannot travel as JSON (a 500, issue 14): the text goes, and the
+        # API refuses it naming the field.
+        return text
+    if value == int(value) and "e" not in cleaned.lower() and "." not in cleaned:
         return int(value)
     return value
 

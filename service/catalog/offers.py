@@ -21,6 +21,7 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from service.catalog.currencies import is_currency
 from service.catalog.seed_facts import default_interruption_rate, instance_fabric
 
 MICROS = Decimal(1_000_000)
@@ -89,6 +90,7 @@ def csv_unescape(text: str) -> str:
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
 CURRENCY = re.compile(r"^[A-Z]{3}$")
+ASCII_DECIMAL = re.compile(r"^[0-9]{1,13}(\.[0-9]{1,6})?$", re.ASCII)
 
 class OfferRowError(ValueError):
     """One bad field in one import row (1-based data row number)."""
@@ -316,6 +318,10 @@ class _RowParser:
         if micros != micros.to_integral_value():
             self.fail(name, "must have at most 6 decimal places", "decimal_max_places")
             return None
+        if not ASCII_DECIMAL.match(str(value)):
+            self.fail(name, "must be digits 0-9 with an optional point (no exponent, sign or "
+                            "other script's digits)", "decimal_parsing")
+            return None
         return int(micros)
 
     def choice(self, name: str, enum: type[E], *, required: bool) -> E | None:
@@ -379,6 +385,10 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
     term = p.choice("term", Term, required=True)
     payment = p.choice("payment_option", PaymentOption, required=False)
     currency = p.text("currency", required=True, max_length=3, pattern=CURRENCY)
+    if currency is not None and not is_currency(currency):
+        p.fail("currency", "must be an ISO 4217 currency code in use (XXX and XTS are not)",
+               "currency")
+        currency = None
     price = p.money("price_per_hour", required=True, high=MAX_PRICE_PER_HOUR)
     upfront = p.money("upfront_fee", required=False, high=MAX_UPFRONT_FEE) or 0
     rate = p.number("interruption_rate_per_hour", required=False, low=0, high=1,

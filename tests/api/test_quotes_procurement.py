@@ -305,3 +305,16 @@ def test_the_estimator_version_is_the_same_in_every_process() -> None:
             for seed in ("1", "2", "3")}
     assert len(seen) == 1
     assert "+cal." in seen.pop()
+
+
+@pytest.mark.parametrize("currency", ["XXX", "ZZZ", "XTS"])
+def test_a_budget_in_no_real_currency_is_422_naming_the_field(
+    client: TestClient, writer: dict[str, str], currency: str,
+) -> None:
+    response = client.post("/v1/quotes", json={
+        "workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 10,
+                                   "num_gpus": 8}},
+        "budget": {"amount": "10.00", "currency": currency}},
+        headers={**writer, "Idempotency-Key": uuid.uuid4().hex})
+    assert_problem(response, 422, "budget.currency")
+    assert "ISO 4217" in response.text

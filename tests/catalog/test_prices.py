@@ -354,3 +354,17 @@ def test_csv_exports_neutralise_formulas_and_imports_undo_it(db_session: Session
 def test_a_bare_carriage_return_is_refused() -> None:
     assert errors_of([row(notes="one\rtwo")]) == [(1, "notes", "string_control_character")]
     parse_offers([row(notes="one\r\ntwo")], ACCELERATORS)  # a CRLF line break is text
+
+
+@pytest.mark.parametrize(("changes", "field", "code"), [
+    ({"currency": "XXX"}, "currency", "currency"),
+    ({"currency": "ZZZ"}, "currency", "currency"),
+    ({"price_per_hour": "١٢.٥"}, "price_per_hour", "decimal_parsing"),   # Arabic-Indic digits
+    ({"price_per_hour": "1e2"}, "price_per_hour", "decimal_parsing"),
+    ({"upfront_fee": "٣", "term": "reserved_1y", "payment_option": "all_upfront"},
+     "upfront_fee", "decimal_parsing"),
+])
+def test_currencies_are_iso_4217_and_prices_ascii_decimals(
+    changes: dict[str, str], field: str, code: str,
+) -> None:
+    assert errors_of([row(**changes)]) == [(1, field, code)]

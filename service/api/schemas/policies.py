@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from service.api.schemas.common import RequestModel
 from service.api.schemas.prices import DecimalString
-from service.api.schemas.quotes import PolicyName, Slug, TermName
+from service.api.schemas.quotes import CurrencyCode, PolicyName, Slug, TermName
 from service.core.quote import DEFAULT_POLICY, RULES
 
 RuleName = Literal[
@@ -33,7 +33,7 @@ class PolicyRulesIn(RequestModel):
     """Every rule; an omitted one takes the built-in default (shown), null switches a limit
     off. A violated rule fails the quote (verdict reject) unless listed in ``warn_only``."""
 
-    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$",
+    currency: CurrencyCode = Field(default="USD",
                           description="Currency of the money limits; a quote in another "
                                       "currency fails them.")
     max_commitment: DecimalString | None = Field(default=None,

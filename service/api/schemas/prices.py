@@ -16,7 +16,7 @@ NO_CONTROL_CHARACTERS = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
 in text) and no other control character."""
 
 DecimalString = Annotated[
-    str, StringConstraints(pattern=r"^\d{1,13}(\.\d{1,6})?$", max_length=20)
+    str, StringConstraints(pattern=r"^[0-9]{1,13}(\.[0-9]{1,6})?$", max_length=20)
 ]
 """A non-negative decimal with at most 6 places, as a string (JSON numbers lose cents)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal, Self, get_args
 
-from pydantic import BaseModel, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints, model_validator
 
 from service.api.schemas.common import RequestModel
 from service.api.schemas.estimate import (
@@ -16,9 +16,19 @@ from service.api.schemas.estimate import (
 )
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.prices import DecimalString
+from service.catalog.currencies import is_currency
 from service.catalog.quoting import ALL_TERMS
 from service.core import pricing
 
+
+def _iso_4217(code: str) -> str:
+    if not is_currency(code):
+        raise ValueError("must be an ISO 4217 currency code in use (XXX and XTS are not)")
+    return code
+
+
+CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$"),
+                         AfterValidator(_iso_4217)]
 AccountingName = Literal["commitment", "amortised"]
 ACCOUNTING_DESCRIPTION = (
     "How lines are ranked and the budget is judged. 'commitment' (default): the cash signed "
@@ -88,7 +98,7 @@ class WorkloadIn(RequestModel):
 
 class MoneyIn(RequestModel):
     amount: DecimalString = Field(examples=["5000000.00"])
-    currency: str = Field(pattern=r"^[A-Z]{3}$", examples=["USD"])
+    currency: CurrencyCode = Field(examples=["USD"])
 
 
 class ReliabilityIn(RequestModel):

@@ -172,12 +172,28 @@ def _domain_handler(
     return handle
 
 
+def _leaf_routes(routes: Any) -> Any:
+    """Every route, including those inside included routers (FastAPI 0.165 wraps each
+    ``include_router`` in an object whose own ``matches`` names no methods)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _leaf_routes(inner.routes)
+        else:
+            yield route
+
+
 def _allowed_methods(request: Request) -> set[str]:
+    """The methods of every route whose path matches (for the 405's ``Allow``)."""
     methods: set[str] = set()
-    for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match != Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
+    for route in _leaf_routes(request.app.routes):
+        methods_of = getattr(route, "methods", None)
+        if not methods_of:
+            continue
+        for method in methods_of:
+            match, _ = route.matches({**request.scope, "method": method})
+            if match == Match.FULL:
+                methods.add(method)
     return methods
 
 

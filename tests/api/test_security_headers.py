@@ -22,3 +22,15 @@ def test_portal_pages_carry_the_page_headers(client: TestClient) -> None:
         assert response.headers["referrer-policy"] == "no-referrer"
         assert response.headers["cache-control"] == "no-store"
         assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_405_lists_the_methods_of_the_path(client: TestClient) -> None:
+    """Issue 14: every 405 carried an empty Allow (routes inside included routers)."""
+    for method, path, allowed in (("DELETE", "/v1/quotes", "GET, POST"),
+                                  ("PATCH", "/v1/offers/off_x", "GET, PUT"),
+                                  ("GET", "/v1/estimates", "POST"),
+                                  ("DELETE", "/v1/policies/finance", "GET, PUT")):
+        response = client.request(method, path)
+        assert response.status_code == 405
+        assert response.headers["allow"] == allowed, path
+        assert response.headers["content-type"] == "application/problem+json"

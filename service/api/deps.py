@@ -68,7 +68,7 @@ class AcceleratorCache:
             return self.get(accelerator_id)
         except NotFoundError:
             known = ", ".join(sorted(self.all()))
-            raise InvalidSpecError(f"unknown accelerator {accelerator_id!r}; known: {known}",
+            raise InvalidSpecError(f"not an accelerator of the catalogue; known: {known}",
                                    field=field) from None
 
     def invalidate(self) -> None:

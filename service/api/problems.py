@@ -246,9 +246,12 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        # Connection: close tells a pooled client not to reuse the connection, which the
+        # server closes after a 500 (issue 14: the next request on it failed).
         return problem_response(
             request, status=500, slug="internal-error", title="Internal server error",
             detail="The server failed to handle this request; it has been logged.",
+            headers={"Connection": "close"},
         )
 
 

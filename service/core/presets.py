@@ -149,6 +149,6 @@ def get_preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise InvalidSpecError(
-            f"unknown model preset {name!r}; known presets: {', '.join(sorted(PRESETS))}",
+            f"not a model preset; known presets: {', '.join(sorted(PRESETS))}",
             field="model.preset",
         ) from None

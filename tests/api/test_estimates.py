@@ -95,14 +95,17 @@ class TestCreateEstimate:
 
     def test_unknown_accelerator_is_a_422_naming_the_field(self, client: TestClient) -> None:
         problem = assert_problem(
-            client.post("/v1/estimates", json=body(**{"cluster.accelerator": "h999"})), 422,
-            "cluster.accelerator")
+            client.post("/v1/estimates", json=body(**{"cluster.accelerator": "h999-echo"})),
+            422, "cluster.accelerator")
         assert "h100-sxm5-80gb" in problem["detail"]
+        assert "h999" not in problem["detail"]  # input is never echoed (issue 14)
 
     def test_unknown_preset_lists_the_known_ones(self, client: TestClient) -> None:
         problem = assert_problem(
-            client.post("/v1/estimates", json=body(model={"preset": "gpt5"})), 422, "model.preset")
+            client.post("/v1/estimates", json=body(model={"preset": "gpt5-echo-me"})), 422,
+            "model.preset")
         assert "llama3.1-70b" in problem["detail"]
+        assert "echo-me" not in problem["detail"]  # input is never echoed (issue 14)
 
     @pytest.mark.parametrize(("raw", "field"), [
         ('"training": {"seq_len": NaN', "training.seq_len"),

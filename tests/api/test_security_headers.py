@@ -34,3 +34,23 @@ def test_a_405_lists_the_methods_of_the_path(client: TestClient) -> None:
         assert response.status_code == 405
         assert response.headers["allow"] == allowed, path
         assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_a_500_says_connection_close(tmp_path: object) -> None:
+    """Issue 14: a 500 closed the keep-alive connection without saying so."""
+    from service.main import create_app, dispose
+    from service.settings import Settings
+
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/x.sqlite3"))
+
+    def boom() -> None:
+        raise RuntimeError("a bug")
+
+    app.add_api_route("/boom", boom)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.get("/boom")
+    dispose(app)
+    assert response.status_code == 500
+    assert response.headers["connection"] == "close"
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "a bug" not in response.text

@@ -14,10 +14,50 @@ the outermost layer).
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.problems import send_problem
+
+
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKeyError(key)
+        seen[key] = value
+    return seen
+
+
+def _duplicate_key(scope: Scope, body: bytes) -> str | None:
+    """The first key a JSON body repeats within one object, or None. RFC 8259 leaves such
+    bodies' meaning to the parser (Python keeps the last value): refusing them is the only
+    answer no client can misread. Bodies that are not JSON are left to the route."""
+    if not body:
+        return None
+    for name, value in scope.get("headers", []):
+        if name == b"content-type":
+            media = value.decode("latin-1").split(";")[0].strip().lower()
+            if media != "application/json" and not media.endswith("+json"):
+                return None
+            break
+    else:
+        return None
+    try:
+        json.loads(body, object_pairs_hook=_no_duplicates)
+    except _DuplicateKeyError as exc:
+        return exc.key[:64]
+    except (ValueError, RecursionError):
+        return None  # malformed: the route's parser names the problem
+    return None
 
 
 class BodySizeLimitMiddleware:
@@ -99,13 +139,24 @@ class BodySizeLimitMiddleware:
                 detail=f"the request body did not arrive within {self.body_timeout_s:g} s "
                        "(CQ_BODY_TIMEOUT_S)", headers=[(b"connection", b"close")])
             return
+        body = b"".join(chunks)
+        duplicate = _duplicate_key(scope, body)
+        if duplicate is not None:
+            await send_problem(
+                scope, send, status=422, kind="validation-error",
+                title="Request validation failed",
+                detail="body: a key appears twice in one object (RFC 8259 leaves its "
+                       "meaning open, so it is refused)",
+                errors=[{"field": "body", "message": "a key appears twice in one object",
+                         "code": "duplicate_key"}])
+            return
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)

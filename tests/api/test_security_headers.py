@@ -54,3 +54,22 @@ def test_a_500_says_connection_close(tmp_path: object) -> None:
     assert response.headers["connection"] == "close"
     assert response.headers["content-type"] == "application/problem+json"
     assert "a bug" not in response.text
+
+
+def test_a_json_body_with_a_duplicate_key_is_422_not_last_one_wins(
+    client: TestClient,
+) -> None:
+    """Issue 14: {"budget": ..., "budget": ...} was accepted with the last value."""
+    body = (b'{"model": {"preset": "llama3.1-8b"}, "training": {"seq_len": 8192, '
+            b'"seq_len": 4096, "global_batch_seqs": 64, "tokens": 1e9}, '
+            b'"cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8}}')
+    response = client.post("/v1/estimates", content=body,
+                           headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    problem = response.json()
+    assert problem["errors"] == [{"field": "body", "message": "a key appears twice in one "
+                                  "object", "code": "duplicate_key"}]
+    assert "seq_len" not in problem["detail"]  # input is never echoed
+    fine = client.post("/v1/estimates", content=body.replace(b'"seq_len": 4096, ', b""),
+                       headers={"content-type": "application/json"})
+    assert fine.status_code == 200

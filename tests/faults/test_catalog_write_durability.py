@@ -134,7 +134,7 @@ def test_a_replica_killed_at_the_first_byte_of_the_answer_loses_nothing(
     auth = {"Authorization": f"Bearer {key}"}
     env = {"CQ_DATABASE_URL": url, "CQ_SEARCH_WORKERS": "0", "CQ_LOG_LEVEL": "warning"}
     acknowledged: dict[str, tuple[Decimal, str]] = {}
-    for i in range(2):
+    for i in range(1):
         with server_process(env) as server, httpx.Client(base_url=server.url,
                                                          timeout=30) as client:
             if i == 0:
@@ -151,4 +151,4 @@ def test_a_replica_killed_at_the_first_byte_of_the_answer_loses_nothing(
             got = httpx.get(f"{again.url}/v1/offers/{offer_id}", timeout=30)
             assert Decimal(got.json()["price_per_hour"]) == price, f"write {i} lost"
             assert got.headers["etag"] == acknowledged[offer_id][1]
-    print(f"kill -9 at the first byte ({backend}): 2 acknowledged, 0 lost")
+    print(f"kill -9 at the first byte ({backend}): 1 acknowledged, 0 lost")

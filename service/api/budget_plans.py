@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.api.deps import AcceleratorCache
-from service.api.quoting import Computed, line_json, optimised_jobs, price
+from service.api.quoting import Computed, WorkBudget, line_json, optimised_jobs, price
 from service.api.schemas.estimate import ModelIn
 from service.api.schemas.quotes import BudgetPlanOut, BudgetPlanRequest
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
@@ -83,6 +83,7 @@ def _largest_model(
             raise InvalidSpecError(str(exc), field=f"candidate_models.{index}") from None
         sized.append((int(params), name, model_in))
     tried: list[dict[str, Any]] = []
+    budget = WorkBudget(settings.search_max_candidates)  # every model's searches together
     best: tuple[Computed, dict[str, Any]] | None = None
     last: Computed | None = None
     for params, name, model_in in sorted(sized):
@@ -91,7 +92,8 @@ def _largest_model(
         try:
             jobs = optimised_jobs(accelerators, model_in, training, body.clusters,
                                   body.constraints, body.energy.to_core(), "",
-                                  settings.search_workers, settings.search_max_candidates)
+                                  settings.search_workers, settings.search_max_candidates,
+                                  budget)
         except NoFeasiblePlanError:
             tried.append({"preset": name, "params": params, "tokens": tokens,
                           "lines_within": 0, "note": "does not fit in memory on any "

@@ -30,7 +30,7 @@ from service.core import quote as core_quote
 from service.core import timing as timing_module
 from service.core import units as units_module
 from service.core.calibration import DEFAULT_CALIBRATION
-from service.core.errors import CoreError, NoFeasiblePlanError
+from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
 from service.core.params import count_parameters
 from service.core.quote import (
@@ -45,7 +45,7 @@ from service.core.quote import (
     RuleResult,
     SizedJob,
 )
-from service.core.search import SearchRequest, frozen_clock, search
+from service.core.search import SearchRequest, SearchTooLargeError, frozen_clock, search
 from service.core.specs import (
     AcceleratorSpec,
     ClusterSpec,
@@ -122,12 +122,35 @@ def _job(accelerator: AcceleratorSpec, cluster: ClusterSpec, model: ModelSpec,
                      energy=energy)
 
 
+class WorkBudget:
+    """Candidates one request may search in all, across every (accelerator, GPU count) and
+    every model it tries: a quote, verify or budget plan runs one search per pair, and up to
+    16 × 1,024 pairs are allowed, so a per-search cap alone did not bound the request (issue
+    14: 13 s per pair, unbounded in total). Deterministic, unlike a clock, so a quote still
+    recomputes exactly."""
+
+    def __init__(self, max_candidates: int) -> None:
+        self.limit = max_candidates
+        self.remaining = max_candidates
+
+    def charge(self, candidates: int) -> None:
+        self.remaining -= candidates
+
+    def exhausted(self, field: str) -> InvalidSpecError:
+        return SearchTooLargeError(
+            f"this request's searches together hold more than {self.limit:,} candidates "
+            "(CQ_SEARCH_MAX_CANDIDATES): fix some dimensions, or narrow the GPU counts, "
+            "batches or candidate models", field=field)
+
+
 def optimised_jobs(
     cache: AcceleratorCache, model_in: ModelIn, training_in: PlanTrainingIn,
     clusters_in: list[CandidateClusterIn], constraints: ConstraintsIn, energy: EnergySpec,
-    prefix: str, workers: int, max_candidates: int,
+    prefix: str, workers: int, max_candidates: int, budget: WorkBudget | None = None,
 ) -> list[tuple[SizedJob, Plan | None]]:
-    """The fastest fitting plan for every candidate accelerator and GPU count."""
+    """The fastest fitting plan for every candidate accelerator and GPU count, all searches
+    together within ``budget`` (default: ``max_candidates`` for this call)."""
+    budget = budget or WorkBudget(max_candidates)
     model = model_in.to_core()
     batches = training_in.batches()
     space = constraints.to_space()
@@ -136,14 +159,20 @@ def optimised_jobs(
         accelerator = cache.require(candidate.accelerator,
                                     f"{prefix}clusters.{index}.accelerator")
         for cluster in candidate.to_core(accelerator):
+            if budget.remaining <= 0:
+                raise budget.exhausted(f"{prefix}clusters")
             try:
                 result = run_cpu_bound(workers, search, SearchRequest(
                     model=model, clusters=(cluster,), training=training_in.to_core(batches[0]),
                     global_batches=tuple(batches), space=space, top_k=1, energy=energy,
-                    max_candidates=max_candidates,
+                    max_candidates=budget.remaining,
                 ), frozen_clock)
-            except NoFeasiblePlanError:
+            except NoFeasiblePlanError as exc:
+                budget.charge(exc.candidates_total)
                 continue
+            except SearchTooLargeError:
+                raise budget.exhausted(f"{prefix}clusters") from None
+            budget.charge(result.stats.candidates_total)
             best = result.plans[0]
             training = training_in.to_core(best.global_batch_seqs)
             jobs.append(_job(accelerator, cluster, model, best.plan, training, energy,

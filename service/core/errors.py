@@ -48,6 +48,9 @@ class InfeasiblePlanError(CoreError):
 class NoFeasiblePlanError(CoreError):
     """No candidate plan satisfies the constraints. ``closest`` lists the nearest misses."""
 
-    def __init__(self, message: str, *, closest: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, message: str, *, closest: list[dict[str, Any]] | None = None,
+                 candidates_total: int = 0) -> None:
         super().__init__(message)
         self.closest: list[dict[str, Any]] = list(closest or [])
+        self.candidates_total = candidates_total
+        """The candidates the search held (callers charge them to a shared work budget)."""

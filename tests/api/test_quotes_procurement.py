@@ -318,3 +318,32 @@ def test_a_budget_in_no_real_currency_is_422_naming_the_field(
         headers={**writer, "Idempotency-Key": uuid.uuid4().hex})
     assert_problem(response, 422, "budget.currency")
     assert "ISO 4217" in response.text
+
+
+def test_one_request_searches_within_one_work_budget(
+    database_url_factory: Callable[[str], str],
+) -> None:
+    """Issue 14: budget plans and quotes ran one search per (accelerator, GPU count), each
+    under the cap but unbounded together. Now the cap holds for the whole request."""
+    from service.catalog.migrate import migrate_and_seed
+    from service.main import create_app, dispose
+    from service.settings import Settings
+
+    url = database_url_factory("sqlite")
+    migrate_and_seed(url)
+    app = create_app(Settings(database_url=url, search_workers=0,
+                              search_max_candidates=100_000))
+    body = {"model": {"preset": "llama3.1-8b"},
+            "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 1e11},
+            "clusters": [{"accelerator": "h100-sxm5-80gb",
+                          "num_gpus_range": {"start": 64, "stop": 512, "step": 64}}],  # 8 x 35-59k
+            "budget": {"amount": "1000000.00", "currency": "USD"},
+            "terms": ["on_demand"], "providers": ["aws"]}
+    with TestClient(app) as client:
+        too_much = client.post("/v1/budget-plans", json=body)
+        small = client.post("/v1/budget-plans", json={**body, "clusters": [
+            {"accelerator": "h100-sxm5-80gb", "num_gpus": 64}]})
+    dispose(app)
+    problem = assert_problem(too_much, 422, "clusters")
+    assert "together hold more than 100,000 candidates" in problem["detail"]
+    assert small.status_code == 200, small.text

@@ -107,7 +107,7 @@ class QuoteAndOfferLinks(LINKED.as_state_machine()):  # type: ignore[misc]
 def test_linked_operations_statefully() -> None:
     QuoteAndOfferLinks.seen.clear()
     QuoteAndOfferLinks.run(settings=hypothesis.settings(
-        max_examples=max(25, EXAMPLES // 4), stateful_step_count=8, deadline=None,
+        max_examples=max(50, EXAMPLES // 4), stateful_step_count=8, deadline=None,
         suppress_health_check=list(hypothesis.HealthCheck)))
     seen = QuoteAndOfferLinks.seen
     # Each link was really followed with a live id (and the offer's ETag), not just fuzzed.

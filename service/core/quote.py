@@ -374,11 +374,6 @@ def node_fit(job: SizedJob, fabric: Fabric) -> tuple[str, str] | None:
 # --- money ---------------------------------------------------------------------------------
 
 
-def _hours(wall_s: float, lost_fraction: float) -> Decimal:
-    return pricing.exact(wall_s) / pricing.SECONDS_PER_HOUR_DECIMAL * (
-        1 + pricing.exact(lost_fraction))
-
-
 def capacity_block_days(billed_hours: Decimal) -> tuple[int, int]:
     """(days bought, blocks): whole days up to 14, then whole weeks, at most 182 days a block
     (``CAPACITY_BLOCK_MAX_DAYS``); longer jobs buy consecutive blocks."""
@@ -391,21 +386,20 @@ def capacity_block_days(billed_hours: Decimal) -> tuple[int, int]:
 
 
 def _commitment(term: Term, instances: int, hours: Decimal, rate: Decimal,
-                onprem_capex: Decimal | None) -> tuple[Decimal, float, int | None]:
-    """(commitment, term seconds, terms bought) for ``hours`` of use."""
+                job_cost: Decimal) -> tuple[Decimal, float, int | None]:
+    """(commitment, term seconds, terms bought) for ``hours`` of use: the reservation terms
+    (``pricing.reservation``) or capacity blocks bought, else the job's own cost."""
     if term in RESERVED_YEARS:
-        term_hours = Decimal(RESERVED_YEARS[term] * pricing.HOURS_PER_YEAR)
-        terms = max(1, int((hours / term_hours).to_integral_value(rounding=ROUND_CEILING)))
-        return (pricing.cents(instances * term_hours * terms * rate),
-                float(term_hours * terms) * SECONDS_PER_HOUR, terms)
+        years = RESERVED_YEARS[term]
+        bought = pricing.reservation(
+            instances=instances, billed_hours=hours, years=years, effective_rate=rate,
+            on_demand_rate=None, utilisation_fraction=Decimal(1))
+        term_s = bought.terms_bought * years * pricing.HOURS_PER_YEAR * SECONDS_PER_HOUR
+        return bought.dedicated_total, term_s, bought.terms_bought
     if term is Term.CAPACITY_BLOCK:
         days, blocks = capacity_block_days(hours)
         return pricing.cents(instances * days * 24 * rate), days * SECONDS_PER_DAY, blocks
-    if term is Term.ONPREM and onprem_capex is not None:
-        return pricing.cents(onprem_capex + instances * hours * rate), float(
-            hours * pricing.SECONDS_PER_HOUR_DECIMAL), None
-    return pricing.cents(instances * hours * rate), float(
-        hours * pricing.SECONDS_PER_HOUR_DECIMAL), None
+    return job_cost, float(hours * pricing.SECONDS_PER_HOUR_DECIMAL), None
 
 
 def deadline_probability(band: JobTiming, factor: float, deadline_s: float) -> float:
@@ -421,19 +415,23 @@ def deadline_probability(band: JobTiming, factor: float, deadline_s: float) -> f
 
 
 def price_amounts(
-    *, job: SizedJob, timing: JobTiming, term: Term, instances: int, rounded_up: bool,
-    gpus_per_instance: float, rate: Decimal, lost_fraction: float, interval_s: float | None,
-    options: Options, carbon_g_per_kwh: float, pue: float,
-    onprem_capex: Decimal | None = None, on_demand_rate: Decimal | None = None,
+    *, job: SizedJob, timing: JobTiming, term: Term, gpus_per_instance: float, rate: Decimal,
+    lost_fraction: float, interval_s: float | None, options: Options, carbon_g_per_kwh: float,
+    pue: float, on_demand_rate: Decimal | None = None,
 ) -> Amounts:
-    """A feasible line's amounts at the estimate and at the ends of its band."""
+    """A feasible line's amounts at the estimate and at the ends of its band: the job's cost
+    is ``pricing.cloud_line`` (instances × billed hours × rate), the commitment what the term
+    makes the buyer sign for."""
 
     def at(wall_s: float) -> tuple[Decimal, Decimal, Decimal, float, int | None]:
-        hours = _hours(wall_s, lost_fraction)
-        job_cost = pricing.cents(instances * hours * rate)
-        commitment, term_s, terms = _commitment(term, instances, hours, rate, onprem_capex)
-        return hours, job_cost, commitment, term_s, terms
+        line = pricing.cloud_line(num_gpus=job.num_gpus, gpus_per_instance=gpus_per_instance,
+                                  wall_s=wall_s, lost_fraction=lost_fraction,
+                                  price_per_instance_hour=rate)
+        commitment, term_s, terms = _commitment(term, line.instances, line.billed_hours, rate,
+                                                line.total)
+        return line.billed_hours, line.total, commitment, term_s, terms
 
+    instances, rounded_up = pricing.instances_for(job.num_gpus, gpus_per_instance)
     hours, job_cost, commitment, term_s, terms = at(timing.wall_s)
     low = at(timing.wall_s_p10)
     high = at(timing.wall_s_p90)
@@ -489,7 +487,7 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
                version_id: str) -> QuoteLine:
     """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7)."""
     gpus = offer.fabric.gpus_per_instance
-    instances, rounded = pricing.instances_for(job.num_gpus, gpus)
+    instances, _ = pricing.instances_for(job.num_gpus, gpus)
     checkpoint_s = job.checkpoint_bytes / options.checkpoint_bytes_per_s
     if offer.term is Term.SPOT:
         rate = offer.interruption_rate_per_hour or 0.0
@@ -520,8 +518,8 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
     if not loss.feasible:
         return line
     amounts = price_amounts(
-        job=job, timing=timing, term=offer.term, instances=instances, rounded_up=rounded,
-        gpus_per_instance=gpus, rate=offer.price_per_instance_hour,
+        job=job, timing=timing, term=offer.term, gpus_per_instance=gpus,
+        rate=offer.price_per_instance_hour,
         lost_fraction=loss.lost_fraction, interval_s=loss.interval_s, options=options,
         carbon_g_per_kwh=carbon if carbon is not None else options.grid_gco2e_per_kwh,
         pue=options.pue, on_demand_rate=offer.on_demand_rate)
@@ -558,10 +556,9 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
     capex = job.num_gpus * inputs.purchase_price_per_gpu * (1 + tco.overhead_fraction)
     running = rate.per_gpu_hour - rate.capex_per_gpu_hour
     amounts = price_amounts(
-        job=job, timing=job.timing, term=Term.ONPREM, instances=job.num_gpus,
-        rounded_up=False, gpus_per_instance=1.0, rate=rate.per_gpu_hour,
-        lost_fraction=loss.lost_fraction, interval_s=loss.interval_s, options=options,
-        carbon_g_per_kwh=options.grid_gco2e_per_kwh, pue=float(tco.pue), onprem_capex=None)
+        job=job, timing=job.timing, term=Term.ONPREM, gpus_per_instance=1.0,
+        rate=rate.per_gpu_hour, lost_fraction=loss.lost_fraction, interval_s=loss.interval_s,
+        options=options, carbon_g_per_kwh=options.grid_gco2e_per_kwh, pue=float(tco.pue))
     hours = amounts.billed_hours
     commitment = pricing.cents(capex + job.num_gpus * hours * running)
     term_s = float(tco.depreciation_years * pricing.HOURS_PER_YEAR) * SECONDS_PER_HOUR

@@ -10,6 +10,7 @@ unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -355,6 +356,27 @@ class _RowParser:
             return None
 
 
+def with_sourced_facts(offer: OfferContent, *, replace_legacy_rates: bool = False,
+                       ) -> OfferContent:
+    """The offer with what the seed's sourced facts know and it leaves out: the instance's
+    fabric when it gives none, and a spot interruption rate when it gives none (or, with
+    ``replace_legacy_rates``, when its rate is an unlabelled ``default:`` from before the
+    sourced table)."""
+    changes: dict[str, Any] = {}
+    if offer.nvlink_domain is None and offer.inter_node_gbps is None:
+        known = instance_fabric(offer.provider, offer.instance_type)
+        if known is not None:
+            changes.update(nvlink_domain=known[0], inter_node_gbps=known[1],
+                           fabric_source=known[2])
+    legacy = replace_legacy_rates and (offer.interruption_rate_source or "").startswith(
+        "default:")
+    if offer.term is Term.SPOT and (offer.interruption_rate_per_hour is None or legacy):
+        rate, source = default_interruption_rate(offer.provider, offer.instance_type,
+                                                 offer.region)
+        changes.update(interruption_rate_per_hour=rate, interruption_rate_source=source)
+    return dataclasses.replace(offer, **changes) if changes else offer
+
+
 def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> OfferContent:
     """Validate one import row; raises ImportRejectedError with every bad field of the row."""
     p = _RowParser(row, values)
@@ -428,13 +450,7 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
             or accelerator is None or gpus is None or term is None or currency is None
             or price is None or source is None or as_of is None or indicative is None):
         raise ImportRejectedError(p.errors)
-    if term is Term.SPOT and rate is None:
-        rate, rate_source = default_interruption_rate(provider, instance_type, region)
-    if nvlink_domain is None and inter_node is None:
-        known = instance_fabric(provider, instance_type)
-        if known is not None:
-            nvlink_domain, inter_node, fabric_source = known
-    offer = OfferContent(
+    offer = with_sourced_facts(OfferContent(
         provider=provider, region=region, zone=zone, instance_type=instance_type,
         accelerator=accelerator, gpus_per_instance=gpus, vcpus=vcpus, memory_gib=memory_gib,
         gpu_memory_gib=gpu_memory_gib, interconnect=interconnect,
@@ -445,7 +461,7 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
         interruption_rate_source=rate_source, region_carbon_g_per_kwh=carbon,
         region_carbon_source=carbon_source, source=source, as_of=as_of,
         indicative=indicative, notes=notes,
-    )
+    ))
     given_id = p.raw("id")
     if given_id is not None and given_id != offer.offer_id:
         raise ImportRejectedError([OfferRowError(

@@ -5,13 +5,12 @@ version; later price changes are imports or edits, each a new version."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, fields
 
 from sqlalchemy.orm import Session
 
 from service.catalog.models import Accelerator
-from service.catalog.offers import MICROS, OfferContent, Term
+from service.catalog.offers import MICROS, with_sourced_facts
 from service.catalog.prices import (
     commit_version,
     current_version_id,
@@ -20,7 +19,6 @@ from service.catalog.prices import (
     version_revisions,
 )
 from service.catalog.seed_data import AcceleratorSeed, accelerator_seeds
-from service.catalog.seed_facts import default_interruption_rate, instance_fabric
 from service.catalog.seed_prices import seed_offers
 
 
@@ -78,23 +76,6 @@ def seed_catalog(session: Session) -> SeedReport:
                       facts_version=None if version_id else _add_missing_facts(session))
 
 
-def _with_facts(offer: OfferContent) -> OfferContent:
-    """The offer with the seed's sourced fabric where it has none, and a sourced spot rate
-    where its rate was the old unlabelled default."""
-    changes: dict[str, object] = {}
-    if offer.nvlink_domain is None and offer.inter_node_gbps is None:
-        known = instance_fabric(offer.provider, offer.instance_type)
-        if known is not None:
-            changes.update(nvlink_domain=known[0], inter_node_gbps=known[1],
-                           fabric_source=known[2])
-    if offer.term is Term.SPOT and (offer.interruption_rate_source or "").startswith(
-            "default:"):
-        rate, source = default_interruption_rate(offer.provider, offer.instance_type,
-                                                 offer.region)
-        changes.update(interruption_rate_per_hour=rate, interruption_rate_source=source)
-    return dataclasses.replace(offer, **changes) if changes else offer  # type: ignore[arg-type]
-
-
 def _add_missing_facts(session: Session) -> str | None:
     """A database seeded before offers carried fabric facts (schema 0004) gets one new version
     with them; older versions stay as they were, so old quotes still verify."""
@@ -102,7 +83,7 @@ def _add_missing_facts(session: Session) -> str | None:
     if current is None:
         return None
     offers = [revision_content(row) for row in version_revisions(session, current)]
-    updated = [_with_facts(offer) for offer in offers]
+    updated = [with_sourced_facts(offer, replace_legacy_rates=True) for offer in offers]
     if updated == offers:
         return None
     version = commit_version(session, updated, created_by="seed", kind="seed",

@@ -11,7 +11,8 @@ from functools import cache
 from importlib import resources
 
 
-def _rows(name: str) -> list[dict[str, str]]:
+def seed_rows(name: str) -> list[dict[str, str]]:
+    """The rows of ``service/catalog/seed/<name>``, a CSV file shipped in the package."""
     path = resources.files("service.catalog").joinpath(f"seed/{name}")
     return list(csv.DictReader(path.read_text("utf-8").splitlines()))
 
@@ -19,7 +20,7 @@ def _rows(name: str) -> list[dict[str, str]]:
 @cache
 def _fabric() -> dict[tuple[str, str], tuple[int | None, float | None, str]]:
     table: dict[tuple[str, str], tuple[int | None, float | None, str]] = {}
-    for row in _rows("instance_fabric.csv"):
+    for row in seed_rows("instance_fabric.csv"):
         domain = row["nvlink_domain"].strip()
         gbps = row["inter_node_gbps"].strip()
         if not domain and not gbps:
@@ -45,7 +46,7 @@ ASSUMED_PREFIX = "assumed: "
 @cache
 def _interruption_rates() -> dict[tuple[str, str, str], tuple[float, str]]:
     table: dict[tuple[str, str, str], tuple[float, str]] = {}
-    for row in _rows("spot_interruption_rates.csv"):
+    for row in seed_rows("spot_interruption_rates.csv"):
         rate = row["interruption_rate_per_instance_hour"].strip()
         if not rate:
             continue

@@ -8,12 +8,10 @@ Indicative reserved offers are derived from every on-demand offer by ``RESERVED_
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 from collections.abc import Iterator, Mapping
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from service.catalog.offers import (
@@ -23,6 +21,7 @@ from service.catalog.offers import (
     micros_to_text,
     parse_offers,
 )
+from service.catalog.seed_facts import seed_rows
 
 SKYPILOT_AS_OF = dt.date(2026, 10, 27)
 """The SkyPilot snapshot carries no fetch date. Its content is from late 2025 or later, and
@@ -70,8 +69,7 @@ SOURCES = {
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    path = resources.files("service.catalog").joinpath(f"seed/prices/{name}")
-    return list(csv.DictReader(path.read_text("utf-8").splitlines()))
+    return seed_rows(f"prices/{name}")
 
 
 def _mib_to_gib(text: str) -> str:

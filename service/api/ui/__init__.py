@@ -158,13 +158,19 @@ def quote_body(v: dict[str, str]) -> dict[str, Any]:
         "model": {"preset": v["model"]}, "training": _training(v),
         "clusters": [{"accelerator": v["accelerator"],
                       "num_gpus": _integer_or_text(v["gpus"])}]}}}
+    return {**body, **_purchase(v)}
+
+
+def _purchase(v: dict[str, str]) -> dict[str, Any]:
+    """The fields a quote and a budget plan share: providers, budget and deadline."""
+    fields: dict[str, Any] = {}
     if v["providers"]:
-        body["providers"] = _list(v["providers"])
+        fields["providers"] = _list(v["providers"])
     if v["budget"]:
-        body["budget"] = {"amount": v["budget"].replace(",", ""), "currency": v["currency"]}
+        fields["budget"] = {"amount": v["budget"].replace(",", ""), "currency": v["currency"]}
     if v["deadline_days"]:
-        body["deadline_s"] = _days_as_s(v["deadline_days"])
-    return body
+        fields["deadline_s"] = _days_as_s(v["deadline_days"])
+    return fields
 
 
 def _list(text: str) -> list[str]:
@@ -185,13 +191,7 @@ def budget_plan_body(v: dict[str, str], largest: bool = False) -> dict[str, Any]
             body["candidate_models"] = candidates
     else:
         body["model"] = {"preset": v["model"]}
-    if v["budget"]:
-        body["budget"] = {"amount": v["budget"].replace(",", ""), "currency": v["currency"]}
-    if v["deadline_days"]:
-        body["deadline_s"] = _days_as_s(v["deadline_days"])
-    if v["providers"]:
-        body["providers"] = _list(v["providers"])
-    return body
+    return {**body, **_purchase(v)}
 
 
 def _place_errors(outcome: Outcome, problem: dict[str, Any], prefix: str = "") -> None:

@@ -21,6 +21,7 @@ class Principal:
 
     name: str
     scopes: tuple[str, ...]
+    team: str | None = None
 
 
 def caller(request: Request, session: SessionDep, settings: SettingsDep) -> Principal | None:
@@ -35,13 +36,13 @@ def caller(request: Request, session: SessionDep, settings: SettingsDep) -> Prin
     row = authenticate(session, token.strip(), settings.api_key_pepper.get_secret_value())
     if row is None:
         raise AuthError("the API key is unknown or revoked", status=401)
-    return Principal(name=row.name, scopes=tuple(row.scopes.split()))
+    return Principal(name=row.name, scopes=tuple(row.scopes.split()), team=row.team)
 
 
 CallerDep = Annotated[Principal | None, Depends(caller)]
 
 
-def _check(principal: Principal | None, scope: str) -> Principal:
+def check_scope(principal: Principal | None, scope: str) -> Principal:
     if principal is None:
         raise AuthError(f"this operation needs an API key with scope {scope}", status=401)
     if not grants(principal.scopes, scope):
@@ -53,7 +54,7 @@ def require(scope: str) -> Any:
     """A dependency that demands ``scope``."""
 
     def dependency(principal: CallerDep) -> Principal:
-        return _check(principal, scope)
+        return check_scope(principal, scope)
 
     return Depends(dependency)
 
@@ -64,7 +65,7 @@ def read_access(scope: str) -> Any:
     def dependency(principal: CallerDep, settings: SettingsDep) -> Principal:
         if not settings.require_read_auth:
             return principal or Principal(name=ANONYMOUS, scopes=())
-        return _check(principal, scope)
+        return check_scope(principal, scope)
 
     return Depends(dependency)
 

@@ -2,7 +2,11 @@
 server-side pepper (``CQ_API_KEY_PEPPER``), shown once, revocable.
 
 A key reads ``cq_<id>_<secret>``: the id finds the row, the HMAC is compared in constant
-time. Scopes are explicit; a ``:write`` scope also grants the ``:read`` of the same resource.
+time. Scopes are explicit; a ``:write`` scope also grants the ``:read`` of the same resource,
+and ``quotes:admin`` grants ``quotes:read`` across every principal's quotes.
+
+A key may belong to a ``team``: keys of one team read each other's quotes. Without a team a
+key reads only the quotes it made (issue 14: object-level authorisation, OWASP API1:2023).
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from sqlalchemy.orm import Session
 from service.catalog.errors import ConflictError, NotFoundError
 from service.catalog.models import ApiKey
 
-SCOPES = ("catalog:read", "catalog:write", "quotes:read", "quotes:write", "policies:read",
-          "policies:write")
+SCOPES = ("catalog:read", "catalog:write", "quotes:read", "quotes:write", "quotes:admin",
+          "policies:read", "policies:write")
 KEY_PATTERN = re.compile(r"^cq_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -32,15 +36,19 @@ def _digest(key: str, pepper: str) -> str:
 
 def grants(scopes: Sequence[str], wanted: str) -> bool:
     resource, _, action = wanted.partition(":")
-    return wanted in scopes or (action == "read" and f"{resource}:write" in scopes)
+    return wanted in scopes or (action == "read" and (
+        f"{resource}:write" in scopes or f"{resource}:admin" in scopes))
 
 
 def create_key(
-    session: Session, *, name: str, scopes: Sequence[str], pepper: str
+    session: Session, *, name: str, scopes: Sequence[str], pepper: str,
+    team: str | None = None,
 ) -> tuple[ApiKey, str]:
     """Store a new key; returns the row and the key text, which is never stored."""
     if not NAME_PATTERN.match(name):
         raise ValueError(f"key name must match {NAME_PATTERN.pattern}")
+    if team is not None and not NAME_PATTERN.match(team):
+        raise ValueError(f"team must match {NAME_PATTERN.pattern}")
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown or not scopes:
         raise ValueError(f"scopes must be some of {', '.join(SCOPES)}; got {unknown or 'none'}")
@@ -50,7 +58,7 @@ def create_key(
     key = f"cq_{key_id}_{secrets.token_urlsafe(32)}"
     row = ApiKey(id=key_id, name=name, secret_hash=_digest(key, pepper),
                  scopes=" ".join(sorted(set(scopes))), created_at=dt.datetime.now(dt.UTC),
-                 revoked_at=None)
+                 revoked_at=None, team=team)
     session.add(row)
     session.flush()
     return row, key

@@ -206,6 +206,8 @@ class ApiKey(Base):
     scopes: Mapped[str] = mapped_column(String(512))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    team: Mapped[str | None] = mapped_column(String(128))
+    """Keys of one team read each other's quotes (issue 14: object-level authorisation)."""
 
 
 class Quote(Base):
@@ -216,6 +218,7 @@ class Quote(Base):
     __table_args__ = (
         UniqueConstraint("principal", "idempotency_key", name="uq_quotes_principal_idempotency"),
         Index("ix_quotes_created_at_id", "created_at", "id"),
+        Index("ix_quotes_team_created_at", "team", "created_at"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -238,6 +241,8 @@ class Quote(Base):
     policy_name: Mapped[str | None] = mapped_column(String(64))
     policy_revision: Mapped[int | None] = mapped_column(Integer)
     """The policy revision the verdict was judged by; None for the built-in default."""
+    team: Mapped[str | None] = mapped_column(String(128))
+    """The creating key's team when the quote was made: its members may read the quote."""
 
 
 class PolicyRevision(Base):

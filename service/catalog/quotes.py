@@ -8,6 +8,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -20,6 +21,20 @@ from service.catalog.models import Quote
 
 class IdempotencyKeyReusedError(CatalogError):
     """The key was used before with a different request body (HTTP 422)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """Who reads stored quotes: a principal sees its own, its team's, or (``every_principal``,
+    the ``quotes:admin`` scope) all of them. Issue 14, OWASP API1:2023."""
+
+    principal: str
+    team: str | None = None
+    every_principal: bool = False
+
+    def may_read(self, row: Quote) -> bool:
+        return (self.every_principal or row.principal == self.principal
+                or (self.team is not None and row.team == self.team))
 
 
 def canonical_json(value: Any) -> str:
@@ -59,20 +74,25 @@ def insert_quote(session: Session, row: Quote) -> Quote:
     return row
 
 
-def get_quote(session: Session, quote_id: str) -> Quote:
+def get_quote(session: Session, quote_id: str, reader: Reader) -> Quote:
+    """The quote, if ``reader`` may read it. Another principal's quote is "not found", as a
+    missing one is, so ids cannot be probed for existence."""
     row = session.get(Quote, quote_id)
-    if row is None:
+    if row is None or not reader.may_read(row):
         raise NotFoundError("quote", quote_id)
     return row
 
 
 def list_quotes(
-    session: Session, *, limit: int, principal: str | None = None,
+    session: Session, *, limit: int, reader: Reader, principal: str | None = None,
     created_after: dt.datetime | None = None, created_before: dt.datetime | None = None,
     verdict: str | None = None, after: tuple[dt.datetime, str] | None = None,
 ) -> Sequence[Quote]:
-    """Newest first; keyset on (created_at, id)."""
+    """Newest first; keyset on (created_at, id); only the quotes ``reader`` may read."""
     query = select(Quote).order_by(Quote.created_at.desc(), Quote.id.desc())
+    if not reader.every_principal:
+        mine = Quote.principal == reader.principal
+        query = query.where(mine | (Quote.team == reader.team) if reader.team else mine)
     if principal is not None:
         query = query.where(Quote.principal == principal)
     if created_after is not None:

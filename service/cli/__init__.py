@@ -44,13 +44,16 @@ def keys_create(
     name: Annotated[str, typer.Option(help="A unique name; it becomes created_by on writes.")],
     scope: Annotated[list[str], typer.Option(
         help=f"Repeat for several: {', '.join(SCOPES)}.")],
+    team: Annotated[str | None, typer.Option(
+        help="Keys of one team read each other's quotes; without one, a key reads only "
+             "its own (quotes:admin reads all).")] = None,
 ) -> None:
     """Create a key and print it once; only its hash is stored."""
     settings = Settings()
     engine = make_engine(settings.resolved_database_url)
     try:
         with unit_of_work(make_session_factory(engine)) as session:
-            row, key = create_key(session, name=name, scopes=scope,
+            row, key = create_key(session, name=name, scopes=scope, team=team,
                                   pepper=settings.api_key_pepper.get_secret_value())
             scopes = row.scopes
     except (ValueError, CatalogError) as exc:
@@ -68,12 +71,12 @@ def keys_list() -> None:
     engine = make_engine(settings.resolved_database_url)
     try:
         with unit_of_work(make_session_factory(engine)) as session:
-            rows = [(r.name, r.id, r.scopes, r.created_at.isoformat(),
+            rows = [(r.name, r.id, r.scopes, r.team or "", r.created_at.isoformat(),
                      r.revoked_at.isoformat() if r.revoked_at else "")
                     for r in list_keys(session)]
     finally:
         engine.dispose()
-    table = Table("name", "id", "scopes", "created_at", "revoked_at")
+    table = Table("name", "id", "scopes", "team", "created_at", "revoked_at")
     for row in rows:
         table.add_row(*row)
     Console().print(table)

@@ -31,15 +31,17 @@ def post(client: TestClient, headers: dict[str, str], body: dict[str, Any],
                        headers={**headers, "Idempotency-Key": key or uuid.uuid4().hex})
 
 
-def all_lines(client: TestClient, quote: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every line of a quote, through GET /v1/quotes/{id}/lines."""
+def all_lines(client: TestClient, quote: dict[str, Any],
+              headers: dict[str, str]) -> list[dict[str, Any]]:
+    """Every line of a quote, through GET /v1/quotes/{id}/lines, read by ``headers``' key."""
     lines: list[dict[str, Any]] = []
     token = None
     while True:
         params: dict[str, Any] = {"page_size": 200}
         if token:
             params["page_token"] = token
-        page = client.get(f"/v1/quotes/{quote['id']}/lines", params=params).json()
+        page = client.get(f"/v1/quotes/{quote['id']}/lines", params=params,
+                          headers=headers).json()
         lines += page["items"]
         token = page["next_page_token"]
         if not token:
@@ -90,7 +92,7 @@ class TestLines:
         self, client: TestClient, writer: dict[str, str]
     ) -> None:
         quote = post(client, writer, GPU_HOURS_QUOTE).json()
-        line = next(x for x in all_lines(client, quote)
+        line = next(x for x in all_lines(client, quote, writer)
                     if (x["provider"], x["term"]) == ("aws", "on_demand")
                     and x["instance_type"] == "p5.48xlarge")
         # 80,000 GPU-hours on 256 GPUs = 312.5 h; 256 x 2.2e-5 failures per hour, no
@@ -184,13 +186,15 @@ class TestStorage:
     ) -> None:
         created = post(client, writer, {**GPU_HOURS_QUOTE, "deadline_s": 3600.0})
         quote_id = created.json()["id"]
-        fetched = client.get(f"/v1/quotes/{quote_id}")
+        fetched = client.get(f"/v1/quotes/{quote_id}", headers=writer)
         assert fetched.content == created.content
-        rejected = client.get("/v1/quotes", params={"verdict": "reject"}).json()["items"]
+        rejected = client.get("/v1/quotes", params={"verdict": "reject"},
+                              headers=writer).json()["items"]
         assert quote_id in {q["id"] for q in rejected}
-        approved = client.get("/v1/quotes", params={"verdict": "approve"}).json()["items"]
+        approved = client.get("/v1/quotes", params={"verdict": "approve"},
+                              headers=writer).json()["items"]
         assert quote_id not in {q["id"] for q in approved}
-        assert_problem(client.get("/v1/quotes/q_" + "0" * 32), 404)
+        assert_problem(client.get("/v1/quotes/q_" + "0" * 32, headers=writer), 404)
 
     def test_list_pages_newest_first(self, client: TestClient, writer: dict[str, str]) -> None:
         made = [post(client, writer, GPU_HOURS_QUOTE).json()["id"] for _ in range(5)]
@@ -200,7 +204,7 @@ class TestStorage:
             params: dict[str, Any] = {"page_size": 2}
             if token:
                 params["page_token"] = token
-            page = client.get("/v1/quotes", params=params).json()
+            page = client.get("/v1/quotes", params=params, headers=writer).json()
             seen += [q["id"] for q in page["items"]]
             token = page["next_page_token"]
             if not token:
@@ -222,8 +226,8 @@ class TestStorage:
             json={"price_per_hour": new_price, "source": "test", "as_of": "2026-11-22",
                   "indicative": False})
         assert edit.status_code == 200, edit.text
-        assert client.get(f"/v1/quotes/{old_quote['id']}").content == old.content
-        verify = client.post(f"/v1/quotes/{old_quote['id']}/verify").json()
+        assert client.get(f"/v1/quotes/{old_quote['id']}", headers=writer).content == old.content
+        verify = client.post(f"/v1/quotes/{old_quote['id']}/verify", headers=writer).json()
         assert verify == {**verify, "matches": True, "differences": []}
         path = f"/v1/quotes/{old_quote['id']}/requote"
         assert client.post(path, headers=writer).status_code == 400  # no Idempotency-Key
@@ -235,7 +239,8 @@ class TestStorage:
         fresh = requote.json()
         assert fresh["requote_of"] == old_quote["id"]
         assert fresh["catalog_version"] == edit.json()["catalog_version"]
-        again = next(x for x in all_lines(client, fresh) if x["offer_id"] == line["offer_id"])
+        again = next(x for x in all_lines(client, fresh, writer)
+                     if x["offer_id"] == line["offer_id"])
         assert abs(Decimal(again["total"]) - 2 * Decimal(line["total"])) <= Decimal("0.01")
 
 
@@ -255,7 +260,7 @@ def test_twenty_quotes_of_every_workload_kind_verify_exactly(
         body = copy.deepcopy(bodies[i % 3])
         body["reliability"] = {"restart_s": 60.0 * (i + 1)}
         quote = post(client, writer, body).json()
-        result = client.post(f"/v1/quotes/{quote['id']}/verify").json()
+        result = client.post(f"/v1/quotes/{quote['id']}/verify", headers=writer).json()
         assert result["matches"], result["differences"][:3]
 
 

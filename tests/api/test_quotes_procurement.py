@@ -51,7 +51,7 @@ class TestTheExamples:
         assert quote["verdict"] == "reject"
         assert "commitment_over_budget" in codes(quote)
         assert quote["policy_result"]["outcome"] == "fail"
-        for line in all_lines(client, quote):
+        for line in all_lines(client, quote, writer):
             if line["feasible"] and line["term"].startswith("reserved"):
                 assert line["commitment_total"] == line["reserved"]["dedicated_total"]
                 assert line["within_budget"] is False
@@ -81,7 +81,7 @@ class TestTheExamples:
         self, client: TestClient, writer: dict[str, str],
     ) -> None:
         quote = post(client, writer, {"workload": LLAMA_70B_1024, "terms": ["on_demand"]})
-        lines = all_lines(client, quote)
+        lines = all_lines(client, quote, writer)
         assert lines
         assert len(lines) == quote["lines_total"]
         assert all(x["gpus_per_instance"] >= 8 and x["nvlink_domain"] >= 8 for x in lines)
@@ -96,7 +96,8 @@ class TestTheExamples:
     ) -> None:
         quote = post(client, writer, {"workload": LLAMA_70B_1024, "terms": ["on_demand"],
                                       "providers": ["aws", "gcp"]})
-        lines = {(x["instance_type"], x["inter_node_gbps"]): x for x in all_lines(client, quote)}
+        lines = {(x["instance_type"], x["inter_node_gbps"]): x
+                 for x in all_lines(client, quote, writer)}
         fast = next(x for (name, _), x in lines.items() if name == "p5.48xlarge")
         slow = next(x for (name, _), x in lines.items() if name == "a3-highgpu-8g")
         assert fast["inter_node_gbps"] > slow["inter_node_gbps"]
@@ -202,7 +203,7 @@ class TestPolicies:
         strict = {"rules": {"forbid_indicative": True}}
         assert client.put("/v1/policies/lenient", json=strict,
                           headers={**writer, "If-Match": '"p1"'}).status_code == 200
-        verify = client.post(f"/v1/quotes/{quote['id']}/verify").json()
+        verify = client.post(f"/v1/quotes/{quote['id']}/verify", headers=writer).json()
         assert verify == {**verify, "matches": True, "differences": []}
         again = post(client, writer, body)
         assert (again["verdict"], again["policy_result"]["revision"]) == ("reject", 2)
@@ -223,17 +224,18 @@ class TestLinesAndVerify:
         quote = post(client, writer, {"workload": copy.deepcopy(LLAMA_70B_1024)})
         keys = [(x["provider"], x["term"]) for x in quote["lines"]]
         assert len(keys) == len(set(keys))
-        lines = all_lines(client, quote)
+        lines = all_lines(client, quote, writer)
         assert len(lines) == quote["lines_total"] > len(quote["lines"])
         for line in quote["lines"]:
             same = [x for x in lines if (x["provider"], x["term"]) == (line["provider"],
                                                                        line["term"])]
             assert line == same[0]
-        verify = client.post(f"/v1/quotes/{quote['id']}/verify").json()
+        verify = client.post(f"/v1/quotes/{quote['id']}/verify", headers=writer).json()
         assert verify == {**verify, "matches": True, "differences": []}
 
-    def test_lines_of_an_unknown_quote_are_404(self, client: TestClient) -> None:
-        assert client.get(f"/v1/quotes/q_{'0' * 32}/lines").status_code == 404
+    def test_lines_of_an_unknown_quote_are_404(self, client: TestClient,
+                                               writer: dict[str, str]) -> None:
+        assert client.get(f"/v1/quotes/q_{'0' * 32}/lines", headers=writer).status_code == 404
 
 
 class TestBudgetPlans:

@@ -79,7 +79,8 @@ def test_two_processes_share_quotes(
             made[response.json()["id"]] = (base, response.content)
         for quote_id, (maker, content) in made.items():
             other = second if maker == first else first
-            fetched = httpx.get(f"{other}/v1/quotes/{quote_id}", timeout=30)
+            fetched = httpx.get(f"{other}/v1/quotes/{quote_id}", timeout=30,
+                                headers={"Authorization": f"Bearer {key}"})
             assert fetched.status_code == 200
             assert fetched.content == content
         # The same key through the other replica replays, never a second quote.

@@ -154,13 +154,15 @@ def test_quote_needs_a_key_then_stores_a_quote_with_links(
     assert response.status_code == 200, response.text[:800]
     html = response.text
     quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
-    stored = client.get(f"/v1/quotes/{quote_id}").json()
+    stored = client.get(f"/v1/quotes/{quote_id}",
+                        headers={"Authorization": f"Bearer {key}"}).json()
     assert stored["verdict"] == "reject"  # nothing trains 70B for 1,000 USD
     assert "Budget verdict: <strong>reject</strong>" in html
     line = stored["cheapest_per_term"]["on_demand"]
     assert fmt.money(line["total"], line["currency"]) in html
     assert key not in html  # the key is never echoed
-    assert client.get(f"/ui/quotes/{quote_id}").status_code == 200
+    assert client.get(f"/ui/quotes/{quote_id}").status_code == 401  # it asks for a key
+    assert client.post(f"/ui/quotes/{quote_id}", data={"api_key": key}).status_code == 200
     again = client.post("/ui", data={**FORM, "api_key": key, "budget": "1000.00",
                                      "providers": "aws, onprem", "action": "quote",
                                      "nonce": "abc123"})
@@ -182,30 +184,34 @@ def test_input_is_escaped(client: TestClient) -> None:
     assert "&lt;script&gt;" in response.text or "&#34;&gt;&lt;script" in response.text
 
 
-def _quote(client: TestClient, api_key: Any, **extra: Any) -> dict[str, Any]:
+def _quote(client: TestClient, api_key: Any,
+           **extra: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """A stored quote, and the Authorization header of the key that made it."""
     body = {"workload": {"optimise": {
         "model": {"preset": "llama3.1-70b"},
         "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 2e12},
         "clusters": [{"accelerator": "h100-sxm5-80gb", "num_gpus": 256}]}},
         "providers": ["aws", "onprem"], "budget": {"amount": "1000.00", "currency": "USD"},
         "deadline_s": 60 * 86_400, **extra}
-    headers = {**api_key("quotes:write", "quotes:read"), "Idempotency-Key": "audit-1"}
-    response = client.post("/v1/quotes", json=body, headers=headers)
+    owner = api_key("quotes:write", "quotes:read")
+    response = client.post("/v1/quotes", json=body,
+                           headers={**owner, "Idempotency-Key": "audit-1"})
     assert response.status_code == 201, response.text[:500]
     answer: dict[str, Any] = response.json()
-    return answer
+    return answer, owner
 
 
 def test_the_stored_quote_is_an_audit_document_without_a_form(
         client: TestClient, api_key: Any) -> None:
-    quote = _quote(client, api_key)
-    response = client.get(f"/ui/quotes/{quote['id']}")
+    quote, owner = _quote(client, api_key)
+    response = client.get(f"/ui/quotes/{quote['id']}", headers=owner)
     assert response.status_code == 200
     html = response.text
     # Only the stored quote: no workload form beside it.
     assert 'action="/ui"' not in html
     assert 'name="tokens"' not in html
-    assert parse(html).inputs == []
+    # Only the verify form's key field (a quote is read with its owner's key).
+    assert [i["name"] for i in parse(html).inputs] == ["api_key"]
     assert parse(html).external == []
     # What was quoted, from the stored request.
     assert "llama3.1-70b" in html
@@ -263,8 +269,9 @@ def test_the_stored_quote_is_an_audit_document_without_a_form(
 
 def test_verify_from_the_audit_page_recomputes_and_matches(
         client: TestClient, api_key: Any) -> None:
-    quote = _quote(client, api_key)
-    response = client.post(f"/ui/quotes/{quote['id']}/verify")
+    quote, owner = _quote(client, api_key)
+    key = owner["Authorization"].split()[1]
+    response = client.post(f"/ui/quotes/{quote['id']}/verify", data={"api_key": key})
     assert response.status_code == 200
     assert 'id="verification"' in response.text
     assert "it matches the stored quote" in response.text
@@ -272,14 +279,18 @@ def test_verify_from_the_audit_page_recomputes_and_matches(
 
 @pytest.mark.parametrize("quote_id", ["q_00000000000000000000000000000000", "nope",
                                       "%3Cscript%3E"])
-def test_an_unknown_stored_quote_is_a_readable_404(client: TestClient, quote_id: str) -> None:
-    response = client.get(f"/ui/quotes/{quote_id}")
+def test_an_unknown_stored_quote_is_a_readable_404(client: TestClient, quote_id: str,
+                                                   api_key: Any) -> None:
+    reader = api_key("quotes:read")
+    response = client.get(f"/ui/quotes/{quote_id}", headers=reader)
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("text/html")
     assert "<h1>Quote not found</h1>" in response.text
     assert 'href="/ui"' in response.text
     assert "<script>" not in response.text
-    assert client.post(f"/ui/quotes/{quote_id}/verify").status_code == 404
+    key = reader["Authorization"].split()[1]
+    assert client.post(f"/ui/quotes/{quote_id}/verify",
+                       data={"api_key": key}).status_code == 404
 
 
 def test_the_portal_quote_shows_commitment_policy_and_reason_codes(
@@ -290,7 +301,8 @@ def test_the_portal_quote_shows_commitment_policy_and_reason_codes(
     assert response.status_code == 200, response.text[:800]
     html = response.text
     quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
-    stored = client.get(f"/v1/quotes/{quote_id}").json()
+    stored = client.get(f"/v1/quotes/{quote_id}",
+                        headers={"Authorization": f"Bearer {key}"}).json()
     rec = stored["recommended"]
     figures = re.search(r'id="quote-figures">(.*?)</dl>', html, re.S)
     assert figures is not None

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,10 @@ def test_quote_local_is_stored_and_gated(local: str, api: TestClient) -> None:
     answer = json.loads(result.stdout)
     assert answer["verdict"] == "reject"  # nothing costs a dollar
     assert answer["principal"].startswith("local:")
-    stored = api.get(f"/v1/quotes/{answer['id']}")
+    assert api.get(f"/v1/quotes/{answer['id']}").status_code == 401  # quotes have owners
+    auditor = seeded_database_with_key(local, name=f"auditor-{uuid.uuid4().hex[:6]}",
+                                       scopes=["quotes:admin"])
+    stored = api.get(f"/v1/quotes/{answer['id']}", headers={"Authorization": f"Bearer {auditor}"})
     assert stored.status_code == 200
     assert stored.json()["summary"] == answer["summary"]
     line = answer["cheapest_per_term"]["on_demand"]
@@ -265,7 +269,9 @@ def test_remote_quote_needs_a_key(database_url_factory: Callable[[str], str]) ->
         again = json.loads(cq("quote", "--api", base, "--api-key", key, "--json",
                               "--idempotency-key", "cli-1", *flags).stdout)
         assert again == answer  # a retried command replays the stored quote
-        assert httpx.get(f"{base}/v1/quotes/{answer['id']}").json()["id"] == answer["id"]
+        read = httpx.get(f"{base}/v1/quotes/{answer['id']}",
+                         headers={"Authorization": f"Bearer {key}"})
+        assert read.json()["id"] == answer["id"]
 
 
 def test_a_terminal_gets_a_progress_bar(local: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -501,7 +507,8 @@ def test_quotes_diff_after_a_price_change(local: str, tmp_path: Path) -> None:
 
 def test_quotes_over_http(local_url: str, local: str) -> None:
     answer = quote_json(*AWS_8_RESERVED, "--budget", "1.00")
-    key = seeded_database_with_key(local_url, name="cli-reader", scopes=["quotes:read"])
+    # The quote is local:<user>'s; an auditor's key reads every principal's quotes.
+    key = seeded_database_with_key(local_url, name="cli-reader", scopes=["quotes:admin"])
     with live_server(Settings(database_url=local_url, search_workers=0)) as base:
         got = cq("quotes", "get", "--api", base, "--api-key", key, "--format", "markdown",
                  "--fail-on", "reject", answer["id"])

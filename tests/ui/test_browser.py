@@ -120,9 +120,14 @@ def test_quote_shows_the_verdict_and_links_to_its_json(page: Page,
     figures = page.inner_text("#quote-figures")
     assert figures.index("Commitment") < figures.index("Job cost")
     shot(page, "ui-quote")
-    page.click("text=its JSON")
-    stored = page.evaluate("() => JSON.parse(document.body.innerText)")
-    assert stored["id"].startswith("q_")
+    href = page.get_attribute("text=its JSON", "href")
+    assert href is not None
+    assert href.startswith("/v1/quotes/q_")
+    page.click("text=its JSON")  # a stored quote is its owner's: a browser without the key
+    assert "401" in page.inner_text("body") or "API key" in page.inner_text("body")
+    stored = httpx.get(server[0] + href,
+                       headers={"Authorization": f"Bearer {server[1]}"}).json()
+    assert stored["id"] == href.rsplit("/", 1)[1]
     assert stored["verdict"] in ("approve", "reject")
 
 
@@ -135,11 +140,16 @@ def test_the_stored_quote_is_an_audit_document(page: Page, server: tuple[str, st
     page.click("button[value=quote]")
     page.wait_for_selector("#verdict")
     page.click("text=its audit page")
+    page.wait_for_selector("#open")  # the quote is its owner's: the page asks for the key
+    page.fill("#api_key", server[1])
+    page.click("#open")
     page.wait_for_selector("#commitment-figures")
-    assert page.locator("input:not([type=hidden]), select").count() == 0  # no form
+    # No workload form: only the verify form's key field.
+    assert page.locator("input:not([type=hidden]), select").count() == 1
     assert page.locator("h1").count() == 1
     stored = httpx.get(server[0] + page.url.replace("/ui/quotes/", "/v1/quotes/")
-                       .removeprefix(server[0])).json()
+                       .removeprefix(server[0]),
+                       headers={"Authorization": f"Bearer {server[1]}"}).json()
     provenance = page.inner_text("#provenance")
     assert stored["catalog_content_hash"] in provenance.replace("\n", "")
     assert stored["estimator_version"] in provenance
@@ -153,6 +163,7 @@ def test_the_stored_quote_is_an_audit_document(page: Page, server: tuple[str, st
     assert _low_contrast(pairs) == []
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= LAPTOP["width"]
+    page.fill("#verify_key", server[1])
     page.click("#verify")
     page.wait_for_selector("#verification")
     assert "matches the stored quote" in page.inner_text("#verification")

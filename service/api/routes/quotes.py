@@ -8,11 +8,11 @@ import json
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.api.auth import Principal, read_access, require
+from service.api.auth import CallerDep, Principal, check_scope, read_access, require
 from service.api.budget_plans import budget_plan
 from service.api.deps import (
     AcceleratorCache,
@@ -54,6 +54,21 @@ router = APIRouter(tags=["quotes"])
 
 QuotesWrite = Annotated[Principal, require("quotes:write")]
 QuotesRead = Annotated[Principal, read_access("quotes:read")]
+
+
+def quote_reader(principal: CallerDep) -> store.Reader:
+    """Stored quotes always need a key with ``quotes:read``, whatever CQ_REQUIRE_READ_AUTH
+    says: a quote belongs to the principal that made it (and its team); ``quotes:admin``
+    reads every principal's (issue 14, OWASP API1:2023)."""
+    return reader_of(check_scope(principal, "quotes:read"))
+
+
+def reader_of(principal: Principal) -> store.Reader:
+    return store.Reader(principal=principal.name, team=principal.team,
+                        every_principal="quotes:admin" in principal.scopes)
+
+
+ReaderDep = Annotated[store.Reader, Depends(quote_reader)]
 Timestamp = Annotated[str | None, Query(
     pattern=r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?)?$",
     max_length=32, description="ISO 8601 date or date-time; UTC when no zone is given.",
@@ -160,13 +175,13 @@ def create_quote(
         session, body, accelerators, version.id, settings.search_max_candidates,
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy)))
-    row = _new_quote(request, principal.name, idempotency_key, hash_, canonical, version.id,
+    row = _new_quote(request, principal, idempotency_key, hash_, canonical, version.id,
                      version.content_hash, computed, lines, policy, now,
                      settings.quote_ttl_days, None)
     return _store(request, session, row)
 
 
-def _new_quote(request: Request, principal: str, key: str, hash_: str,
+def _new_quote(request: Request, principal: Principal, key: str, hash_: str,
                canonical: dict[str, Any], version_id: str, content_hash: str,
                computed: dict[str, Any], lines: list[dict[str, Any]], policy: Policy,
                now: dt.datetime, ttl_days: int, requote_of: str | None) -> Quote:
@@ -175,12 +190,14 @@ def _new_quote(request: Request, principal: str, key: str, hash_: str,
     expires = now + dt.timedelta(days=ttl_days)
     body = QuoteOut.model_validate({
         "id": quote_id, "created_at": now, "expires_at": expires,
-        "principal": principal, "request_id": request_id, "catalog_version": version_id,
+        "principal": principal.name, "request_id": request_id,
+        "catalog_version": version_id,
         "catalog_content_hash": content_hash, "estimator_version": ESTIMATOR_VERSION,
         "requote_of": requote_of, **computed,
     })
     return Quote(
-        id=quote_id, principal=principal, idempotency_key=key, request_hash=hash_,
+        id=quote_id, principal=principal.name, team=principal.team, idempotency_key=key,
+        request_hash=hash_,
         request_id=request_id, created_at=now, expires_at=expires,
         catalog_version_id=version_id, catalog_content_hash=content_hash,
         estimator_version=ESTIMATOR_VERSION, verdict=computed["verdict"],
@@ -212,22 +229,25 @@ def _replay(row: Quote) -> Response:
 @router.get("/v1/quotes/{quote_id}", summary="Get a stored quote", response_class=Response,
             responses={200: {"description": "The quote as first answered.", "model": QuoteOut},
                        **problem_responses(401, 403, 404, 422)})
-def get_quote(session: SessionDep, _: QuotesRead, quote_id: QuoteId) -> Response:
-    """The stored quote, byte for byte as it was first answered."""
-    return Response(store.get_quote(session, quote_id).response, media_type="application/json")
+def get_quote(session: SessionDep, reader: ReaderDep, quote_id: QuoteId) -> Response:
+    """The stored quote, byte for byte as it was first answered. Only its principal, keys of
+    the same team and ``quotes:admin`` keys may read it; to anyone else it is 404."""
+    return Response(store.get_quote(session, quote_id, reader).response,
+                    media_type="application/json")
 
 
 @router.get("/v1/quotes", summary="List stored quotes", response_model=Page[QuoteSummaryOut],
             responses=problem_responses(400, 401, 403, 422))
 def list_quotes(
-    session: SessionDep, _: QuotesRead,
+    session: SessionDep, reader: ReaderDep,
     principal: Annotated[str | None, Query(max_length=128,
                                            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")] = None,
     created_after: Timestamp = None, created_before: Timestamp = None,
     verdict: Annotated[str | None, Query(pattern="^(approve|reject)$")] = None,
     page_size: PageSize = 50, page_token: PageToken = None,
 ) -> Page[QuoteSummaryOut]:
-    """Newest first, filtered by principal, creation time and verdict."""
+    """Newest first, filtered by principal, creation time and verdict: only the quotes the
+    key may read (its own and its team's; every principal's with ``quotes:admin``)."""
     after = None
     if (token := decode_token(page_token)) is not None:
         stamp, _sep, quote_id = token.partition("|")
@@ -235,7 +255,7 @@ def list_quotes(
             after = (dt.datetime.fromisoformat(stamp), quote_id)
         except ValueError:
             raise HTTPException(400, "page_token is not a token this API issued") from None
-    rows = store.list_quotes(session, limit=page_size + 1, principal=principal,
+    rows = store.list_quotes(session, limit=page_size + 1, reader=reader, principal=principal,
                              created_after=_moment(created_after, "created_after"),
                              created_before=_moment(created_before, "created_before"),
                              verdict=verdict, after=after)
@@ -299,13 +319,13 @@ def _differences(stored: dict[str, Any], stored_lines: list[dict[str, Any]],
 @router.post("/v1/quotes/{quote_id}/verify", summary="Recompute a quote and compare",
              response_model=VerifyOut, responses=problem_responses(401, 403, 404, 422))
 def verify_quote(
-    session: SessionDep, _: QuotesRead, accelerators: AcceleratorsDep, settings: SettingsDep,
-    quote_id: QuoteId,
+    session: SessionDep, reader: ReaderDep, accelerators: AcceleratorsDep,
+    settings: SettingsDep, quote_id: QuoteId,
 ) -> VerifyOut:
     """Recompute from the stored request, catalogue version, policy revision and date; every
     amount, rule outcome and the verdict must match (a mismatch is a bug, or a different
     estimator version)."""
-    row = store.get_quote(session, quote_id)
+    row = store.get_quote(session, quote_id, reader)
     request = QuoteRequest.model_validate(row.request)
     stored = json.loads(row.response)
     policy = _policy(session, row.policy_name, None, row.policy_revision)
@@ -325,12 +345,12 @@ def verify_quote(
 @router.get("/v1/quotes/{quote_id}/lines", summary="Page through every line of a quote",
             response_model=QuoteLinesPage, responses=problem_responses(400, 401, 403, 404, 422))
 def list_quote_lines(
-    session: SessionDep, _: QuotesRead, quote_id: QuoteId, page_size: PageSize = 50,
+    session: SessionDep, reader: ReaderDep, quote_id: QuoteId, page_size: PageSize = 50,
     page_token: PageToken = None,
 ) -> Response:
     """Every priced line of a stored quote, in the quote's order (the quote itself holds the
     best line per provider and term)."""
-    lines = _stored_lines(store.get_quote(session, quote_id))
+    lines = _stored_lines(store.get_quote(session, quote_id, reader))
     start = 0
     if (token := decode_token(page_token)) is not None:
         if not token.isdigit():
@@ -355,7 +375,7 @@ def requote_quote(
     does: a retried requote replays one quote instead of making another."""
     if not idempotency_key:
         raise HTTPException(400, "the Idempotency-Key header is required")
-    old = store.get_quote(session, quote_id)
+    old = store.get_quote(session, quote_id, reader_of(principal))
     canonical = dict(old.request)
     canonical["catalog_version"] = None
     body = QuoteRequest.model_validate(canonical)
@@ -372,7 +392,7 @@ def requote_quote(
         session, body, accelerators, version.id, settings.search_max_candidates,
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy or old.policy_name)))
-    row = _new_quote(request, principal.name, key, hash_, canonical, version.id,
+    row = _new_quote(request, principal, key, hash_, canonical, version.id,
                      version.content_hash, computed, lines, policy, now,
                      settings.quote_ttl_days, quote_id)
     return _store(request, session, row)

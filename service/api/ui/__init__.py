@@ -555,14 +555,31 @@ def _quote_error(status: int, detail: str) -> HTMLResponse:
     return _quote_page(status, error={"status": status, "title": title, "detail": detail})
 
 
+async def _form_key(request: Request) -> str | None:
+    """The API key typed into a quote page's form (never taken from a URL)."""
+    form = await request.form()
+    key = form.get("api_key")
+    return (key.strip() or None) if isinstance(key, str) else None
+
+
 async def _stored_quote(request: Request, session: Session, quote_id: str,
-                        verify: bool = False) -> HTMLResponse:
+                        key: str | None, verify: bool = False) -> HTMLResponse:
+    """A stored quote is its owner's (issue 14): the page reads it through the API with the
+    caller's key, from the Authorization header or the page's key form, so the API decides
+    who may see it. Without a key the page asks for one."""
     if not QUOTE_ID.match(quote_id):
         return _quote_error(404, "There is no such quote: a quote id is q_ followed by 32 "
                                  "hexadecimal digits.")
     headers = {}
-    if auth := request.headers.get("authorization"):
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    elif auth := request.headers.get("authorization"):
         headers["Authorization"] = auth
+    else:
+        return _quote_page(401, quote_id=quote_id, error={
+            "status": 401, "title": PROBLEM_TITLES[401],
+            "detail": "A stored quote can be read by the key that made it, keys of its team "
+                      "and quotes:admin keys. Give a key with quotes:read to open it."})
     verified: dict[str, Any] | None = None
     verify_error = None
     async with _api(request) as client:
@@ -571,8 +588,13 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
             problem = _problem(response)
             detail = str(problem.get("detail") or problem.get("title") or "the request failed")
             if response.status_code == 404:
-                detail = f"There is no stored quote {quote_id}."
-            return _quote_error(response.status_code, detail)
+                detail = (f"There is no stored quote {quote_id} that this key may read: it "
+                          "may not exist, or belong to another principal.")
+            return _quote_page(response.status_code, quote_id=quote_id, error={
+                "status": response.status_code,
+                "title": PROBLEM_TITLES.get(response.status_code,
+                                            "The quote could not be shown"),
+                "detail": detail})
         if verify:
             answer = await client.post(f"/v1/quotes/{quote_id}/verify", headers=headers)
             if answer.status_code == 200:
@@ -591,12 +613,21 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
 
 @router.get("/ui/quotes/{quote_id}", response_class=HTMLResponse)
 async def portal_quote(request: Request, quote_id: str, session: SessionDep) -> HTMLResponse:
-    """A stored quote as an audit document (its JSON is at /v1/quotes/{id})."""
-    return await _stored_quote(request, session, quote_id)
+    """A stored quote as an audit document (its JSON is at /v1/quotes/{id}); without an
+    Authorization header, a form asks for the key."""
+    return await _stored_quote(request, session, quote_id, None)
+
+
+@router.post("/ui/quotes/{quote_id}", response_class=HTMLResponse)
+async def portal_quote_with_key(request: Request, quote_id: str,
+                                session: SessionDep) -> HTMLResponse:
+    """The stored quote's page, read with the key typed into the page's form."""
+    return await _stored_quote(request, session, quote_id, await _form_key(request))
 
 
 @router.post("/ui/quotes/{quote_id}/verify", response_class=HTMLResponse)
 async def portal_quote_verify(request: Request, quote_id: str,
                               session: SessionDep) -> HTMLResponse:
     """The stored quote's page with the verification (POST /v1/quotes/{id}/verify) on top."""
-    return await _stored_quote(request, session, quote_id, verify=True)
+    return await _stored_quote(request, session, quote_id, await _form_key(request),
+                               verify=True)

@@ -9,6 +9,7 @@ still see a busy replica is alive.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
 from collections.abc import Callable
 
@@ -19,6 +20,11 @@ from service.api.problems import send_problem
 EXEMPT_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 RETRY_AFTER_S = 1
 GRACE_S = 0.02
+
+_holding = contextvars.ContextVar("cq_holding_slot", default=False)
+"""True inside a request that holds a slot. The portal calls the API in process, in the same
+task (httpx's ASGITransport), so its inner request sees this and does not take a second slot
+(issue 14: each portal request held two). A client cannot set it: it lives in the task."""
 
 
 class LoadSheddingMiddleware:
@@ -33,7 +39,8 @@ class LoadSheddingMiddleware:
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path", "") in EXEMPT_PATHS:
+        if (scope["type"] != "http" or scope.get("path", "") in EXEMPT_PATHS
+                or _holding.get()):
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.max_in_flight and not await self._slot_frees():
@@ -64,9 +71,11 @@ class LoadSheddingMiddleware:
             if message["type"] == "http.response.body" and not message.get("more_body"):
                 finish()
 
+        token = _holding.set(True)
         try:
             await self.app(scope, receive, counted_send)
         finally:
+            _holding.reset(token)
             finish()
 
     async def _slot_frees(self) -> bool:

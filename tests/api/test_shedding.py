@@ -72,3 +72,32 @@ def test_a_slot_freed_within_the_grace_is_taken_not_shed() -> None:
             assert app.in_flight == 0
 
     asyncio.run(scenario())
+
+
+def test_an_in_process_inner_call_does_not_take_a_second_slot() -> None:
+    """The portal calls the API through the same middleware (httpx's ASGITransport, in the
+    same task). With one slot, the outer request holds it; its inner call must not be shed
+    (issue 14: each portal request held two slots, so 16 portal users filled 32)."""
+
+    async def scenario() -> None:
+        middleware: LoadSheddingMiddleware
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            status = 200
+            if scope["path"] == "/ui":
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=middleware),
+                                             base_url="http://t") as inner:
+                    status = (await inner.post("/v1/estimates")).status_code
+                    assert middleware.in_flight == 1  # still only the outer request's slot
+            await send({"type": "http.response.start", "status": status, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        middleware = LoadSheddingMiddleware(app, max_in_flight=1)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=middleware),
+                                     base_url="http://t") as client:
+            assert (await client.post("/ui")).status_code == 200
+            assert middleware.in_flight == 0
+            # Separate clients still count: the slot is free again for the next request.
+            assert (await client.post("/v1/estimates")).status_code == 200
+
+    asyncio.run(scenario())

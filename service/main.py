@@ -25,6 +25,7 @@ from service.api.routes import (
 )
 from service.api.shedding import LoadSheddingMiddleware
 from service.api.ui import router as ui_router
+from service.api.workers import set_memory_limit
 from service.catalog.db import make_engine, make_session_factory
 from service.settings import Settings
 
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # waits for a connection held by a request that is itself waiting for the cache.
     cache_engine = make_engine(settings.resolved_database_url, pool_size=1, max_overflow=0)
     app.state.settings = settings
+    set_memory_limit(settings.search_memory_bytes)
     app.state.engine = engine
     app.state.cache_engine = cache_engine
     app.state.session_factory = factory

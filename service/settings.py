@@ -45,8 +45,10 @@ class Settings(BaseSettings):
     )
     search_deadline_s: float = Field(
         default=10.0, gt=0.0, le=600.0,
-        description="Wall-clock limit of one parallelism search; it then answers with what it "
-                    "has, marked truncated.",
+        description="Wall-clock limit of one parallelism search (it then answers with what it "
+                    "has, marked truncated), and of all the searches of one quote, verify, "
+                    "requote or budget plan (refused with 503 search-deadline: a quote is "
+                    "never built from a partial search).",
     )
     search_workers: int = Field(
         default=2, ge=0, le=64,
@@ -55,6 +57,12 @@ class Settings(BaseSettings):
     search_max_candidates: int = Field(
         default=50_000_000, ge=1, le=1_000_000_000,
         description="Largest search space accepted; bigger requests get 422 before any work.",
+    )
+    search_memory_bytes: int = Field(
+        default=2 * 1024**3, ge=0, le=1024**4,
+        description="Address-space cap of each search worker process (0: none); a search "
+                    "that would grow past it is refused with 503 instead of risking the "
+                    "replica. Searches run inline (CQ_SEARCH_WORKERS=0) are not capped.",
     )
     db_pool_size: int = Field(
         default=10, ge=1, le=200, description="PostgreSQL connections kept per replica.")

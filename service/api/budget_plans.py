@@ -12,9 +12,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.api.deps import AcceleratorCache
-from service.api.quoting import Computed, WorkBudget, line_json, optimised_jobs, price
+from service.api.quoting import Computed, line_json, optimised_jobs, price
 from service.api.schemas.estimate import ModelIn
 from service.api.schemas.quotes import BudgetPlanOut, BudgetPlanRequest
+from service.api.work import WorkBudget
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.params import count_parameters
 from service.core.quote import Outcome, Policy, QuoteLine
@@ -23,19 +24,19 @@ from service.settings import Settings
 
 def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: AcceleratorCache,
                 settings: Settings, version_id: str, policy: Policy,
-                now: dt.datetime) -> BudgetPlanOut:
-    """The answer, for either objective."""
+                now: dt.datetime, budget: WorkBudget) -> BudgetPlanOut:
+    """The answer, for either objective; every search within ``budget``."""
     extra: dict[str, Any] = {"objective": body.objective}
     if body.objective == "largest_model":
         computed, tried, largest = _largest_model(body, session, accelerators, settings,
-                                                  version_id, policy, now)
+                                                  version_id, policy, now, budget)
         extra["models_tried"] = tried
         extra["largest_model"] = largest
     else:
         assert body.model is not None  # noqa: S101 - the schema requires it for 'soonest'
         jobs = optimised_jobs(accelerators, body.model, body.training, body.clusters,
                               body.constraints, body.energy.to_core(), "",
-                              settings.search_workers, settings.search_max_candidates)
+                              settings.search_workers, budget)
         computed = price(session, body, jobs, version_id, policy, now, gated=True)
     within, in_time = _plan_lists(computed)
     fraction = computed.request_fraction
@@ -69,6 +70,7 @@ compute-optimal token ratio)."""
 def _largest_model(
     body: BudgetPlanRequest, session: Session, accelerators: AcceleratorCache,
     settings: Settings, version_id: str, policy: Policy, now: dt.datetime,
+    budget: WorkBudget,
 ) -> tuple[Computed, list[dict[str, Any]], dict[str, Any] | None]:
     """Try candidate models from the smallest up, each on tokens_per_param × its parameters;
     stop at the first that has no line within the budget and deadline (a larger one costs
@@ -83,7 +85,6 @@ def _largest_model(
             raise InvalidSpecError(str(exc), field=f"candidate_models.{index}") from None
         sized.append((int(params), name, model_in))
     tried: list[dict[str, Any]] = []
-    budget = WorkBudget(settings.search_max_candidates)  # every model's searches together
     best: tuple[Computed, dict[str, Any]] | None = None
     last: Computed | None = None
     for params, name, model_in in sorted(sized):
@@ -92,8 +93,7 @@ def _largest_model(
         try:
             jobs = optimised_jobs(accelerators, model_in, training, body.clusters,
                                   body.constraints, body.energy.to_core(), "",
-                                  settings.search_workers, settings.search_max_candidates,
-                                  budget)
+                                  settings.search_workers, budget)
         except NoFeasiblePlanError:
             tried.append({"preset": name, "params": params, "tokens": tokens,
                           "lines_within": 0, "note": "does not fit in memory on any "

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.problems import send_problem
+from service.api.work import CLIENT_GONE_KEY
 
 
 class _DuplicateKeyError(ValueError):
@@ -116,6 +118,20 @@ class BodySizeLimitMiddleware:
                 errors=[{"field": "body", "message": "a key appears twice in one object",
                          "code": "duplicate_key"}])
             return
+        # With the body read, the next message from the server is the disconnect: watch for
+        # it, so that work for a client that has gone can stop (a search polls this event
+        # from its thread; issue 14).
+        gone = threading.Event()
+        scope.setdefault("state", {})[CLIENT_GONE_KEY] = gone
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            disconnected.set()
+
+        watcher = asyncio.create_task(watch())
         replayed = False
 
         async def replay() -> Message:
@@ -123,9 +139,13 @@ class BodySizeLimitMiddleware:
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
 
-        await self.app(scope, replay, send)
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            watcher.cancel()
 
     @staticmethod
     async def _reject(scope: Scope, send: Send, limit: int) -> None:

@@ -42,8 +42,10 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
             # Any operation can meet a malformed request, an outage or a bug; documented
             # once here rather than on every route.
             common = {"400": "Malformed request", "500": "Internal error",
-                      "503": "The database is unavailable, or the replica is overloaded; "
-                             "retry after Retry-After"}
+                      "503": "The database is unavailable, or the replica is overloaded "
+                             "(retry after Retry-After); for searches, the searches did not "
+                             "finish within CQ_SEARCH_DEADLINE_S (type search-deadline: "
+                             "narrow the request)"}
             if "requestBody" in operation:
                 common.update({"413": "Body too large", "415": "Unsupported media type",
                                "422": "Invalid input or an impossible plan"})

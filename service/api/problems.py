@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope, Send
 
+from service.api.work import ClientGoneError, SearchDeadlineError
 from service.catalog.errors import (
     AuthError,
     CommitFailedError,
@@ -150,6 +151,12 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str, str, Callable[[Any], dict[s
     PreconditionFailedError: (412, "precondition-failed", "Precondition failed", lambda e: {}),
     IdempotencyKeyReusedError: (422, "idempotency-key-reused",
                                 "Idempotency-Key reused with another body", lambda e: {}),
+    SearchDeadlineError: (503, "search-deadline", "The searches did not finish in time",
+                          lambda e: {"deadline_s": e.deadline_s}),
+    MemoryError: (503, "search-memory", "The search needed too much memory",
+                  lambda e: {}),
+    ClientGoneError: (499, "client-closed-request", "The client closed the request",
+                      lambda e: {}),
     ImportRejectedError: (
         422, "invalid-offers", "The offers are invalid; nothing was stored",
         lambda e: {"errors": [

@@ -21,6 +21,7 @@ from service.api.deps import AcceleratorCache
 from service.api.schemas.estimate import ModelIn, plan_dict
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest
+from service.api.work import WorkBudget
 from service.api.workers import run_cpu_bound
 from service.catalog.quoting import load_offers, onprem_inputs
 from service.core import calibration as calibration_module
@@ -30,7 +31,7 @@ from service.core import quote as core_quote
 from service.core import timing as timing_module
 from service.core import units as units_module
 from service.core.calibration import DEFAULT_CALIBRATION
-from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
+from service.core.errors import CoreError, NoFeasiblePlanError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
 from service.core.params import count_parameters
 from service.core.quote import (
@@ -45,7 +46,13 @@ from service.core.quote import (
     RuleResult,
     SizedJob,
 )
-from service.core.search import SearchRequest, SearchTooLargeError, frozen_clock, search
+from service.core.search import (
+    DEFAULT_DEADLINE_S,
+    SearchRequest,
+    SearchTooLargeError,
+    frozen_clock,
+    search,
+)
 from service.core.specs import (
     AcceleratorSpec,
     ClusterSpec,
@@ -122,35 +129,15 @@ def _job(accelerator: AcceleratorSpec, cluster: ClusterSpec, model: ModelSpec,
                      energy=energy)
 
 
-class WorkBudget:
-    """Candidates one request may search in all, across every (accelerator, GPU count) and
-    every model it tries: a quote, verify or budget plan runs one search per pair, and up to
-    16 × 1,024 pairs are allowed, so a per-search cap alone did not bound the request (issue
-    14: 13 s per pair, unbounded in total). Deterministic, unlike a clock, so a quote still
-    recomputes exactly."""
-
-    def __init__(self, max_candidates: int) -> None:
-        self.limit = max_candidates
-        self.remaining = max_candidates
-
-    def charge(self, candidates: int) -> None:
-        self.remaining -= candidates
-
-    def exhausted(self, field: str) -> InvalidSpecError:
-        return SearchTooLargeError(
-            f"this request's searches together hold more than {self.limit:,} candidates "
-            "(CQ_SEARCH_MAX_CANDIDATES): fix some dimensions, or narrow the GPU counts, "
-            "batches or candidate models", field=field)
-
-
 def optimised_jobs(
     cache: AcceleratorCache, model_in: ModelIn, training_in: PlanTrainingIn,
     clusters_in: list[CandidateClusterIn], constraints: ConstraintsIn, energy: EnergySpec,
-    prefix: str, workers: int, max_candidates: int, budget: WorkBudget | None = None,
+    prefix: str, workers: int, budget: WorkBudget,
 ) -> list[tuple[SizedJob, Plan | None]]:
     """The fastest fitting plan for every candidate accelerator and GPU count, all searches
-    together within ``budget`` (default: ``max_candidates`` for this call)."""
-    budget = budget or WorkBudget(max_candidates)
+    together within ``budget``: its candidates, its deadline, and while the client is there.
+    A search cut off by the deadline refuses the request (``SearchDeadlineError``) instead of
+    answering from part of the space, so a quote always recomputes the same."""
     model = model_in.to_core()
     batches = training_in.batches()
     space = constraints.to_space()
@@ -159,19 +146,28 @@ def optimised_jobs(
         accelerator = cache.require(candidate.accelerator,
                                     f"{prefix}clusters.{index}.accelerator")
         for cluster in candidate.to_core(accelerator):
-            if budget.remaining <= 0:
-                raise budget.exhausted(f"{prefix}clusters")
+            budget.check(f"{prefix}clusters")
+            left = budget.seconds_left()
+            request = SearchRequest(
+                model=model, clusters=(cluster,), training=training_in.to_core(batches[0]),
+                global_batches=tuple(batches), space=space, top_k=1, energy=energy,
+                max_candidates=budget.remaining,
+                deadline_s=DEFAULT_DEADLINE_S if left is None else max(left, 0.0))
             try:
-                result = run_cpu_bound(workers, search, SearchRequest(
-                    model=model, clusters=(cluster,), training=training_in.to_core(batches[0]),
-                    global_batches=tuple(batches), space=space, top_k=1, energy=energy,
-                    max_candidates=budget.remaining,
-                ), frozen_clock)
+                result = run_cpu_bound(workers, search, request,
+                                       frozen_clock if left is None else budget.clock,
+                                       timeout_s=left, stop=budget.cancelled)
             except NoFeasiblePlanError as exc:
+                if exc.truncated:
+                    raise budget.late() from None
                 budget.charge(exc.candidates_total)
                 continue
             except SearchTooLargeError:
                 raise budget.exhausted(f"{prefix}clusters") from None
+            except TimeoutError:
+                raise budget.late() from None
+            if result.stats.truncated:
+                raise budget.late()
             budget.charge(result.stats.candidates_total)
             best = result.plans[0]
             training = training_in.to_core(best.global_batch_seqs)
@@ -183,7 +179,7 @@ def optimised_jobs(
     return jobs
 
 
-def size_workload(request: QuoteRequest, cache: AcceleratorCache, max_candidates: int,
+def size_workload(request: QuoteRequest, cache: AcceleratorCache, budget: WorkBudget,
                   workers: int = 0) -> list[tuple[SizedJob, Plan | None]]:
     energy = request.energy.to_core()
     workload = request.workload
@@ -211,7 +207,7 @@ def size_workload(request: QuoteRequest, cache: AcceleratorCache, max_candidates
     assert workload.optimise is not None  # noqa: S101 - the schema requires exactly one
     opt = workload.optimise
     return optimised_jobs(cache, opt.model, opt.training, opt.clusters, opt.constraints,
-                          energy, "workload.optimise.", workers, max_candidates)
+                          energy, "workload.optimise.", workers, budget)
 
 
 def fabric_timing(plan: Plan, num_gpus: int, fabric: Fabric) -> JobTiming | None:

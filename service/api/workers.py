@@ -17,19 +17,26 @@ import atexit
 import logging
 import multiprocessing
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
+
+from service.api.work import ClientGoneError
 
 T = TypeVar("T")
 logger = logging.getLogger("service.api")
 _lock = threading.Lock()
 _pool: ProcessPoolExecutor | None = None
 _size = 0
+_memory_limit_bytes = 0
 PARENT_POLL_S = 0.5
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+STOP_POLL_S = 0.05
+"""How often a waiting request checks whether its client has gone."""
 
 
 def _watch_parent(parent: int) -> None:
@@ -39,11 +46,29 @@ def _watch_parent(parent: int) -> None:
             os._exit(0)
 
 
-def _die_with_parent(parent: int) -> None:
+def _start_worker(parent: int, memory_limit_bytes: int) -> None:
     """Worker initializer: exit as soon as the parent process is gone (a thread, so it works
-    whichever thread spawned the worker, unlike PR_SET_PDEATHSIG)."""
+    whichever thread spawned the worker, unlike PR_SET_PDEATHSIG), and cap the worker's
+    address space at ``memory_limit_bytes`` (``CQ_SEARCH_MEMORY_BYTES``; 0: no cap), so a
+    search that would grow past it gets ``MemoryError`` instead of the node's OOM killer
+    taking the replica (issue 14)."""
+    if memory_limit_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
                      name="parent-watch").start()
+
+
+def set_memory_limit(memory_limit_bytes: int) -> None:
+    """The address-space cap for worker processes started from now on (a running pool with
+    another cap is replaced)."""
+    global _memory_limit_bytes, _pool
+    with _lock:
+        if memory_limit_bytes == _memory_limit_bytes:
+            return
+        _memory_limit_bytes = memory_limit_bytes
+        if _pool is not None:
+            _pool.shutdown(wait=False, cancel_futures=True)
+            _pool = None
 
 
 def _executor(workers: int) -> ProcessPoolExecutor:
@@ -52,17 +77,28 @@ def _executor(workers: int) -> ProcessPoolExecutor:
         if _pool is None or _size != workers:
             if _pool is not None:
                 _pool.shutdown(wait=False, cancel_futures=True)
+            # The search is elementwise numpy: one BLAS thread per worker, so a worker's
+            # address space does not grow with the node's core count (its cap is fixed).
+            for name in BLAS_THREAD_VARIABLES:
+                os.environ.setdefault(name, "1")
             _pool = ProcessPoolExecutor(max_workers=workers,
                                         mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_die_with_parent,
-                                        initargs=(os.getpid(),))
+                                        initializer=_start_worker,
+                                        initargs=(os.getpid(), _memory_limit_bytes))
             _size = workers
         return _pool
 
 
-def run_cpu_bound(workers: int, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+def run_cpu_bound(workers: int, function: Callable[..., T], *args: Any,
+                  timeout_s: float | None = None, stop: Callable[[], bool] | None = None,
+                  **kwargs: Any) -> T:
     """``function(*args, **kwargs)`` in a worker process (or inline when ``workers`` is 0).
-    Arguments and results must pickle."""
+    Arguments and results must pickle.
+
+    ``timeout_s`` bounds the wait (``TimeoutError``), queueing included; ``stop`` is polled
+    while waiting and, once true, abandons the call (``ClientGoneError``). Either way a call
+    still queued is cancelled; one already running finishes on its own deadline in the
+    worker, whose result is dropped."""
     if workers <= 0:
         return function(*args, **kwargs)
     try:
@@ -72,7 +108,33 @@ def run_cpu_bound(workers: int, function: Callable[..., T], *args: Any, **kwargs
         logger.warning("worker processes unavailable (%s); running in the request thread",
                        type(exc).__name__)
         return function(*args, **kwargs)
-    return future.result()
+    try:
+        return _wait(future, timeout_s, stop)
+    except MemoryError:
+        raise MemoryError(
+            "the search needed more memory than a worker may use "
+            f"({_memory_limit_bytes:,} bytes, CQ_SEARCH_MEMORY_BYTES): fix some dimensions, "
+            "or narrow the GPU counts or batches") from None
+
+
+def _wait(future: Future[T], timeout_s: float | None, stop: Callable[[], bool] | None) -> T:
+    if timeout_s is None and stop is None:
+        return future.result()
+    ends_at = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        wait_s = STOP_POLL_S if stop is not None else None
+        if ends_at is not None:
+            left = ends_at - time.monotonic()
+            wait_s = left if wait_s is None else min(wait_s, left)
+            if left <= 0:
+                future.cancel()
+                raise TimeoutError(f"the call did not finish within {timeout_s:g} s")
+        try:
+            return future.result(timeout=wait_s)
+        except TimeoutError:
+            if stop is not None and stop():
+                future.cancel()
+                raise ClientGoneError("the client disconnected") from None
 
 
 def _shutdown() -> None:

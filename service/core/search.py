@@ -457,7 +457,7 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
             + (" (the search was truncated at its deadline)" if truncated else ""),
             closest=[_closest_entry(c, request, groups) for c in sorted(
                 closest, key=lambda c: (c.peak_bytes / c.usable_bytes, c.key))[:CLOSEST_SHOWN]],
-            candidates_total=total,
+            candidates_total=total, truncated=truncated,
         )
     kept.sort(key=lambda c: c.key)
     pareto = _merge_front(front)

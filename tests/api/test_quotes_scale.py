@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from service.api.deps import AcceleratorCache
 from service.api.routes.quotes import _differences, compute_body
 from service.api.schemas.quotes import QuoteRequest
+from service.api.work import WorkBudget
 from service.catalog.db import make_engine, make_session_factory
 from service.catalog.keys import create_key
 from service.catalog.migrate import upgrade
@@ -78,12 +79,12 @@ def test_a_thousand_random_quotes_recompute_to_the_cent(
         for _ in range(1000):
             request = QuoteRequest.model_validate(random_request(rng))
             stored_request = json.loads(json.dumps(request.model_dump(mode="json")))
-            body, every = compute_body(session, request, cache, version, 10, 0, DEFAULT_POLICY,
-                                       NOW, gated=True)
+            body, every = compute_body(session, request, cache, version, WorkBudget(10), 0,
+                                       DEFAULT_POLICY, NOW, gated=True)
             stored, stored_lines = json.loads(json.dumps([body, every]))
             again = QuoteRequest.model_validate(stored_request)
-            fresh, fresh_lines = compute_body(session, again, cache, version, 10, 0,
-                                              DEFAULT_POLICY, NOW, gated=True)
+            fresh, fresh_lines = compute_body(session, again, cache, version, WorkBudget(10),
+                                              0, DEFAULT_POLICY, NOW, gated=True)
             assert _differences(stored, stored_lines, fresh, fresh_lines) == []
             lines += len(stored_lines)
     engine.dispose()

@@ -106,9 +106,11 @@ class QuoteAndOfferLinks(LINKED.as_state_machine()):  # type: ignore[misc]
 
 def test_linked_operations_statefully() -> None:
     QuoteAndOfferLinks.seen.clear()
+    # Derandomised: whether a random walk happens to follow every link must not decide the
+    # suite (one run in many followed no linked PUT); the walk is fixed by the schema.
     QuoteAndOfferLinks.run(settings=hypothesis.settings(
         max_examples=max(50, EXAMPLES // 4), stateful_step_count=8, deadline=None,
-        suppress_health_check=list(hypothesis.HealthCheck)))
+        derandomize=True, suppress_health_check=list(hypothesis.HealthCheck)))
     seen = QuoteAndOfferLinks.seen
     # Each link was really followed with a live id (and the offer's ETag), not just fuzzed.
     assert seen[("POST", "/v1/quotes", 201)] > 0, seen

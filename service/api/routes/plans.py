@@ -16,6 +16,7 @@ from service.api.schemas.plans import (
     PlanSearchRequest,
     PlanSearchResponse,
 )
+from service.api.work import ClientGoneDep
 from service.api.workers import run_cpu_bound
 from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.search import SearchRequest, search
@@ -41,6 +42,7 @@ def optimise_parallelism(
     ],
     accelerators: AcceleratorsDep,
     settings: SettingsDep,
+    gone: ClientGoneDep,
 ) -> PlanSearchResponse:
     """Enumerate every valid tp/pp/dp/cp/ep/vp, micro-batch, ZeRO stage, recomputation and
     sequence-parallel layout, evaluate them in bulk with the estimate's model, drop those that
@@ -73,7 +75,7 @@ def optimise_parallelism(
             price_per_gpu_hour_usd=price_map, energy=energy,
             max_candidates=settings.search_max_candidates, deadline_s=settings.search_deadline_s,
         ),
-        time.monotonic,
+        time.monotonic, stop=gone,
     )
     http_request.app.state.metrics.candidates.inc(result.stats.candidates_evaluated)
     return PlanSearchResponse.from_core(result, request.objective, model, energy,

@@ -42,6 +42,7 @@ from service.api.schemas.quotes import (
     QuoteSummaryOut,
     VerifyOut,
 )
+from service.api.work import ClientGoneDep, WorkBudget, request_budget
 from service.catalog import policies
 from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
@@ -80,12 +81,13 @@ IdempotencyKey = Annotated[str | None, Header(
                 "stored quote.")]
 
 def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCache,
-                 version_id: str, max_candidates: int, workers: int, policy: Policy,
+                 version_id: str, budget: WorkBudget, workers: int, policy: Policy,
                  now: dt.datetime, *, gated: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Everything of a quote that is computed (no id or timestamps), and every line."""
+    """Everything of a quote that is computed (no id or timestamps), and every line; its
+    searches within ``budget``."""
     if request.budget is not None:
         _check_currency(session, request.budget.currency, version_id)
-    jobs = size_workload(request, cache, max_candidates, workers)
+    jobs = size_workload(request, cache, budget, workers)
     computed = price(session, request, jobs, version_id, policy, now, gated=gated)
     return quote_body(computed, request, all_lines=False)
 
@@ -155,7 +157,7 @@ def create_quote(
         "70B on 256 H100": {"summary": "Llama 3.1 70B estimate, all terms, budget and deadline",
                             "value": QUOTE_EXAMPLE}})],
     session: SessionDep, accelerators: AcceleratorsDep, settings: SettingsDep,
-    principal: QuotesWrite, idempotency_key: IdempotencyKey = None,
+    principal: QuotesWrite, gone: ClientGoneDep, idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Every matching offer of the catalogue version (default current) as a line: on-demand
     and spot with goodput loss, reserved (dedicated and amortised), capacity blocks and
@@ -172,7 +174,7 @@ def create_quote(
     policy = _policy(session, body.policy, settings.default_policy)
     now = dt.datetime.now(dt.UTC)
     computed, lines = compute_body(
-        session, body, accelerators, version.id, settings.search_max_candidates,
+        session, body, accelerators, version.id, request_budget(settings, gone),
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy)))
     row = _new_quote(request, principal, idempotency_key, hash_, canonical, version.id,
@@ -320,7 +322,7 @@ def _differences(stored: dict[str, Any], stored_lines: list[dict[str, Any]],
              response_model=VerifyOut, responses=problem_responses(401, 403, 404, 422))
 def verify_quote(
     session: SessionDep, reader: ReaderDep, accelerators: AcceleratorsDep,
-    settings: SettingsDep, quote_id: QuoteId,
+    settings: SettingsDep, gone: ClientGoneDep, quote_id: QuoteId,
 ) -> VerifyOut:
     """Recompute from the stored request, catalogue version, policy revision and date; every
     amount, rule outcome and the verdict must match (a mismatch is a bug, or a different
@@ -331,7 +333,7 @@ def verify_quote(
     policy = _policy(session, row.policy_name, None, row.policy_revision)
     named = stored.get("policy_result", {}).get("builtin") is False or bool(row.policy_name)
     fresh, fresh_lines = compute_body(
-        session, request, accelerators, row.catalog_version_id, settings.search_max_candidates,
+        session, request, accelerators, row.catalog_version_id, request_budget(settings, gone),
         settings.search_workers, policy, as_utc(row.created_at), gated=_gated(request, named))
     differences = _differences(
         stored, _stored_lines(row), QuoteOut.model_validate({**stored, **fresh}).model_dump(
@@ -367,7 +369,7 @@ def list_quote_lines(
              status_code=201, response_class=Response, responses=QUOTE_RESPONSES)
 def requote_quote(
     request: Request, session: SessionDep, accelerators: AcceleratorsDep,
-    settings: SettingsDep, principal: QuotesWrite, quote_id: QuoteId,
+    settings: SettingsDep, principal: QuotesWrite, gone: ClientGoneDep, quote_id: QuoteId,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """A new quote from the same request on the current catalogue and the policy's newest
@@ -389,7 +391,7 @@ def requote_quote(
     policy = _policy(session, old.policy_name or body.policy, settings.default_policy)
     now = dt.datetime.now(dt.UTC)
     computed, lines = compute_body(
-        session, body, accelerators, version.id, settings.search_max_candidates,
+        session, body, accelerators, version.id, request_budget(settings, gone),
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy or old.policy_name)))
     row = _new_quote(request, principal, key, hash_, canonical, version.id,
@@ -405,7 +407,7 @@ def plan_budget(
         "70B within 3M USD": {"summary": "Llama 3.1 70B, H100 or A100, 3M USD, 60 days",
                               "value": BUDGET_PLAN_EXAMPLE}})],
     session: SessionDep, accelerators: AcceleratorsDep, settings: SettingsDep,
-    _: QuotesRead,
+    _: QuotesRead, gone: ClientGoneDep,
 ) -> BudgetPlanOut:
     """For every candidate accelerator and GPU count, the optimiser's fastest plan is priced
     on every matching offer and judged by the policy. Answers the lines whose ``total`` (the
@@ -415,4 +417,4 @@ def plan_budget(
     _check_currency(session, body.budget.currency, version.id)
     policy = _policy(session, body.policy, settings.default_policy)
     return budget_plan(body, session, accelerators, settings, version.id, policy,
-                       dt.datetime.now(dt.UTC))
+                       dt.datetime.now(dt.UTC), request_budget(settings, gone))

@@ -29,6 +29,7 @@ import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 sys.path.insert(0, os.getcwd())  # the checkout being probed, before this file's own tree
 
@@ -256,18 +257,22 @@ def small_defects(client: TestClient, catalog: dict[str, str],
     return rows
 
 
+def llama_405b_on(step: int) -> dict[str, Any]:
+    """Llama 3.1 405B on four accelerators, every ``step`` GPUs from ``step`` to 16,384."""
+    return {"model": {"preset": "llama3.1-405b"},
+            "training": {"seq_len": 8192, "global_batch_seqs": 2048, "tokens": 15.6e12},
+            "clusters": [{"accelerator": a, "num_gpus_range": {"start": step, "stop": 16384,
+                                                                "step": step}}
+                         for a in ("h100-sxm5-80gb", "h200-sxm-141gb", "b200-sxm-180gb",
+                                   "a100-sxm4-80gb")]}
+
+
 def unbounded_work(client: TestClient) -> list[Row]:
-    """The costliest anonymous requests: a search space far past the cap, and a budget plan
-    over 64 (accelerator, GPU count) pairs of 405B searches."""
+    """The costliest anonymous requests: a plan search over 1,024 pairs with every dimension
+    free, and a budget plan over 128 (accelerator, GPU count) pairs of 405B searches."""
     rows = []
     huge = Row("plan search over 1,024 405B pairs, every dimension free")
-    body = {"model": {"preset": "llama3.1-405b"},
-            "training": {"seq_len": 8192, "global_batch_seqs": 2048, "tokens": 15.6e12},
-            "clusters": [{"accelerator": a, "num_gpus_range": {"start": 64, "stop": 16384,
-                                                                "step": 64}}
-                         for a in ("h100-sxm5-80gb", "h200-sxm-141gb", "b200-sxm-180gb",
-                                   "a100-sxm4-80gb")],
-            "constraints": {}}
+    body = {**llama_405b_on(64), "constraints": {}}
     statuses: list[int] = []
 
     def ask() -> None:
@@ -278,13 +283,7 @@ def unbounded_work(client: TestClient) -> list[Row]:
     huge.notes.append(f"{statuses[0]} after {cpu:.2f} CPU s, peak RSS +{rss / 1e6:.0f} MB")
     rows.append(huge)
     plans = Row("budget plan over 128 405B (accelerator, GPU count) pairs")
-    body = {"model": {"preset": "llama3.1-405b"},
-            "training": {"seq_len": 8192, "global_batch_seqs": 2048, "tokens": 15.6e12},
-            "clusters": [{"accelerator": a, "num_gpus_range": {"start": 512, "stop": 16384,
-                                                                "step": 512}}
-                         for a in ("h100-sxm5-80gb", "h200-sxm-141gb", "b200-sxm-180gb",
-                                   "a100-sxm4-80gb")],
-            "budget": {"amount": "100000000.00", "currency": "USD"}}
+    body = {**llama_405b_on(512), "budget": {"amount": "100000000.00", "currency": "USD"}}
     start = time.perf_counter()
     answer = client.post("/v1/budget-plans", json=body)
     plans.answer(answer.status_code)

@@ -22,10 +22,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from service.api import workers
-from service.catalog.db import make_engine
 from service.catalog.keys import create_key
-from service.catalog.migrate import upgrade
-from service.catalog.seed import seed_catalog
+from service.catalog.migrate import migrate_and_seed
 from service.settings import Settings
 from tests.live_server import live_server
 
@@ -112,12 +110,7 @@ def _children_cpu_s() -> float:
 
 def test_a_search_whose_client_has_gone_stops(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/gone.sqlite3"
-    upgrade(url)
-    engine = make_engine(url)
-    with Session(engine) as session:
-        seed_catalog(session)
-        session.commit()
-    engine.dispose()
+    migrate_and_seed(url)
     body = json.dumps({**MANY_PAIRS, "budget": {"amount": "1000000.00",
                                                  "currency": "USD"}}).encode()
     settings = Settings(database_url=url, search_workers=2, search_deadline_s=300.0)

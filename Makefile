@@ -7,7 +7,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv browser run migrate test lint typecheck pytest accuracy calibrate bench bench-catalog bench-optimiser bench-load optimiser-vs-published openapi manifests clean
+.PHONY: venv browser run migrate test lint typecheck pytest accuracy band calibrate bench bench-catalog bench-optimiser bench-load optimiser-vs-published openapi manifests clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,14 @@ pytest: venv browser
 
 test: lint typecheck pytest
 
+# Per-row table, then in-sample, leave-one-source-out, leave-one-stack-out and unfitted-row
+# errors, and the band's out-of-sample coverage (about 30 s).
 accuracy: venv
 	$(BIN)/python -m benchmarks.accuracy
+	$(BIN)/python -m benchmarks.band
+
+band: venv
+	$(BIN)/python -m benchmarks.band
 
 calibrate: venv
 	$(BIN)/python -m benchmarks.calibrate

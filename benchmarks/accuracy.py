@@ -36,6 +36,7 @@ from service.core.estimate import Estimate, estimate
 from service.core.specs import (
     AcceleratorSpec,
     ClusterSpec,
+    Framework,
     MlpKind,
     ModelSpec,
     ParallelismPlan,
@@ -63,6 +64,10 @@ class RowInputs:
     measured_tokens_per_s_per_gpu: float
     measured_memory_gib: float | None
     trust: str
+    source: str
+    """The document, for leave-one-source-out."""
+    role: str
+    """``fit``: the point model's constants were fitted on it; ``validation``: never fitted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +150,7 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
         tokens=1e12,
         precision=Precision(row["precision"]),
         flash_attention=not row["id"].startswith(UNFUSED_ATTENTION_PREFIXES),
+        framework=Framework(row.get("framework") or "unknown"),
     )
     memory = row["measured_memory_gib"].strip()
     return RowInputs(
@@ -157,7 +163,17 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
         measured_tokens_per_s_per_gpu=float(row["measured_tokens_per_s_per_gpu"]),
         measured_memory_gib=float(memory) if memory else None,
         trust=row["trust"],
+        source=document_of(row),
+        role=row.get("role") or "fit",
     )
+
+
+def document_of(row: dict[str, str]) -> str:
+    """The cited document: the source up to its first table, figure or file detail."""
+    text = row["source"]
+    for stop in (";", " Table", " table", " Fig", " (", ","):
+        text = text.split(stop)[0]
+    return text.strip()
 
 
 def seed_accelerators() -> dict[str, AcceleratorSpec]:

@@ -162,16 +162,27 @@ def leave_one_source_out(rows: list[RowInputs]) -> list[tuple[str, float]]:
     return errors
 
 
+def leave_one_stack_out(rows: list[RowInputs]) -> list[tuple[str, float]]:
+    """Refit without each training framework's rows and predict them (fit rows only)."""
+    errors: list[tuple[str, float]] = []
+    for stack in sorted({r.training.framework for r in rows}):
+        train = [r for r in rows if r.training.framework != stack]
+        cal = fit(train, DEFAULT_CALIBRATION, TIME_KNOBS, time_loss)
+        errors += [(r.id, evaluate(r, cal).error_fraction) for r in rows
+                   if r.training.framework == stack]
+    return errors
+
+
 def main() -> int:
     if "--holdout" in sys.argv:
-        held = leave_one_source_out(usable_inputs())
+        held = leave_one_source_out([r for r in usable_inputs() if r.role == "fit"])
         for row_id, error in held:
             print(f"{row_id:40s} {error:+.1%}")
         values = [abs(e) for _, e in held]
         print(f"leave-one-source-out: median {statistics.median(values):.1%}, "
               f"p90 {percentile(values, 0.9):.1%}, max {max(values):.1%} over {len(values)} rows")
         return 0
-    rows = usable_inputs()
+    rows = [r for r in usable_inputs() if r.role == "fit"]  # validation rows stay unseen
     cal = DEFAULT_CALIBRATION
     for _ in range(2):
         cal = fit(rows, cal, TIME_KNOBS, time_loss)

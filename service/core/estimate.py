@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.core.calibration import DEFAULT_CALIBRATION, Calibration
+from service.core.calibration import DEFAULT_CALIBRATION, Band, Calibration
 from service.core.flops import TokenFlops, token_flops
 from service.core.geometry import PlanVars, build_geometry
 from service.core.memory import MemoryBreakdown, memory_breakdown, stage_activation_bytes
@@ -144,6 +144,8 @@ def estimate(
     job = job_figures(step.step_s, plan_vars, training, n, flops, peak, power_w, energy.pue)
     tokens_per_s = job.tokens_per_s
     mfu = job.mfu_fraction
+    band = calibration.band_for(framework=training.framework, moe=model.is_moe,
+                                accelerator_id=acc.id)
     throughput = Throughput(
         step=step,
         tokens_per_s=tokens_per_s,
@@ -153,9 +155,9 @@ def estimate(
         train_s=job.train_s,
         gpu_hours=job.gpu_hours,
         num_steps=job.num_steps,
-        # A prediction that ran high by r on the fit rows means truth = predicted / (1 + r).
-        tokens_per_s_low=tokens_per_s / (1.0 + calibration.residual_high_fraction),
-        tokens_per_s_high=tokens_per_s / (1.0 + calibration.residual_low_fraction),
+        # A prediction that ran high by r on out-of-sample rows means truth = predicted/(1+r).
+        tokens_per_s_low=tokens_per_s / (1.0 + band.high_fraction),
+        tokens_per_s_high=tokens_per_s / (1.0 + band.low_fraction),
     )
     energy_result = Energy(
         kwh=job.kwh,
@@ -185,9 +187,16 @@ def estimate(
         energy=energy_result,
         num_micro_batches=layout.num_micro_batches,
         warnings=tuple(warnings),
-        assumptions=_assumptions(plan, training),
+        assumptions=(*_assumptions(plan, training), _band_note(band)),
         calibration_version=calibration.version,
     )
+
+
+def _band_note(band: Band) -> str:
+    return (f"80% band from the '{band.regime}' regime: predictions ran "
+            f"{band.low_fraction:+.0%} to {band.high_fraction:+.0%} off on {band.rows} "
+            "published runs the model was not fitted on "
+            f"({band.coverage_fraction:.0%} covered out of sample)")
 
 
 def _assumptions(plan: ParallelismPlan, training: TrainingSpec) -> tuple[str, ...]:

@@ -35,6 +35,22 @@ class Precision(StrEnum):
     FP8 = "fp8"
 
 
+class Framework(StrEnum):
+    """The training software stack. It selects the uncertainty band (residuals of published
+    runs on that stack, docs/validation.md); ``unknown`` takes the band of every stack."""
+
+    MEGATRON = "megatron"
+    """Megatron-LM, NeMo, Megatron-Bridge (Megatron-Core)."""
+    TORCHTITAN = "torchtitan"
+    FSDP = "fsdp"
+    """PyTorch FSDP trainers: Composer/llm-foundry, fms-fsdp, HF accelerate, lit-gpt."""
+    DEEPSPEED = "deepspeed"
+    """DeepSpeed ZeRO and Megatron-DeepSpeed."""
+    MAXTEXT = "maxtext"
+    """JAX: MaxText and its TPU/GPU recipes."""
+    UNKNOWN = "unknown"
+
+
 class RecomputeMode(StrEnum):
     """Activation recomputation (Korthikanti et al. 2022, section 5)."""
 
@@ -316,6 +332,8 @@ class TrainingSpec:
     flash_attention: bool = True
     """Fused attention that never stores the s x s score matrix (Dao et al. 2022). Off models
     the unfused kernels of 2021-era Megatron-LM (Korthikanti et al. 2022, Table 2, 5as/t)."""
+    framework: Framework = Framework.UNKNOWN
+    """The software stack; it selects the uncertainty band (``Calibration.band_for``)."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.seq_len, "training.seq_len", maximum=100_000_000)

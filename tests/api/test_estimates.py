@@ -156,3 +156,34 @@ class TestCreateEstimate:
         response = client.post("/v1/estimates", content=chunks(),
                                headers={"content-type": "application/json"})
         assert_problem(response, 413)
+
+
+class TestFrameworkBand:
+    """training.framework picks the 80% band's regime (issue 15): a named stack with
+    published runs gets that stack's out-of-sample band, unknown the pooled, widest one."""
+
+    def band(self, client: TestClient, framework: str | None) -> tuple[float, float, Any]:
+        body = copy.deepcopy(ESTIMATE_EXAMPLE)
+        if framework is not None:
+            body["training"]["framework"] = framework
+        answer = client.post("/v1/estimates", json=body)
+        assert answer.status_code == 200, answer.text
+        time = answer.json()["time"]
+        return (time["tokens_per_s_low"] / time["tokens_per_s"],
+                time["tokens_per_s_high"] / time["tokens_per_s"], answer.json())
+
+    def test_unknown_is_the_default_and_the_widest(self, client: TestClient) -> None:
+        default = self.band(client, None)
+        unknown = self.band(client, "unknown")
+        megatron = self.band(client, "megatron")
+        assert default[:2] == unknown[:2]
+        assert unknown[0] < megatron[0] < 1.0 < megatron[1] < unknown[1]
+        assert any("'megatron' regime" in a for a in megatron[2]["assumptions"])
+        assert any("'unknown' regime" in a for a in default[2]["assumptions"])
+        # The point estimate does not depend on the stack; only the band does.
+        assert megatron[2]["time"]["tokens_per_s"] == unknown[2]["time"]["tokens_per_s"]
+
+    def test_an_unknown_stack_name_is_422_naming_the_field(self, client: TestClient) -> None:
+        body = copy.deepcopy(ESTIMATE_EXAMPLE)
+        body["training"]["framework"] = "pytorch-lightning-9000"
+        assert_problem(client.post("/v1/estimates", json=body), 422, "training.framework")

@@ -13,6 +13,7 @@ from service.core.specs import (
     AcceleratorSpec,
     ClusterSpec,
     EnergySpec,
+    Framework,
     MlpKind,
     ModelSpec,
     ParallelismPlan,
@@ -186,6 +187,14 @@ class ParallelismIn(RequestModel):
         )
 
 
+FRAMEWORK_DESCRIPTION = (
+    "The training stack: megatron (Megatron-LM, NeMo, Megatron-Bridge), torchtitan, fsdp "
+    "(PyTorch FSDP trainers such as Composer/llm-foundry or HF accelerate), deepspeed, "
+    "maxtext (JAX), or unknown. It selects the uncertainty band (tokens_per_s_low/high, "
+    "from published runs on that stack the model was not fitted on); unknown, the default, "
+    "takes the widest. The regime used is named in assumptions.")
+
+
 class TrainingIn(RequestModel):
     seq_len: int = Field(
         strict=True, ge=1, le=10_000_000, description="Tokens per sequence.", examples=[8192]
@@ -202,6 +211,7 @@ class TrainingIn(RequestModel):
     )
     precision: Precision = Field(default=Precision.BF16, description="Matmul precision.")
     flash_attention: bool = Field(strict=True, default=True, description="Fused attention kernel.")
+    framework: Framework = Field(default=Framework.UNKNOWN, description=FRAMEWORK_DESCRIPTION)
 
     def to_core(self) -> TrainingSpec:
         return TrainingSpec(
@@ -210,6 +220,7 @@ class TrainingIn(RequestModel):
             tokens=self.tokens,
             precision=self.precision,
             flash_attention=self.flash_attention,
+            framework=self.framework,
         )
 
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from service.api.schemas.common import RequestModel
 from service.api.schemas.estimate import (
+    FRAMEWORK_DESCRIPTION,
     ClusterIn,
     Count,
     EnergyIn,
@@ -24,6 +25,7 @@ from service.core.specs import (
     AcceleratorSpec,
     ClusterSpec,
     EnergySpec,
+    Framework,
     ModelSpec,
     Precision,
     TrainingSpec,
@@ -116,6 +118,7 @@ class PlanTrainingIn(RequestModel):
     tokens: float = Field(strict=True, gt=0, le=1e18, examples=[300e9])
     precision: Precision = Precision.BF16
     flash_attention: bool = Field(strict=True, default=True)
+    framework: Framework = Field(default=Framework.UNKNOWN, description=FRAMEWORK_DESCRIPTION)
 
     @model_validator(mode="after")
     def _one_batch(self) -> Self:
@@ -133,7 +136,7 @@ class PlanTrainingIn(RequestModel):
     def to_core(self, global_batch_seqs: int) -> TrainingSpec:
         return TrainingSpec(seq_len=self.seq_len, global_batch_seqs=global_batch_seqs,
                             tokens=self.tokens, precision=self.precision,
-                            flash_attention=self.flash_attention)
+                            flash_attention=self.flash_attention, framework=self.framework)
 
     def batches(self) -> list[int]:
         if self.global_batch_seqs is not None:

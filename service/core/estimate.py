@@ -176,6 +176,10 @@ def estimate(
             f"{acc.id} has no published training runs in the calibration set; its efficiency "
             "uses the default fit, so the uncertainty is larger"
         )
+    if model.vocab_size_assumed:
+        warnings.append(
+            f"vocab_size not given: assumed {model.vocab_size:,} (Llama 3's tokenizer); the "
+            "logits' compute and memory scale with it")
     if mfu > 0.8:
         warnings.append(f"predicted MFU {mfu:.0%} is above what published runs reach")
     return Estimate(

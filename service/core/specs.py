@@ -35,6 +35,12 @@ class Precision(StrEnum):
     FP8 = "fp8"
 
 
+DEFAULT_VOCAB_SIZE = 128_256
+"""The vocabulary assumed when a caller gives none: Llama 3's tokenizer (Meta, Llama 3 model
+card and tokenizer.json: 128,000 BPE tokens + 256 special), the largest common open vocabulary,
+so the logits' compute and memory are not understated."""
+
+
 class Framework(StrEnum):
     """The training software stack. It selects the uncertainty band (residuals of published
     runs on that stack, docs/validation.md); ``unknown`` takes the band of every stack."""
@@ -132,6 +138,9 @@ class ModelSpec:
     moe_ffn_hidden_size: int | None = None
     num_dense_layers: int = 0
     mla: MlaSpec | None = None
+    vocab_size_assumed: bool = False
+    """True when the caller gave no vocabulary and ``DEFAULT_VOCAB_SIZE`` stands in (the
+    estimate then warns)."""
 
     def __post_init__(self) -> None:
         limits = {

@@ -66,6 +66,22 @@ class TestCreateEstimate:
         assert params["total"] == pytest.approx(46.7e9, rel=0.01)
         assert params["active"] == pytest.approx(12.9e9, rel=0.01)
 
+    def test_a_model_without_a_vocabulary_is_estimated_with_a_warning(
+            self, client: TestClient) -> None:
+        """Issue 15: four published runs were refused for a missing vocab_size."""
+        model = {"num_layers": 32, "hidden_size": 4096, "num_heads": 32, "num_kv_heads": 8,
+                 "ffn_hidden_size": 14336, "mlp": "swiglu"}
+        without = client.post("/v1/estimates", json=body(model=model))
+        assert without.status_code == 200, without.text
+        assert any("vocab_size not given: assumed 128,256" in w
+                   for w in without.json()["warnings"])
+        given = client.post("/v1/estimates", json=body(model={**model, "vocab_size": 128256}))
+        assert given.json()["params"] == without.json()["params"]
+        assert not any("vocab_size" in w for w in given.json()["warnings"])
+        # A preset with an architecture field is still refused, vocab_size included.
+        assert_problem(client.post("/v1/estimates", json=body(
+            model={"preset": "llama3.1-8b", "vocab_size": 1000})), 422)
+
     def test_dp_defaults_to_the_remaining_gpus(self, client: TestClient) -> None:
         request = body()
         del request["parallelism"]["dp"]

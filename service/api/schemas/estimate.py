@@ -10,6 +10,7 @@ from service.api.schemas.common import RequestModel
 from service.core.estimate import Estimate
 from service.core.presets import get_preset
 from service.core.specs import (
+    DEFAULT_VOCAB_SIZE,
     AcceleratorSpec,
     ClusterSpec,
     EnergySpec,
@@ -29,8 +30,8 @@ ARCHITECTURE_REQUIRED = (
     "num_heads",
     "num_kv_heads",
     "ffn_hidden_size",
-    "vocab_size",
 )
+ARCHITECTURE_FIELDS = (*ARCHITECTURE_REQUIRED, "vocab_size")
 
 
 class ModelIn(RequestModel):
@@ -71,8 +72,9 @@ class ModelIn(RequestModel):
     )
     mlp: MlpKind = Field(default=MlpKind.SWIGLU, description="MLP type.")
     vocab_size: int | None = Field(
-        strict=True, default=None, ge=1, le=100_000_000, description="Vocabulary."
-    )
+        strict=True, default=None, ge=1, le=100_000_000,
+        description=f"Vocabulary. Default {DEFAULT_VOCAB_SIZE:,} (Llama 3's tokenizer), with a "
+                    "warning in the answer.")
     tied_embeddings: bool = Field(
         strict=True, default=False, description="Output head shares embeddings."
     )
@@ -98,7 +100,7 @@ class ModelIn(RequestModel):
 
     @model_validator(mode="after")
     def _preset_or_architecture(self) -> Self:
-        given = [name for name in ARCHITECTURE_REQUIRED if getattr(self, name) is not None]
+        given = [name for name in ARCHITECTURE_FIELDS if getattr(self, name) is not None]
         if self.preset is not None and given:
             raise ValueError(
                 f"give either preset or an architecture, not both (also given: {', '.join(given)})"
@@ -121,7 +123,8 @@ class ModelIn(RequestModel):
             head_dim=self.head_dim,
             ffn_hidden_size=self.ffn_hidden_size or 0,
             mlp=self.mlp,
-            vocab_size=self.vocab_size or 0,
+            vocab_size=self.vocab_size or DEFAULT_VOCAB_SIZE,
+            vocab_size_assumed=self.vocab_size is None,
             tied_embeddings=self.tied_embeddings,
             num_experts=self.num_experts,
             experts_per_token=self.experts_per_token,

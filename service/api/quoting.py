@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service import __version__
+from service.api.auto import resolve_plan
 from service.api.deps import AcceleratorCache
 from service.api.schemas.estimate import ModelIn, plan_dict
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
@@ -199,8 +200,8 @@ def size_workload(request: QuoteRequest, cache: AcceleratorCache, budget: WorkBu
         accelerator = cache.require(est.cluster.accelerator,
                                     "workload.estimate.cluster.accelerator")
         cluster = est.cluster.to_core(accelerator)
-        plan = est.parallelism.to_core(cluster.num_gpus)
         training = est.training.to_core()
+        plan, _ = resolve_plan(model, cluster, est.parallelism, training, energy)
         result = estimate(model, cluster, plan, training, energy=energy)
         return [_job(accelerator, cluster, model, plan, training, energy, result,
                      est.training.global_batch_seqs)]

@@ -203,3 +203,37 @@ class TestFrameworkBand:
         body = copy.deepcopy(ESTIMATE_EXAMPLE)
         body["training"]["framework"] = "pytorch-lightning-9000"
         assert_problem(client.post("/v1/estimates", json=body), 422, "training.framework")
+
+
+class TestAutoFields:
+    """vp, micro_batch and recompute may be "auto" (issue 15): callers who do not know a
+    run's value get the optimiser's fastest that fits, not vp = 1 or a refusal."""
+
+    def test_auto_picks_a_fitting_layout_no_slower_than_the_defaults(
+            self, client: TestClient) -> None:
+        fixed = client.post("/v1/estimates", json=body(**{
+            "parallelism.vp": 1, "parallelism.micro_batch": 1, "parallelism.recompute": "full"}))
+        auto = client.post("/v1/estimates", json=body(**{
+            "parallelism.vp": "auto", "parallelism.micro_batch": "auto",
+            "parallelism.recompute": "auto"}))
+        assert auto.status_code == 200, auto.text
+        data = auto.json()
+        assert data["memory"]["fits"] is True
+        assert data["time"]["tokens_per_s"] >= fixed.json()["time"]["tokens_per_s"] * (1 - 1e-9)
+        chosen = data["resolved"]["parallelism"]
+        assert chosen["recompute"] in ("none", "selective", "full")
+        assert isinstance(chosen["vp"], int)
+        notes = [a for a in data["assumptions"] if '"auto": the optimiser chose' in a]
+        assert len(notes) == 3
+        # Estimating the chosen layout directly gives the same figures.
+        again = client.post("/v1/estimates", json=body(**{
+            f"parallelism.{k}": chosen[k] for k in ("vp", "micro_batch", "recompute")}))
+        assert again.json()["time"]["tokens_per_s"] == data["time"]["tokens_per_s"]
+
+    def test_auto_is_refused_in_a_searchs_fixed_fields(self, client: TestClient) -> None:
+        request = {"model": {"preset": "llama3.1-8b"},
+                   "training": {"seq_len": 4096, "global_batch_seqs": 256, "tokens": 1e11},
+                   "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8},
+                   "constraints": {"fixed": {"vp": "auto"}}}
+        response = client.post("/v1/parallelism-plans", json=request)
+        assert response.status_code == 422

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from fastapi import APIRouter, Body
 
+from service.api.auto import resolve_plan
 from service.api.deps import AcceleratorsDep
 from service.api.problems import problem_responses
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE, EstimateRequest, EstimateResponse
@@ -28,13 +30,17 @@ def create_estimate(
     ],
     accelerators: AcceleratorsDep,
 ) -> EstimateResponse:
-    """FLOPs, memory per GPU, step time with its breakdown, throughput, MFU, energy."""
+    """FLOPs, memory per GPU, step time with its breakdown, throughput, MFU, energy.
+    ``vp``, ``micro_batch`` and ``recompute`` may be ``"auto"``: the optimiser picks the
+    fastest value that fits, named in ``assumptions`` and in ``resolved``."""
     model = request.model.to_core()
     accelerator = accelerators.require(request.cluster.accelerator, "cluster.accelerator")
     cluster = request.cluster.to_core(accelerator)
-    plan = request.parallelism.to_core(cluster.num_gpus)
     training = request.training.to_core()
     energy = request.energy.to_core()
+    plan, chosen = resolve_plan(model, cluster, request.parallelism, training, energy)
     result = estimate(model, cluster, plan, training, energy=energy)
+    if chosen:
+        result = dataclasses.replace(result, assumptions=(*result.assumptions, *chosen))
     return EstimateResponse.from_core(result, model=model, cluster=cluster, plan=plan,
                                       energy=energy)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
@@ -156,6 +157,17 @@ class ClusterIn(RequestModel):
         return ClusterSpec(accelerator=accelerator, num_gpus=self.num_gpus, gpus_per_node=per_node)
 
 
+class Auto(StrEnum):
+    """The optimiser chooses this field (an enum rather than a const, so that generated
+    clients parse the integer-or-auto union)."""
+
+    AUTO = "auto"
+
+
+AUTO = Auto.AUTO
+AUTO_FIELDS = ("vp", "micro_batch", "recompute")
+
+
 class ParallelismIn(RequestModel):
     tp: Count = Field(default=1, description="Tensor-parallel size.")
     pp: Count = Field(default=1, description="Pipeline-parallel stages.")
@@ -164,13 +176,22 @@ class ParallelismIn(RequestModel):
     )
     cp: Count = Field(default=1, description="Context-parallel size (splits the sequence).")
     ep: Count = Field(default=1, description="Expert-parallel size (MoE; within tp*dp*cp).")
-    vp: Count = Field(default=1, description="Virtual pipeline stages per GPU (interleaving).")
-    micro_batch: Count = Field(default=1, description="Sequences per micro-batch.")
+    vp: Count | Auto = Field(default=1, description=(
+        "Virtual pipeline stages per GPU (interleaving), or \"auto\": the fastest that fits, "
+        "chosen by the optimiser with the other fields fixed."))
+    micro_batch: Count | Auto = Field(default=1, description=(
+        "Sequences per micro-batch, or \"auto\" (chosen by the optimiser)."))
     sequence_parallel: bool = Field(
         strict=True, default=True, description="Megatron sequence parallelism."
     )
     zero_stage: int = Field(strict=True, default=1, ge=0, le=3, description="ZeRO stage; 3 = FSDP.")
-    recompute: RecomputeMode = Field(default=RecomputeMode.NONE, description="Recomputation.")
+    recompute: RecomputeMode | Auto = Field(default=RecomputeMode.NONE, description=(
+        "Recomputation, or \"auto\": the least that fits with the fastest step, chosen by "
+        "the optimiser."))
+
+    def auto_dimensions(self) -> frozenset[str]:
+        """The fields given as \"auto\" (the optimiser chooses them)."""
+        return frozenset(name for name in AUTO_FIELDS if getattr(self, name) == AUTO)
 
     def to_core(self, num_gpus: int) -> ParallelismPlan:
         dp = self.dp
@@ -182,11 +203,12 @@ class ParallelismIn(RequestModel):
             dp=dp,
             cp=self.cp,
             ep=self.ep,
-            vp=self.vp,
-            micro_batch=self.micro_batch,
+            vp=self.vp if isinstance(self.vp, int) else 1,
+            micro_batch=self.micro_batch if isinstance(self.micro_batch, int) else 1,
             sequence_parallel=self.sequence_parallel,
             zero_stage=self.zero_stage,
-            recompute=self.recompute,
+            recompute=(self.recompute if isinstance(self.recompute, RecomputeMode)
+                       else RecomputeMode.NONE),
         )
 
 

@@ -154,6 +154,9 @@ class FixedParallelismIn(ParallelismIn):
     def _no_dp(self) -> Self:
         if self.dp is not None:
             raise ValueError("dp is derived from the GPU count; leave it out")
+        if self.auto_dimensions():
+            raise ValueError("\"auto\" is for estimates; in a search, list the dimension in "
+                             "constraints.vary instead")
         return self
 
 

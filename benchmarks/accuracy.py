@@ -168,6 +168,17 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
     )
 
 
+TWO_WORD_PUBLISHERS = ("NVIDIA", "PyTorch", "DeepSpeed")
+
+
+def family_of(row: RowInputs) -> str:
+    """The publisher and document family a row comes from: one left-out unit."""
+    words = row.source.split()
+    if words[0] in TWO_WORD_PUBLISHERS and len(words) > 1:
+        return " ".join(words[:2])
+    return words[0]
+
+
 def document_of(row: dict[str, str]) -> str:
     """The cited document: the source up to its first table, figure or file detail."""
     text = row["source"]

@@ -46,9 +46,12 @@ GRAD_BYTES_PER_PARAM = 4.0
 """fp32 gradient accumulation buffer (Megatron-LM ``main_grad``; FSDP2 reduce dtype fp32)."""
 OPTIMIZER_BYTES_PER_PARAM = 12.0
 """Adam: fp32 master weights, first and second moments (Rajbhandari et al. 2020, K = 12)."""
-LOGITS_BYTES_PER_ENTRY = 10.0
-"""bf16 logits (2), the fp32 copy the cross-entropy works on (4) and its fp32 gradient (4),
-all alive when the loss backward starts."""
+LOGITS_BYTES_PER_ENTRY = 6.0
+"""Peak bytes per logit: the bf16 output of the head (2) while the fused cross-entropy holds
+its fp32 copy (4). Megatron-LM's ``VocabParallelCrossEntropy`` (megatron/core/tensor_parallel/
+cross_entropy.py) exponentiates the fp32 copy in place, saves it for backward and writes the
+gradient into the same buffer, so no third copy exists (issue 15: the constant was 10, which
+counted that gradient separately, against this docstring's 6)."""
 UNFUSED_ATTENTION_BYTES = 5.0
 """Per token, head and key without a fused kernel: softmax output (2), dropout mask (1) and
 dropout output (2) (Korthikanti et al. 2022, Table 2, the 5as/t term)."""

@@ -42,8 +42,10 @@ so the logits' compute and memory are not understated."""
 
 
 class Framework(StrEnum):
-    """The training software stack. It selects the uncertainty band (residuals of published
-    runs on that stack, docs/validation.md); ``unknown`` takes the band of every stack."""
+    """The training software stack. It sets the fitted stack efficiency and ZeRO-3 exposure
+    (``Calibration.stack_efficiency``, ``stack_dp_exposed_fraction``) and selects the
+    uncertainty band (docs/validation.md); ``unknown`` takes the geometric mean of the
+    stacks' efficiency and the band of every stack."""
 
     MEGATRON = "megatron"
     """Megatron-LM, NeMo, Megatron-Bridge (Megatron-Core)."""
@@ -342,7 +344,7 @@ class TrainingSpec:
     """Fused attention that never stores the s x s score matrix (Dao et al. 2022). Off models
     the unfused kernels of 2021-era Megatron-LM (Korthikanti et al. 2022, Table 2, 5as/t)."""
     framework: Framework = Framework.UNKNOWN
-    """The software stack; it selects the uncertainty band (``Calibration.band_for``)."""
+    """The software stack: its fitted efficiency and its uncertainty band."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.seq_len, "training.seq_len", maximum=100_000_000)

@@ -253,7 +253,8 @@ def _micro_batch_time(
     elementwise_s = (
         cal.elementwise_passes * per_micro_batch_bytes * passes / 3.0 / acc.hbm_bytes_per_s
     )
-    compute_s = linear_s + logits_s + attention_s + elementwise_s
+    compute_s = (linear_s + logits_s + attention_s + elementwise_s) / cal.stack_efficiency_for(
+        training.framework)
 
     # Tensor parallel: 4 collectives per layer (+2 with full recompute) of tokens*h bf16.
     tp_volume = tokens * h * ACTIVATION_COMM_BYTES
@@ -337,7 +338,8 @@ def step_time(
     dp_comm = _dp_traffic_s(params, geo.dp_group_size, plan.zero_stage, dp_bw, cal, xp) + (
         _dp_traffic_s(experts, geo.expert_dp_group_size, plan.zero_stage, dp_bw, cal, xp)
     )
-    exposed = xp.maximum(dp_comm - micro_batch_s, cal.dp_comm_min_exposed_fraction * dp_comm)
+    exposed = xp.maximum(dp_comm - micro_batch_s,
+                         cal.dp_exposed_fraction_for(training.framework) * dp_comm)
     # FSDP (ZeRO-3 without PP) gathers and reduces every micro-batch, overlapping with it.
     dp_exposed = xp.where((plan.zero_stage == 3) & (plan.pp == 1), m * exposed, exposed)
 

@@ -67,7 +67,8 @@ def test_generated_client_against_the_app(generated: str, migrated_engine: Engin
                 "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 64,
                             "gpus_per_node": 8},
                 "parallelism": {"tp": 4, "pp": 4, "dp": 2, "cp": 2, "vp": 5},
-                "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12}}))
+                "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12,
+                             "framework": "megatron"}}))
         assert isinstance(estimate, models.EstimateResponse)
         assert 1000 < estimate.time.tokens_per_s_per_gpu < 1250  # NVIDIA measured 1113
         assert estimate.memory.fits is True

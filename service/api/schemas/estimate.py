@@ -215,9 +215,11 @@ class ParallelismIn(RequestModel):
 FRAMEWORK_DESCRIPTION = (
     "The training stack: megatron (Megatron-LM, NeMo, Megatron-Bridge), torchtitan, fsdp "
     "(PyTorch FSDP trainers such as Composer/llm-foundry or HF accelerate), deepspeed, "
-    "maxtext (JAX), or unknown. It selects the uncertainty band (tokens_per_s_low/high, "
-    "from published runs on that stack the model was not fitted on); unknown, the default, "
-    "takes the widest. The regime used is named in assumptions.")
+    "maxtext (JAX), or unknown. It sets the stack's fitted efficiency (and, for FSDP and "
+    "DeepSpeed, how much ZeRO-3 traffic is exposed) and selects the uncertainty band "
+    "(tokens_per_s_low/high, from out-of-sample residuals of published runs on that stack). "
+    "unknown, the default, takes the stacks' geometric-mean efficiency and the widest band. "
+    "The regime used is named in assumptions.")
 
 
 class TrainingIn(RequestModel):
@@ -299,7 +301,8 @@ ESTIMATE_EXAMPLE: dict[str, Any] = {
         "zero_stage": 1,
         "recompute": "none",
     },
-    "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12, "precision": "bf16"},
+    "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12, "precision": "bf16",
+                 "framework": "megatron"},
 }
 
 

@@ -229,7 +229,8 @@ class BudgetPlanRequest(RequestModel):
 
 BUDGET_PLAN_EXAMPLE: dict[str, Any] = {
     "model": {"preset": "llama3.1-70b"},
-    "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 2e12},
+    "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 2e12,
+                 "framework": "megatron"},
     "clusters": [{"accelerator": "h100-sxm5-80gb", "num_gpus_range": {"start": 128,
                                                                       "stop": 512,
                                                                       "step": 128}},

@@ -240,3 +240,15 @@ class TestAutoFields:
                    "constraints": {"fixed": {"vp": "auto"}}}
         response = client.post("/v1/parallelism-plans", json=request)
         assert response.status_code == 422
+
+
+def test_memory_reports_its_headroom(client: TestClient) -> None:
+    data = client.post("/v1/estimates", json=ESTIMATE_EXAMPLE).json()["memory"]
+    assert data["headroom_bytes"] == pytest.approx(
+        data["capacity_bytes_per_gpu"] - data["peak_bytes_per_gpu"])
+    assert (data["headroom_bytes"] >= 0) == data["fits"]
+    tight = client.post("/v1/estimates", json=body(**{"parallelism.tp": 1, "parallelism.pp": 1,
+                                                      "parallelism.cp": 1, "parallelism.dp": 64,
+                                                      "parallelism.vp": 1})).json()["memory"]
+    assert tight["fits"] is False
+    assert tight["headroom_bytes"] < 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import random
 import threading
 from collections import Counter
@@ -61,7 +62,12 @@ def random_request(rng: random.Random) -> dict[str, Any]:
 NOW = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
 
 
-def test_a_thousand_random_quotes_recompute_to_the_cent(
+RANDOM_QUOTES = int(os.environ.get("CQ_RANDOM_QUOTES", "500"))
+"""Random quote requests recomputed (1,000 measured in session 4; 500 keeps make test under 10
+minutes on 2 cores)."""
+
+
+def test_random_quotes_recompute_to_the_cent(
     database_url_factory: Callable[[str], str]
 ) -> None:
     url = database_url_factory("sqlite")
@@ -76,7 +82,7 @@ def test_a_thousand_random_quotes_recompute_to_the_cent(
     lines = 0
     with factory() as session:
         version = get_version(session, None).id
-        for _ in range(1000):
+        for _ in range(RANDOM_QUOTES):
             request = QuoteRequest.model_validate(random_request(rng))
             stored_request = json.loads(json.dumps(request.model_dump(mode="json")))
             body, every = compute_body(session, request, cache, version, WorkBudget(10), 0,
@@ -88,7 +94,7 @@ def test_a_thousand_random_quotes_recompute_to_the_cent(
             assert _differences(stored, stored_lines, fresh, fresh_lines) == []
             lines += len(stored_lines)
     engine.dispose()
-    assert lines > 5000
+    assert lines > 5 * RANDOM_QUOTES
 
 
 @pytest.mark.postgres

@@ -280,12 +280,14 @@ def test_chunking_does_not_change_the_answer(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_search_never_loses_to_a_published_layout() -> None:
-    # Every usable validation row: a published layout that fits and lies in the search space
-    # must not beat the optimiser's best plan under our own model (issue 4, quality).
+    # Every original validation row (the 51 Megatron, torchtitan and MosaicML runs; the TPU
+    # and 8,192-GPU rows added for issue 15 would make this 23 s): a published layout that
+    # fits and lies in the search space must not beat the optimiser's best plan under our own
+    # model (issue 4, quality). `make optimiser-vs-published` runs every row.
     from benchmarks.accuracy import usable_inputs
     from benchmarks.optimiser_vs_published import check, compare
 
-    comparisons = [compare(inputs) for inputs in usable_inputs()]
+    comparisons = [compare(inputs) for inputs in usable_inputs() if inputs.role == "fit"]
     assert len(comparisons) >= 50
     assert check(comparisons) == []
     assert sum(c.published_fits for c in comparisons) >= 40

@@ -345,6 +345,10 @@ class MemoryBreakdownOut(BaseModel):
 class MemoryOut(BaseModel):
     peak_bytes_per_gpu: float
     capacity_bytes_per_gpu: float
+    headroom_bytes: float = Field(description=(
+        "capacity_bytes_per_gpu - peak_bytes_per_gpu: what is left on the most loaded GPU "
+        "(negative: by how much it overflows). The peak is an estimate; its fitted terms "
+        "(fragmentation, overhead, selective recomputation) come from 4 torchtitan rows."))
     fits: bool
     breakdown_bytes: MemoryBreakdownOut
 
@@ -364,7 +368,9 @@ class TimeOut(BaseModel):
     step_s: float
     tokens_per_s: float
     tokens_per_s_per_gpu: float
-    tokens_per_s_low: float = Field(description="80% band, low end (calibration residuals).")
+    tokens_per_s_low: float = Field(description=(
+        "80% band, low end: out-of-sample residuals of published runs in the request's regime "
+        "(training.framework, MoE, uncalibrated accelerator), named in assumptions."))
     tokens_per_s_high: float = Field(description="80% band, high end.")
     mfu_fraction: float
     hfu_fraction: float
@@ -439,6 +445,7 @@ class EstimateResponse(BaseModel):
             memory=MemoryOut(
                 peak_bytes_per_gpu=mem.peak_bytes,
                 capacity_bytes_per_gpu=mem.capacity_bytes,
+                headroom_bytes=mem.capacity_bytes - mem.peak_bytes,
                 fits=mem.fits,
                 breakdown_bytes=MemoryBreakdownOut(
                     weights=mem.weights_bytes,

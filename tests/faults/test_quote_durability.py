@@ -33,8 +33,8 @@ from tests.live_server import live_server, server_process
 PEPPER = Settings().api_key_pepper.get_secret_value()
 QUOTE = {"workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 1000,
                                     "num_gpus": 8}}, "providers": ["lambda"]}
-TOTAL_QUOTES = int(os.environ.get("CQ_DURABILITY_QUOTES", "1000"))
-KILL_RUN_S = float(os.environ.get("CQ_KILL_RUN_S", "15"))
+TOTAL_QUOTES = int(os.environ.get("CQ_DURABILITY_QUOTES", "700"))
+KILL_RUN_S = float(os.environ.get("CQ_KILL_RUN_S", "10"))
 
 
 def _prepare(url: str) -> str:

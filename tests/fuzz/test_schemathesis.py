@@ -23,7 +23,7 @@ from service.catalog.seed import seed_catalog
 from service.main import create_app
 from service.settings import Settings
 
-EXAMPLES = int(os.environ.get("CQ_FUZZ_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("CQ_FUZZ_EXAMPLES", "50"))
 
 _folder = tempfile.mkdtemp(prefix="cq-fuzz-")
 _url = f"sqlite:///{_folder}/fuzz.sqlite3"

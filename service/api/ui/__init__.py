@@ -550,9 +550,11 @@ def _quote_page(status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(html, status_code=status)
 
 
-def _quote_error(status: int, detail: str) -> HTMLResponse:
+def _quote_error(status: int, detail: str, quote_id: str | None = None) -> HTMLResponse:
+    """The error page; with a ``quote_id`` it offers the key form (401, 403, 404)."""
     title = PROBLEM_TITLES.get(status, "The quote could not be shown")
-    return _quote_page(status, error={"status": status, "title": title, "detail": detail})
+    return _quote_page(status, quote_id=quote_id,
+                       error={"status": status, "title": title, "detail": detail})
 
 
 async def _form_key(request: Request) -> str | None:
@@ -576,10 +578,9 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
     elif auth := request.headers.get("authorization"):
         headers["Authorization"] = auth
     else:
-        return _quote_page(401, quote_id=quote_id, error={
-            "status": 401, "title": PROBLEM_TITLES[401],
-            "detail": "A stored quote can be read by the key that made it, keys of its team "
-                      "and quotes:admin keys. Give a key with quotes:read to open it."})
+        return _quote_error(401, "A stored quote can be read by the key that made it, keys of "
+                                 "its team and quotes:admin keys. Give a key with quotes:read "
+                                 "to open it.", quote_id)
     verified: dict[str, Any] | None = None
     verify_error = None
     async with _api(request) as client:
@@ -590,11 +591,7 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
             if response.status_code == 404:
                 detail = (f"There is no stored quote {quote_id} that this key may read: it "
                           "may not exist, or belong to another principal.")
-            return _quote_page(response.status_code, quote_id=quote_id, error={
-                "status": response.status_code,
-                "title": PROBLEM_TITLES.get(response.status_code,
-                                            "The quote could not be shown"),
-                "detail": detail})
+            return _quote_error(response.status_code, detail, quote_id)
         if verify:
             answer = await client.post(f"/v1/quotes/{quote_id}/verify", headers=headers)
             if answer.status_code == 200:

@@ -1,17 +1,16 @@
-"""The estimate's 80% band, from residuals on runs the point model was not fitted on.
+"""The estimate's 80% band, from out-of-sample residuals.
 
 For every usable row of ``benchmarks/data/published-runs.csv`` the residual is
-(predicted / measured - 1) of tokens/s per GPU, taken out of sample:
-- rows the point model was fitted on (``role`` = fit): predicted by a refit without the row's
-  source (``benchmarks.calibrate.leave_one_source_out``);
-- validation rows (``role`` = validation, documents the fit never saw): predicted by the
-  shipped calibration.
+(predicted / measured - 1) of tokens/s per GPU, predicted by a refit without the row's source
+family (``make holdout``: ``benchmarks.calibrate.leave_one_source_out``, stored in
+``benchmarks/data/holdout.csv``).
 
 Each row belongs to one regime (``Calibration.regime_of``: an uncalibrated accelerator, an MoE
 model, else its training framework). A regime's band is the split-conformal pair of order
-statistics of its residuals: the floor((n+1)/10)-th and ceil((n+1)*9/10)-th (Angelopoulos and
-Bates 2021, section 1), so that at least 80% of new runs from the same regime fall inside.
-Regimes with fewer than ``MIN_ROWS`` rows use ``unknown``, which pools every row.
+statistics of its residuals: the floor((n+1) t)-th and ceil((n+1)(1 - t))-th (Angelopoulos and
+Bates 2021, section 1), with the tail t starting at 10% and widened (``TAILS``) until the
+regime covers 80% out of sample. Regimes with fewer than ``MIN_ROWS`` rows use ``unknown``,
+which pools every row.
 
 Coverage is then checked out of sample: each source family's rows are judged by bands derived
 without that family. Usage: ``make band`` or ``python -m benchmarks.band``; paste the printed

@@ -31,7 +31,12 @@ from benchmarks.accuracy import (
     summarise,
     usable_inputs,
 )
-from service.core.calibration import DEFAULT_CALIBRATION, Calibration, GemmEfficiency
+from service.core.calibration import (
+    DEFAULT_CALIBRATION,
+    Calibration,
+    GemmEfficiency,
+    half_efficiency,
+)
 from service.core.specs import Framework, Precision
 from service.core.units import bytes_to_gib
 
@@ -273,18 +278,18 @@ def leave_one_stack_out(rows: list[RowInputs]) -> list[tuple[str, float]]:
 def physical_start() -> Calibration:
     """Where every fit starts and what its prior pulls towards: the constants of calibration
     2026-11-22.1 (fitted on the 51 original rows from physically motivated starting points),
-    every stack at Megatron's efficiency, and the new accelerators at the default. A fixed
-    reference, so the shipped fit and the leave-one-source-out refits run the same procedure
-    (the 51 original rows leak into it a little, through a weak prior)."""
-    a100 = GemmEfficiency(by_precision={Precision.BF16: 0.721, Precision.FP16: 0.721})
-    h100 = GemmEfficiency(by_precision={Precision.BF16: 0.7345, Precision.FP16: 0.7345,
-                                        Precision.FP8: 0.6197})
-    default = GemmEfficiency(by_precision={Precision.BF16: 0.721, Precision.FP16: 0.721,
-                                           Precision.FP8: 0.6197})
+    every stack at Megatron's efficiency, the new accelerators at the default, and FSDP/ZeRO-3
+    stacks at half their data-parallel traffic exposed (a multiplicative coordinate descent
+    cannot travel from 5% to 50% past the stack factor's local optimum; started here it
+    reaches a lower loss). A fixed reference, so the shipped fit and the leave-one-source-out
+    refits run the same procedure (the 51 original rows leak into it a little, through a weak
+    prior)."""
+    a100 = half_efficiency(0.721)
+    h100 = half_efficiency(0.7345, fp8=0.6197)
+    default = half_efficiency(0.721, fp8=0.6197)
     table = {**DEFAULT_CALIBRATION.gemm_efficiency, "a100-sxm4-80gb": a100,
              "a100-sxm4-40gb": a100, "h100-sxm5-80gb": h100,
-             "h100-96gb-500w": GemmEfficiency(by_precision={
-                 Precision.BF16: 0.5069, Precision.FP16: 0.5069, Precision.FP8: 0.3738})}
+             "h100-96gb-500w": half_efficiency(0.5069, fp8=0.3738)}
     for accelerator in NEWLY_FITTED:
         table[accelerator] = h100 if accelerator in H100_SILICON else default
     return dataclasses.replace(
@@ -298,18 +303,6 @@ def physical_start() -> Calibration:
         stack_efficiency={"megatron": 1.0, "torchtitan": 1.0, "fsdp": 1.0, "deepspeed": 1.0,
                           "maxtext": 1.0, "unknown": 1.0},
         stack_dp_exposed_fraction={"fsdp": 0.5, "deepspeed": 0.5})
-
-
-def with_new_accelerators(cal: Calibration) -> Calibration:
-    """The fit's starting point: accelerators without a fitted entry start from the default
-    efficiency, and FSDP/ZeRO-3 stacks from half their data-parallel traffic exposed (a
-    multiplicative coordinate descent cannot travel from 5% to 80% past the stack factor's
-    local optimum; started here it reaches a lower loss)."""
-    table = dict(cal.gemm_efficiency)
-    for accelerator in NEWLY_FITTED:
-        table.setdefault(accelerator, table["default"])
-    exposed = {"fsdp": 0.5, "deepspeed": 0.5, **cal.stack_dp_exposed_fraction}
-    return dataclasses.replace(cal, gemm_efficiency=table, stack_dp_exposed_fraction=exposed)
 
 
 def main() -> int:

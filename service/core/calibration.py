@@ -32,8 +32,8 @@ class GemmEfficiency:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Band:
-    """The 80% band of one regime: the 10th and 90th percentiles of (predicted / measured - 1)
-    on published runs the point model was not fitted on (split conformal, Vovk et al. 2005;
+    """The 80% band of one regime: order statistics of (predicted / measured - 1) on published
+    runs, each predicted by a refit without its source family (split conformal, Vovk et al. 2005;
     Angelopoulos and Bates 2021, section 1: the ceil((n+1) q)-th order statistics).
     Derived by ``python -m benchmarks.band`` (docs/validation.md, "The band")."""
 
@@ -103,8 +103,8 @@ class Calibration:
     optimizer; the first all-gather and the last reduce-scatter cannot overlap at all, Zhao et
     al. 2023, PyTorch FSDP, section 4). Fitted."""
     bands: dict[str, Band]
-    """The 80% band by regime: ``uncalibrated`` accelerators, ``moe`` models, then the
-    framework; ``unknown`` pools every out-of-sample row."""
+    """The 80% band by regime (``regime_of``); a regime without its own band, such as
+    ``uncalibrated``, takes ``unknown``, which pools every out-of-sample row."""
 
     def gemm_efficiency_for(self, accelerator_id: str, precision: Precision) -> float:
         table = self.gemm_efficiency.get(accelerator_id, self.gemm_efficiency["default"])
@@ -134,7 +134,7 @@ class Calibration:
         return framework.value
 
 
-def _half(efficiency: float, *, fp8: float | None = None) -> GemmEfficiency:
+def half_efficiency(efficiency: float, *, fp8: float | None = None) -> GemmEfficiency:
     """One efficiency for bf16 and fp16 (the same tensor-core rate), and fp8 where fitted."""
     table = {Precision.BF16: efficiency, Precision.FP16: efficiency}
     if fp8 is not None:
@@ -153,23 +153,23 @@ DEFAULT_CALIBRATION = Calibration(
         "rows. Out-of-sample figures (leave one family out) are in docs/validation.md."
     ),
     gemm_efficiency={
-        "a100-sxm4-80gb": _half(0.721),
-        "a100-sxm4-40gb": _half(0.721),
+        "a100-sxm4-80gb": half_efficiency(0.721),
+        "a100-sxm4-40gb": half_efficiency(0.721),
         # H200 and H800 are H100 silicon (NVIDIA H200 and H800 datasheets).
-        "h100-sxm5-80gb": _half(0.7131, fp8=0.6574),
-        "h200-sxm-141gb": _half(0.7131, fp8=0.6574),
-        "h800-sxm5-80gb": _half(0.7131, fp8=0.6574),
-        "h100-96gb-500w": _half(0.5148, fp8=0.396),
-        "b200-sxm-180gb": _half(0.7141, fp8=0.588),
-        "gb200-nvl72": _half(0.7141, fp8=0.588),
-        "tpu-v4": _half(0.7903),
-        "tpu-v5e": _half(0.813),
-        "tpu-v5p": _half(0.8921),
-        "tpu-v6e": _half(0.728),
+        "h100-sxm5-80gb": half_efficiency(0.7131, fp8=0.6574),
+        "h200-sxm-141gb": half_efficiency(0.7131, fp8=0.6574),
+        "h800-sxm5-80gb": half_efficiency(0.7131, fp8=0.6574),
+        "h100-96gb-500w": half_efficiency(0.5148, fp8=0.396),
+        "b200-sxm-180gb": half_efficiency(0.7141, fp8=0.588),
+        "gb200-nvl72": half_efficiency(0.7141, fp8=0.588),
+        "tpu-v4": half_efficiency(0.7903),
+        "tpu-v5e": half_efficiency(0.813),
+        "tpu-v5p": half_efficiency(0.8921),
+        "tpu-v6e": half_efficiency(0.728),
         # Accelerators without published runs: a conservative prior, below every fitted
         # GPU (issue 15: they used to get the best calibrated GPU's efficiency), with the
         # widest band.
-        "default": _half(0.60, fp8=0.50),
+        "default": half_efficiency(0.60, fp8=0.50),
     },
     gemm_shape_ridge_multiple=1.4,
     attention_efficiency_fraction=0.5578,

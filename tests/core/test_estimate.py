@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 
 import pytest
@@ -154,8 +155,12 @@ class TestGoldenPublishedRuns:
         that derivation gives, so a model change without ``make holdout``/``make band``
         fails here."""
         from benchmarks.band import bands, choose_tails, coverage, residuals
+        from benchmarks.calibrate import HOLDOUT
         from service.core.calibration import DEFAULT_CALIBRATION
 
+        with HOLDOUT.open(encoding="utf-8") as handle:
+            versions = {r["code_calibration"] for r in csv.DictReader(handle)}
+        assert versions == {DEFAULT_CALIBRATION.version}, "run make holdout, then make band"
         sample = residuals(usable_inputs())
         tails = choose_tails(sample)
         _, overall = coverage(sample, tails)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -25,7 +29,7 @@ from service.api.routes import (
 )
 from service.api.shedding import LoadSheddingMiddleware
 from service.api.ui import router as ui_router
-from service.api.workers import set_memory_limit
+from service.api.workers import prestart, set_memory_limit
 from service.catalog.db import make_engine, make_session_factory
 from service.settings import Settings
 
@@ -61,6 +65,25 @@ def dispose(app: FastAPI) -> None:
     app.state.cache_engine.dispose()
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """At start-up, bring the search workers up in the background (issue 16: the first search
+    after start-up waited for them); not at construction, so building an app has no side
+    effect on processes."""
+    prestart(app.state.settings.search_workers)
+    # Read the accelerator catalogue once in the background (the first request otherwise
+    # pays the first query's compilation); a database that is not up yet is not an error
+    # here: the first request reads it then.
+    warm = asyncio.create_task(asyncio.to_thread(_warm_accelerators, app))
+    yield
+    warm.cancel()
+
+
+def _warm_accelerators(app: FastAPI) -> None:
+    with contextlib.suppress(Exception):
+        app.state.accelerators.all()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the application. The engine is created lazily: it connects on first use."""
     settings = settings or Settings()
@@ -73,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_unique_id_function=operation_id,
         docs_url=None,
         redoc_url=None,
+        lifespan=_lifespan,
     )
     engine = make_engine(settings.resolved_database_url, pool_size=settings.db_pool_size,
                          max_overflow=settings.db_pool_overflow)

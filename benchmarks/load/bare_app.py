@@ -21,3 +21,14 @@ def bare_get() -> dict[str, bool]:
 @app.post("/bare")
 def bare_post(body: dict[str, Any]) -> dict[str, int]:
     return {"fields": len(body)}
+
+
+@app.get("/bare-async")
+async def bare_async_get() -> dict[str, bool]:
+    """The issue-16 baseline: an ``async def`` endpoint, no thread-pool hand-off."""
+    return {"ok": True}
+
+
+@app.post("/bare-async")
+async def bare_async_post(body: dict[str, Any]) -> dict[str, int]:
+    return {"fields": len(body)}

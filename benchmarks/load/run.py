@@ -105,31 +105,39 @@ TABLE_HEAD = ("| endpoint | req/s | p50 ms | p99 ms | errors | req/s ÷ bare | p
 
 def closed_loop_pair(service_url: str, method: str, path: str, body: dict[str, Any] | None,
                      connections: int, duration_s: int) -> tuple[dict[str, float], ...]:
+    """The service, a bare sync endpoint and a bare ``async def`` one (issue 16's baseline),
+    each measured the same way in the same run."""
     with bare_server() as bare:
         base = wrk(bare, "/bare", connections=connections, duration_s=duration_s,
                    body=body if method == "POST" else None)
+        base_async = wrk(bare, "/bare-async", connections=connections, duration_s=duration_s,
+                         body=body if method == "POST" else None)
     figures = wrk(service_url, path, connections=connections, duration_s=duration_s,
                   body=body)
-    return base, figures
+    return base, figures, base_async
 
 
 def scenario_estimates(sqlite_url: str, duration_s: int) -> dict[str, Any]:
     with server_process({**SERVICE_ENV, "CQ_DATABASE_URL": sqlite_url}) as server:
-        base, figures = closed_loop_pair(server.url, "POST", "/v1/estimates", ESTIMATE_EXAMPLE,
-                                         32, duration_s)
+        base, figures, base_async = closed_loop_pair(
+            server.url, "POST", "/v1/estimates", ESTIMATE_EXAMPLE, 32, duration_s)
     print(TABLE_HEAD)
-    print(ratio_row("bare FastAPI `POST /bare`", base, base))
-    print(ratio_row("`POST /v1/estimates`", figures, base))
-    return {"scenario": "estimates", "bare": base, "service": figures}
+    print(ratio_row("bare FastAPI `async def` `POST /bare-async`", base_async, base_async))
+    print(ratio_row("bare FastAPI sync `POST /bare` (vs async)", base, base_async))
+    print(ratio_row("`POST /v1/estimates` (vs async)", figures, base_async))
+    return {"scenario": "estimates", "bare": base, "bare_async": base_async,
+            "service": figures}
 
 
 def scenario_offers(pg_url: str, duration_s: int) -> dict[str, Any]:
     with server_process({**SERVICE_ENV, "CQ_DATABASE_URL": pg_url}) as server:
-        base, figures = closed_loop_pair(server.url, "GET", OFFERS_PATH, None, 32, duration_s)
+        base, figures, base_async = closed_loop_pair(server.url, "GET", OFFERS_PATH, None, 32,
+                                                     duration_s)
     print(TABLE_HEAD)
-    print(ratio_row("bare FastAPI `GET /bare`", base, base))
-    print(ratio_row(f"`GET {OFFERS_PATH}` (PostgreSQL)", figures, base))
-    return {"scenario": "offers", "bare": base, "service": figures}
+    print(ratio_row("bare FastAPI `async def` `GET /bare-async`", base_async, base_async))
+    print(ratio_row("bare FastAPI sync `GET /bare` (vs async)", base, base_async))
+    print(ratio_row(f"`GET {OFFERS_PATH}` (PostgreSQL, vs async)", figures, base_async))
+    return {"scenario": "offers", "bare": base, "bare_async": base_async, "service": figures}
 
 
 def scenario_quotes(pg_url: str, key: str, duration_s: int, rate: float) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def check_scope(principal: Principal | None, scope: str) -> Principal:
 def require(scope: str) -> Any:
     """A dependency that demands ``scope``."""
 
-    def dependency(principal: CallerDep) -> Principal:
+    async def dependency(principal: CallerDep) -> Principal:  # no I/O: no thread hand-off
         return check_scope(principal, scope)
 
     return Depends(dependency)
@@ -62,7 +62,7 @@ def require(scope: str) -> Any:
 def read_access(scope: str) -> Any:
     """Open unless ``CQ_REQUIRE_READ_AUTH`` is set; then it demands ``scope``."""
 
-    def dependency(principal: CallerDep, settings: SettingsDep) -> Principal:
+    async def dependency(principal: CallerDep, settings: SettingsDep) -> Principal:
         if not settings.require_read_auth:
             return principal or Principal(name=ANONYMOUS, scopes=())
         return check_scope(principal, scope)

@@ -55,6 +55,11 @@ class AcceleratorCache:
                     self._specs, self._loaded_at = specs, self._clock()
             return specs
 
+    def fresh(self) -> bool:
+        """Whether ``all()`` would answer from memory, without a database read (so an
+        ``async def`` endpoint may call it on the event loop)."""
+        return self._specs is not None and self._clock() - self._loaded_at < self._ttl_s
+
     def get(self, accelerator_id: str) -> AcceleratorSpec:
         spec = self.all().get(accelerator_id)
         if spec is None:
@@ -76,7 +81,7 @@ class AcceleratorCache:
             self._specs = None
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -100,7 +105,8 @@ def commit_before_answer(session: Session) -> None:
         raise CommitFailedError(type(exc).__name__) from exc
 
 
-def get_accelerators(request: Request) -> AcceleratorCache:
+async def get_accelerators(request: Request) -> AcceleratorCache:
+    """No I/O here (the cache reads lazily), so no thread-pool hand-off for the dependency."""
     cache: AcceleratorCache = request.app.state.accelerators
     return cache
 

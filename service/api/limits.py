@@ -21,7 +21,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.problems import send_problem
-from service.api.work import CLIENT_GONE_KEY
+from service.api.work import CLIENT_GONE_KEY, CLIENT_WATCH_KEY
 
 
 class _DuplicateKeyError(ValueError):
@@ -120,10 +120,12 @@ class BodySizeLimitMiddleware:
             return
         # With the body read, the next message from the server is the disconnect: watch for
         # it, so that work for a client that has gone can stop (a search polls this event
-        # from its thread; issue 14).
+        # from its thread; issue 14). The watcher starts only when something asks (the
+        # client_gone dependency, or the app waiting for the disconnect): a task per request
+        # cost every estimate (issue 16).
         gone = threading.Event()
-        scope.setdefault("state", {})[CLIENT_GONE_KEY] = gone
         disconnected = asyncio.Event()
+        watcher: asyncio.Task[None] | None = None
 
         async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
@@ -131,7 +133,14 @@ class BodySizeLimitMiddleware:
             gone.set()
             disconnected.set()
 
-        watcher = asyncio.create_task(watch())
+        def start_watching() -> None:
+            nonlocal watcher
+            if watcher is None:
+                watcher = asyncio.get_running_loop().create_task(watch())
+
+        state = scope.setdefault("state", {})
+        state[CLIENT_GONE_KEY] = gone
+        state[CLIENT_WATCH_KEY] = start_watching
         replayed = False
 
         async def replay() -> Message:
@@ -139,13 +148,15 @@ class BodySizeLimitMiddleware:
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": body, "more_body": False}
+            start_watching()
             await disconnected.wait()
             return {"type": "http.disconnect"}
 
         try:
             await self.app(scope, replay, send)
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
 
     @staticmethod
     async def _reject(scope: Scope, send: Send, limit: int) -> None:

@@ -27,6 +27,8 @@ from service.core.search import SearchTooLargeError
 from service.settings import Settings
 
 CLIENT_GONE_KEY = "cq_client_gone"
+CLIENT_WATCH_KEY = "cq_client_watch"
+"""Scope state: a callable that starts watching for the disconnect (on the event loop)."""
 """``scope["state"]`` key of the ``threading.Event`` the body middleware sets when the client
 disconnects (service/api/limits.py)."""
 
@@ -101,9 +103,14 @@ def request_budget(settings: Settings, gone: Callable[[], bool] = never) -> Work
                       cancelled=gone)
 
 
-def client_gone(request: Request) -> Callable[[], bool]:
-    """True once this request's client has disconnected (callable from any thread)."""
-    event = request.scope.get("state", {}).get(CLIENT_GONE_KEY)
+async def client_gone(request: Request) -> Callable[[], bool]:
+    """True once this request's client has disconnected (callable from any thread). Runs on
+    the event loop, where it starts the body middleware's disconnect watcher."""
+    state = request.scope.get("state", {})
+    start = state.get(CLIENT_WATCH_KEY)
+    if callable(start):
+        start()
+    event = state.get(CLIENT_GONE_KEY)
     if isinstance(event, threading.Event):
         return event.is_set
     return never

@@ -23,9 +23,10 @@ from sqlalchemy.orm import Session
 
 from service.catalog.errors import ConflictError, NotFoundError
 from service.catalog.models import ApiKey
+from service.catalog.scopes import SCOPES
 
-SCOPES = ("catalog:read", "catalog:write", "quotes:read", "quotes:write", "quotes:admin",
-          "policies:read", "policies:write")
+__all__ = ["SCOPES", "authenticate", "create_key", "grants", "list_keys", "revoke_key"]
+
 KEY_PATTERN = re.compile(r"^cq_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

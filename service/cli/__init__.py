@@ -4,6 +4,9 @@
 ``CQ_API_URL``) or run the same app in process (``--local``); see ``service/cli/commands.py``.
 ``cq keys`` manages API keys in the database named by ``CQ_DATABASE_URL`` (or the embedded
 SQLite default), so it runs where the database is reachable: a laptop, or a one-off pod.
+
+The database layer, the settings and the in-process app are imported by the commands that
+use them, not here: ``cq --help`` and the remote commands start without them (issue 16).
 """
 
 from __future__ import annotations
@@ -14,11 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from service.catalog.db import make_engine, make_session_factory, unit_of_work
-from service.catalog.errors import CatalogError
-from service.catalog.keys import SCOPES, create_key, list_keys, revoke_key
+from service.catalog.scopes import SCOPES
 from service.cli import commands
-from service.settings import Settings
 
 app = typer.Typer(help="ComputeQuote: what will it take to train this model?",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -49,6 +49,11 @@ def keys_create(
              "its own (quotes:admin reads all).")] = None,
 ) -> None:
     """Create a key and print it once; only its hash is stored."""
+    from service.catalog.db import make_engine, make_session_factory, unit_of_work
+    from service.catalog.errors import CatalogError
+    from service.catalog.keys import create_key
+    from service.settings import Settings
+
     settings = Settings()
     engine = make_engine(settings.resolved_database_url)
     try:
@@ -67,6 +72,10 @@ def keys_create(
 @keys_app.command("list")
 def keys_list() -> None:
     """Every key with its scopes (never the key itself)."""
+    from service.catalog.db import make_engine, make_session_factory, unit_of_work
+    from service.catalog.keys import list_keys
+    from service.settings import Settings
+
     settings = Settings()
     engine = make_engine(settings.resolved_database_url)
     try:
@@ -85,6 +94,11 @@ def keys_list() -> None:
 @keys_app.command("revoke")
 def keys_revoke(name: Annotated[str, typer.Argument(help="The key's name.")]) -> None:
     """Revoke a key at once; requests with it get 401."""
+    from service.catalog.db import make_engine, make_session_factory, unit_of_work
+    from service.catalog.errors import CatalogError
+    from service.catalog.keys import revoke_key
+    from service.settings import Settings
+
     settings = Settings()
     engine = make_engine(settings.resolved_database_url)
     try:

@@ -8,11 +8,19 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
+
+
+def _httpx() -> Any:
+    """httpx, imported when a command first talks HTTP (it costs a tenth of a second)."""
+    import httpx
+
+    return httpx
 TIMEOUT_S = 660.0  # above the longest search deadline the service accepts (600 s)
 
 
@@ -60,7 +68,7 @@ class Api:
         try:
             response = self.client.request(method, path, json=json, params=query,
                                            headers=sent, content=content)
-        except httpx.TransportError as exc:
+        except _httpx().TransportError as exc:
             raise CliError(f"cannot reach the service at {self.client.base_url}: {exc}. "
                            "Start it (cq serve), point --api/CQ_API_URL at it, or use "
                            "--local") from None
@@ -72,7 +80,7 @@ class Api:
 @contextmanager
 def connect(api_url: str, api_key: str | None, local: bool) -> Iterator[Api]:
     if not local:
-        with httpx.Client(base_url=api_url, timeout=TIMEOUT_S) as client:
+        with _httpx().Client(base_url=api_url, timeout=TIMEOUT_S) as client:
             yield Api(client, api_key)
         return
     from service.api.auth import Principal, caller

@@ -33,15 +33,17 @@ from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.errors import InvalidSpecError, NoFeasiblePlanError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate, job_figures
 from service.core.flops import token_flops
-from service.core.geometry import PlanVars, build_geometry
+from service.core.geometry import PlanVars, build_geometry, shard_unit
 from service.core.memory import memory_breakdown, stage_activation_bytes
 from service.core.params import count_parameters
 from service.core.specs import (
     ClusterSpec,
     EnergySpec,
     ModelSpec,
+    Offload,
     ParallelismPlan,
     RecomputeMode,
+    ShardUnit,
     TrainingSpec,
 )
 from service.core.timing import step_time
@@ -126,6 +128,13 @@ class SearchStats:
     @property
     def candidates_per_s(self) -> float:
         return self.candidates_evaluated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def covered_fraction(self) -> float:
+        """Share of the enumerated candidates that were evaluated (1 unless truncated)."""
+        if self.candidates_total <= 0:
+            return 1.0
+        return min(1.0, self.candidates_evaluated / self.candidates_total)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,31 +244,66 @@ def _inner(space: SearchSpace) -> tuple[list[int], list[int]]:
 
 def _columns(skeletons: Sequence[_Skeleton], zeros: Sequence[int], codes: Sequence[int],
              batch: int) -> dict[str, np.ndarray]:
-    """All candidates of the skeletons as int64/bool columns."""
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in (
-        "tp", "pp", "cp", "dp", "ep", "vp", "micro_batch", "zero_stage", "recompute", "sp")}
-    for sk in skeletons:
-        grid = np.meshgrid(np.array(sk.vps), np.array(sk.micro_batches), np.array(zeros),
-                           np.array(codes), np.array(sk.sps), indexing="ij")
-        size = grid[0].size
-        for key, value in (("tp", sk.tp), ("pp", sk.pp), ("cp", sk.cp), ("dp", sk.dp),
-                           ("ep", sk.ep)):
-            parts[key].append(np.full(size, value, dtype=np.int64))
-        for key, array in zip(("vp", "micro_batch", "zero_stage", "recompute", "sp"), grid,
-                              strict=True):
-            parts[key].append(array.ravel())
-    columns = {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64)
-               for k, v in parts.items()}
-    columns["sp"] = columns["sp"].astype(bool)
-    columns["batch"] = np.full(columns["tp"].size, batch, dtype=np.int64)
+    """All candidates of the skeletons as int64/bool columns, in the order of a per-skeleton
+    ``meshgrid(vps, micro_batches, zeros, codes, sps, indexing="ij")``: built with a fixed
+    number of numpy calls (mixed-radix decoding of each candidate's index within its
+    skeleton), not a few calls per skeleton (issue 16: that loop was 22% of a 405B sweep)."""
+    if not skeletons:
+        empty = {k: np.zeros(0, dtype=np.int64) for k in (
+            "tp", "pp", "cp", "dp", "ep", "vp", "micro_batch", "zero_stage", "recompute",
+            "batch")}
+        empty["sp"] = np.zeros(0, dtype=bool)
+        return empty
+    layout = np.array([(sk.tp, sk.pp, sk.cp, sk.dp, sk.ep, len(sk.vps),
+                        len(sk.micro_batches), len(sk.sps)) for sk in skeletons],
+                      dtype=np.int64)
+    n_vp, n_mb, n_sp = layout[:, 5], layout[:, 6], layout[:, 7]
+    n_zero, n_code = len(zeros), len(codes)
+    sizes = n_vp * n_mb * n_zero * n_code * n_sp
+    owner = np.repeat(np.arange(len(skeletons)), sizes)
+    starts = np.cumsum(sizes) - sizes
+    local = np.arange(int(sizes.sum()), dtype=np.int64) - starts[owner]
+    # Innermost first: sp, then recompute code, zero stage, micro-batch; vp is what is left.
+    n_sp_c = n_sp[owner]
+    i_sp = local % n_sp_c
+    local //= n_sp_c
+    i_code = local % n_code
+    local //= n_code
+    i_zero = local % n_zero
+    local //= n_zero
+    n_mb_c = n_mb[owner]
+    i_mb = local % n_mb_c
+    i_vp = local // n_mb_c
+
+    def flat(values: Sequence[tuple[int, ...]], counts: np.ndarray) -> tuple[np.ndarray,
+                                                                                np.ndarray]:
+        return (np.fromiter((v for vs in values for v in vs), dtype=np.int64,
+                            count=int(counts.sum())), np.cumsum(counts) - counts)
+
+    vp_values, vp_offsets = flat([sk.vps for sk in skeletons], n_vp)
+    mb_values, mb_offsets = flat([sk.micro_batches for sk in skeletons], n_mb)
+    sp_values, sp_offsets = flat([tuple(int(x) for x in sk.sps) for sk in skeletons], n_sp)
+    columns = {key: layout[owner, i] for i, key in enumerate(("tp", "pp", "cp", "dp", "ep"))}
+    columns["vp"] = vp_values[vp_offsets[owner] + i_vp]
+    columns["micro_batch"] = mb_values[mb_offsets[owner] + i_mb]
+    columns["zero_stage"] = np.asarray(zeros, dtype=np.int64)[i_zero]
+    columns["recompute"] = np.asarray(codes, dtype=np.int64)[i_code]
+    columns["sp"] = sp_values[sp_offsets[owner] + i_sp].astype(bool)
+    columns["batch"] = np.full(owner.size, batch, dtype=np.int64)
     return columns
 
 
-def plan_vars(columns: Mapping[str, np.ndarray], model: ModelSpec) -> PlanVars:
-    """The formulas' inputs for a set of candidates (what ``validate_plan`` derives)."""
+def plan_vars(columns: Mapping[str, np.ndarray], model: ModelSpec,
+              offload: frozenset[Offload] = frozenset(), gather_matrices: bool = False,
+              base: ParallelismPlan | None = None) -> PlanVars:
+    """The formulas' inputs for a set of candidates (what ``validate_plan`` derives); the
+    offload is the base plan's, the same for every candidate (it is not searched)."""
     tp, pp, cp, dp, ep = (columns[k] for k in ("tp", "pp", "cp", "dp", "ep"))
     # Megatron-Core parallel folding, as in ``specs._validate_experts``.
     expert_tp = np.where((dp * cp) % ep == 0, tp, 1) if model.is_moe else tp
+    base = base or ParallelismPlan()
+    if model.is_moe and base.etp is not None:
+        expert_tp = np.full_like(tp, base.etp)
     return PlanVars(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=columns["vp"],
         micro_batch=columns["micro_batch"], zero_stage=columns["zero_stage"],
@@ -267,16 +311,30 @@ def plan_vars(columns: Mapping[str, np.ndarray], model: ModelSpec) -> PlanVars:
         selective_recompute=columns["recompute"] == 1, global_batch_seqs=columns["batch"],
         num_micro_batches=columns["batch"] // (dp * columns["micro_batch"]),
         layers_per_stage=-(-model.num_layers // pp), expert_tp=expert_tp,
+        offload_optimizer=bool(offload & {Offload.OPTIMIZER, Offload.WEIGHTS}),
+        offload_weights=Offload.WEIGHTS in offload,
+        offload_activations=Offload.ACTIVATIONS in offload, gather_matrices=gather_matrices,
+        moe_overlap=base.moe_overlap, moe_dispatch_fp8=base.moe_dispatch_fp8,
+        moe_max_nodes_per_token=base.moe_max_nodes_per_token or 0,
+        moe_capacity_factor=base.moe_capacity_factor or 1.0,
     )
 
 
-def plan_at(columns: Mapping[str, np.ndarray], i: int) -> ParallelismPlan:
+def plan_at(columns: Mapping[str, np.ndarray], i: int,
+            base: ParallelismPlan | None = None) -> ParallelismPlan:
+    """Candidate ``i``; the fields the search never varies (offload, ZeRO-3 unit, expert
+    TP, MoE settings) come from ``base``."""
+    base = base or ParallelismPlan()
     return ParallelismPlan(
         tp=int(columns["tp"][i]), pp=int(columns["pp"][i]), dp=int(columns["dp"][i]),
         cp=int(columns["cp"][i]), ep=int(columns["ep"][i]), vp=int(columns["vp"][i]),
         micro_batch=int(columns["micro_batch"][i]),
         sequence_parallel=bool(columns["sp"][i]), zero_stage=int(columns["zero_stage"][i]),
-        recompute=RECOMPUTE_CODES[int(columns["recompute"][i])],
+        recompute=RECOMPUTE_CODES[int(columns["recompute"][i])], offload=base.offload,
+        fsdp_unit=base.fsdp_unit, etp=base.etp, moe_overlap=base.moe_overlap,
+        moe_dispatch_fp8=base.moe_dispatch_fp8,
+        moe_max_nodes_per_token=base.moe_max_nodes_per_token,
+        moe_capacity_factor=base.moe_capacity_factor,
     )
 
 
@@ -299,12 +357,15 @@ class BulkFigures:
 def evaluate_bulk(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     columns: Mapping[str, np.ndarray], *, energy: EnergySpec, calibration: Calibration,
+    base: ParallelismPlan | None = None,
 ) -> BulkFigures:
     """Run the estimate's formulas on every candidate at once."""
     counts = count_parameters(model)
     flops = token_flops(model, counts, training.seq_len)
     acc = cluster.accelerator
-    pv = plan_vars(columns, model)
+    base = base or ParallelismPlan()
+    unit = shard_unit(base, training)
+    pv = plan_vars(columns, model, base.offload, unit == ShardUnit.MATRIX, base)
     geometry = build_geometry(model, counts, cluster, pv, training, np)
     activations = stage_activation_bytes(model, pv, training, geometry, np)
     memory = memory_breakdown(model, pv, training, geometry, calibration, acc.memory_bytes,
@@ -419,7 +480,7 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
                 break
             columns = _columns(chunk, zeros, codes, group.batch)
             figures = evaluate_bulk(model, cluster, training, columns, energy=request.energy,
-                                    calibration=request.calibration)
+                                    calibration=request.calibration, base=space.base)
             size = columns["tp"].size
             evaluated += size
             cost = figures.gpu_hours * price if priced else figures.gpu_hours
@@ -439,7 +500,7 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
             order_keys = _sort_keys(columns, objective, figures, cluster_index)
             picked = _top(order_keys, ok, request.top_k)
             make = _maker(columns, figures, cost, usable, cluster_index, group.batch,
-                          objective, figures.train_s)
+                          objective, figures.train_s, space.base)
             kept.extend(make(i) for i in picked)
             front.extend(make(i) for i in _pareto_indices(figures.train_s, cost, ok))
             if not ok.any():
@@ -503,9 +564,9 @@ def _top(keys: list[np.ndarray], ok: np.ndarray, k: int) -> list[int]:
 
 def _maker(columns: Mapping[str, np.ndarray], figures: BulkFigures, cost: np.ndarray,
            usable: float, cluster_index: int, batch: int, objective: np.ndarray,
-           train_s: np.ndarray) -> Callable[[int], _Candidate]:
+           train_s: np.ndarray, base: ParallelismPlan) -> Callable[[int], _Candidate]:
     def make(i: int) -> _Candidate:
-        plan = plan_at(columns, i)
+        plan = plan_at(columns, i, base)
         key = (float(objective[i]), float(train_s[i]), float(figures.gpu_hours[i]),
                cluster_index, plan.tp, plan.pp, plan.cp, plan.ep, plan.vp, plan.micro_batch,
                plan.zero_stage, RECOMPUTE_CODES.index(plan.recompute),
@@ -573,7 +634,8 @@ def _closest_entry(c: _Candidate, request: SearchRequest,
         reasons.append(f"takes {c.train_s:,.0f} s; the deadline is {request.max_train_s:,.0f} s")
     if request.budget_usd is not None and c.cost > float(request.budget_usd):
         reasons.append(f"costs about {c.cost:,.2f} USD; the budget is {request.budget_usd} USD")
+    plan = dataclasses.asdict(c.plan)
+    plan["offload"] = sorted(str(x) for x in c.plan.offload)  # JSON has no sets
     return {"accelerator": cluster.accelerator.id, "num_gpus": cluster.num_gpus,
-            "global_batch_seqs": c.batch, "parallelism": dataclasses.asdict(c.plan),
-            "reasons": reasons}
+            "global_batch_seqs": c.batch, "parallelism": plan, "reasons": reasons}
 

@@ -42,6 +42,7 @@ def test_documented_example_ranks_plans_that_agree_with_estimates(client: TestCl
     assert result["search"]["candidates_total"] >= 100_000
     assert result["search"]["feasible"] <= result["search"]["candidates_evaluated"]
     assert result["search"]["truncated"] is False
+    assert result["search"]["covered_fraction"] == 1.0
     best = plans[0]
     assert best["memory"]["fits"] is True
     estimate = client.post("/v1/estimates", json={

@@ -222,6 +222,9 @@ def test_deadline_truncates_and_returns_what_it_has() -> None:
     result = search(request, clock=_Clock(step=1.0))
     assert result.stats.truncated
     assert 0 < result.stats.candidates_evaluated < result.stats.candidates_total
+    assert result.stats.covered_fraction == pytest.approx(
+        result.stats.candidates_evaluated / result.stats.candidates_total)
+    assert 0 < result.stats.covered_fraction < 1
     assert result.plans
 
 

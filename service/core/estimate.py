@@ -9,9 +9,11 @@ carbon = kWh x grid intensity (docs/model.md, section 7).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from service.core.calibration import DEFAULT_CALIBRATION, Band, Calibration
+from service.core.errors import InvalidSpecError
 from service.core.flops import TokenFlops, token_flops
 from service.core.geometry import PlanVars, build_geometry
 from service.core.memory import MemoryBreakdown, memory_breakdown, stage_activation_bytes
@@ -111,6 +113,17 @@ class Estimate:
     calibration_version: str
 
 
+MFU_WARNING_FRACTION = 0.8
+"""Above any published dense-training MFU at any scale (the calibration set's maximum is below
+0.7)."""
+LARGE_SCALE_GPUS = 8192
+LARGE_SCALE_MFU_FRACTION = 0.552
+"""The highest MFU we know published for a run on more than 8,192 GPUs: 55.2% for a 175B
+model on 12,288 GPUs (Jiang et al. 2024, MegaScale, arXiv 2402.15627, abstract). The model has
+no term for what costs efficiency at that scale (stragglers, failures, jitter), so above it the
+estimate warns instead of claiming more."""
+
+
 def estimate(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -139,6 +152,10 @@ def estimate(
     step = step_time(model, counts, cluster, plan_vars, training, geometry, calibration,
                      activations[0])
 
+    if not (math.isfinite(step.step_s) and step.step_s > 0):
+        raise InvalidSpecError(
+            f"the inputs give no finite step time ({step.step_s} s): check the link speeds "
+            "and sizes", field="cluster")
     n = cluster.num_gpus
     power_w = average_power_w_per_gpu(acc.tdp_w, energy)
     job = job_figures(step.step_s, plan_vars, training, n, flops, peak, power_w, energy.pue)
@@ -180,8 +197,14 @@ def estimate(
         warnings.append(
             f"vocab_size not given: assumed {model.vocab_size:,} (Llama 3's tokenizer); the "
             "logits' compute and memory scale with it")
-    if mfu > 0.8:
+    if mfu > MFU_WARNING_FRACTION:
         warnings.append(f"predicted MFU {mfu:.0%} is above what published runs reach")
+    elif n > LARGE_SCALE_GPUS and mfu > LARGE_SCALE_MFU_FRACTION:
+        warnings.append(
+            f"predicted MFU {mfu:.0%} on {n:,} GPUs is above the highest published MFU at more "
+            f"than {LARGE_SCALE_GPUS:,} GPUs ({LARGE_SCALE_MFU_FRACTION:.1%}, MegaScale, arXiv "
+            "2402.15627): stragglers, failures and synchronisation at this scale are not "
+            "modelled, so treat the time as optimistic")
     return Estimate(
         params=counts,
         flops=flops,

@@ -15,12 +15,26 @@ from service.core.ops import SCALAR, Num
 from service.core.params import ParameterCount
 from service.core.specs import (
     ClusterSpec,
+    Framework,
     ModelSpec,
+    MoeOverlap,
+    Offload,
     ParallelismPlan,
     PlanLayout,
     RecomputeMode,
+    ShardUnit,
     TrainingSpec,
 )
+
+STACK_SHARD_UNIT = {Framework.DEEPSPEED: ShardUnit.MATRIX, Framework.MAXTEXT: ShardUnit.MATRIX}
+"""ZeRO-3 gather granularity by stack when the plan does not say; the others gather layers
+(``specs.ShardUnit`` gives the sources)."""
+
+
+def shard_unit(plan: ParallelismPlan, training: TrainingSpec) -> ShardUnit:
+    if plan.fsdp_unit is not None:
+        return plan.fsdp_unit
+    return STACK_SHARD_UNIT.get(training.framework, ShardUnit.LAYER)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +58,18 @@ class PlanVars:
     num_micro_batches: Num
     layers_per_stage: Num
     expert_tp: Num
+    offload_optimizer: Num = False
+    """Optimizer state and sharded gradients in host memory (also set by weight offload)."""
+    offload_weights: Num = False
+    offload_activations: Num = False
+    gather_matrices: Num = False
+    """ZeRO-3 gathers one weight matrix at a time (``specs.ShardUnit.MATRIX``), else a layer."""
+    moe_overlap: MoeOverlap = MoeOverlap.MEGATRON
+    moe_dispatch_fp8: bool = False
+    moe_max_nodes_per_token: int = 0
+    """0: unlimited."""
+    moe_capacity_factor: float = 1.0
+    """Expert buffers relative to the routed tokens (1: dropless)."""
 
     @classmethod
     def of(cls, plan: ParallelismPlan, layout: PlanLayout, training: TrainingSpec) -> PlanVars:
@@ -56,6 +82,13 @@ class PlanVars:
             global_batch_seqs=training.global_batch_seqs,
             num_micro_batches=layout.num_micro_batches,
             layers_per_stage=layout.layers_per_stage, expert_tp=layout.expert_tp,
+            offload_optimizer=bool(plan.offload & {Offload.OPTIMIZER, Offload.WEIGHTS}),
+            offload_weights=Offload.WEIGHTS in plan.offload,
+            offload_activations=Offload.ACTIVATIONS in plan.offload,
+            gather_matrices=shard_unit(plan, training) == ShardUnit.MATRIX,
+            moe_overlap=plan.moe_overlap, moe_dispatch_fp8=plan.moe_dispatch_fp8,
+            moe_max_nodes_per_token=plan.moe_max_nodes_per_token or 0,
+            moe_capacity_factor=plan.moe_capacity_factor or 1.0,
         )
 
 

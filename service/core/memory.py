@@ -15,7 +15,8 @@ Dao et al. 2022) and no dropout (modern LLM pre-training uses none):
   softmax statistics (4*a, fp32), and the MLP: 4f for two-matrix MLPs (fc1 output and
   activation output), 6f for SwiGLU (gate, up and their product);
 - MoE layers: every routed copy of a token keeps its expert input (2h) and expert MLP
-  tensors, plus fp32 router logits (4E).
+  tensors (divided by expert TP, and by tp/etp when folding splits the tokens), plus fp32
+  router logits (4E).
 Without a fused attention kernel each layer also stores 5*a*s/t bytes per token (softmax,
 dropout mask and output; Korthikanti et al. 2022, Table 2); with context parallelism each
 query still meets all s keys, so the per-token figure keeps the full s. Full recomputation
@@ -27,8 +28,15 @@ torchtitan's per-op variant also recomputes the cheap elementwise tensors.
 
 1F1B keeps up to p micro-batches in flight on the first stage, so it holds about L layers'
 worth of one micro-batch; interleaving multiplies that by 1 + (p-1)/(p*v) (Korthikanti et al.
-2022, section 4.2.3). The last stage holds the logits: bf16 logits plus an fp32 copy for the
-loss, 6 bytes per vocabulary entry per token, divided by tp.
+2022, section 4.2.3). The last stage holds the logits (``StateLayout.logits_bytes_per_entry``
+per vocabulary entry per token, divided by tp). The loss and the output layer's backward run
+before any layer's backward, so the logits and the working set of a recomputed layer are never
+live together: the stage holds the larger of the two on top of what it stored.
+
+Model-state bytes per parameter, logits bytes and allocator fragmentation depend on the
+training stack (``STACK_MEMORY``, ``state_layout``). Offloaded state (``specs.Offload``)
+leaves the device: the optimizer state and sharded gradients, the sharded weights, or the
+stored activations, of which the device keeps ``OFFLOAD_LAYERS_IN_TRANSIT`` layers.
 """
 
 from __future__ import annotations
@@ -38,7 +46,14 @@ from dataclasses import dataclass
 from service.core.calibration import Calibration
 from service.core.geometry import Geometry, PlanVars
 from service.core.ops import SCALAR, Num
-from service.core.specs import MlpKind, ModelSpec, TrainingSpec
+from service.core.specs import (
+    Framework,
+    MlpKind,
+    ModelSpec,
+    Optimizer,
+    StatePrecision,
+    TrainingSpec,
+)
 
 WEIGHT_BYTES_PER_PARAM = 2.0
 """bf16/fp16 working weights (Micikevicius et al. 2018, mixed-precision training)."""
@@ -57,6 +72,119 @@ UNFUSED_ATTENTION_BYTES = 5.0
 dropout output (2) (Korthikanti et al. 2022, Table 2, the 5as/t term)."""
 ACTIVATION_BYTES = 2.0
 """16-bit activations (also under FP8 training: Transformer Engine stores bf16 inputs)."""
+XLA_RUNTIME_BYTES = 1.0 * 2**30
+"""HBM an XLA runtime keeps outside the compiled step's buffers (program binaries, infeed and
+collective scratch): an assumption, not a fit (no public TPU run prints its peak); it stands
+in for the CUDA context, NCCL and workspace bytes that a TPU does not have."""
+DEEPSPEED_MAX_LIVE_PARAMS = 1e9
+"""DeepSpeed ZeRO-3 ``stage3_max_live_parameters`` default: parameters kept gathered at once
+(DeepSpeed configuration docs, ZeRO optimizations)."""
+OFFLOAD_LAYERS_IN_TRANSIT = 2.0
+"""With activation offload the device holds the layer being written to (or read from) the host
+and the one prefetched next (double buffering, as in ZeRO-Infinity's activation offload,
+Rajbhandari et al. 2021, section 5.2, and MaxText's host-offload remat policies)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StackMemory:
+    """A training stack's memory conventions."""
+
+    separate_master: bool
+    """16-bit working weights beside fp32 master weights in the optimizer state (Megatron,
+    DeepSpeed); otherwise the stored parameters are the master copy (FSDP, XLA)."""
+    gradient_bytes_per_param: float
+    """The gradient buffer when the caller does not say (``TrainingSpec.gradient_precision``)."""
+    logits_bytes_per_entry: float
+    caching_allocator: bool
+    """PyTorch's caching allocator fragments (``Calibration.memory_fragmentation_fraction``)
+    and CUDA holds its context, NCCL buffers and cuBLAS workspaces
+    (``Calibration.memory_overhead_bytes``). XLA assigns buffers when it compiles the step,
+    so a JAX stack has no runtime fragmentation (openxla.org/xla/architecture, buffer
+    assignment), and its runtime reserve is ``XLA_RUNTIME_BYTES``."""
+
+
+MEGATRON_MEMORY = StackMemory(
+    separate_master=True, gradient_bytes_per_param=GRAD_BYTES_PER_PARAM,
+    logits_bytes_per_entry=LOGITS_BYTES_PER_ENTRY, caching_allocator=True,
+)
+"""Megatron-LM with bf16: working weights 2 B, fp32 ``main_grad`` 4 B (``arguments.py`` turns
+on ``accumulate_allreduce_grads_in_fp32`` for bf16; NeMo's performance recipes turn it off,
+which a caller states with ``gradient_precision: bf16``), fp32 master weights and Adam moments
+12 B sharded by the distributed optimizer (Megatron-LM docs, distributed optimizer: 6 + 12/d
+bytes per parameter for bf16 parameters with fp32 gradients)."""
+FSDP_MEMORY = StackMemory(
+    separate_master=False, gradient_bytes_per_param=4.0,
+    logits_bytes_per_entry=LOGITS_BYTES_PER_ENTRY, caching_allocator=True,
+)
+"""PyTorch FSDP with mixed precision (Zhao et al. 2023, arXiv 2304.11277, section 4.4; FSDP2
+``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``): the sharded parameters stay
+fp32 and are the optimizer's master copy (4 B), sharded fp32 gradients (4 B), Adam m and v
+(8 B); bf16 copies exist only inside the all-gather buffers."""
+DEEPSPEED_MEMORY = StackMemory(
+    separate_master=True, gradient_bytes_per_param=2.0,
+    logits_bytes_per_entry=LOGITS_BYTES_PER_ENTRY, caching_allocator=True,
+)
+"""DeepSpeed ZeRO: 16-bit weights and gradients (2 + 2 B) and K = 12 B of fp32 optimizer state,
+the 2Psi + 2Psi + K*Psi of Rajbhandari et al. 2020 (arXiv 1910.02054), section 3.1."""
+XLA_MEMORY = StackMemory(
+    separate_master=False, gradient_bytes_per_param=4.0, logits_bytes_per_entry=4.0,
+    caching_allocator=False,
+)
+"""MaxText (JAX/XLA): fp32 weights (``weight_dtype: float32`` in configs/base.yml) that are the
+optimizer's master copy, gradients in the weights' dtype, optax AdamW m and v in it too. The
+logits are a bf16 tensor and its bf16 gradient (4 B): XLA fuses the fp32 upcast and softmax
+of the cross-entropy into the reductions that consume them."""
+STACK_MEMORY: dict[Framework, StackMemory] = {
+    Framework.MEGATRON: MEGATRON_MEMORY,
+    Framework.TORCHTITAN: FSDP_MEMORY,
+    Framework.FSDP: FSDP_MEMORY,
+    Framework.DEEPSPEED: DEEPSPEED_MEMORY,
+    Framework.MAXTEXT: XLA_MEMORY,
+    Framework.UNKNOWN: MEGATRON_MEMORY,
+}
+"""``unknown`` takes Megatron's conventions, the largest model state (18 B per parameter with
+Adam) and logits, so an unstated stack is not promised memory that a known one would need."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateLayout:
+    """Bytes per parameter on the device before sharding, and per logit."""
+
+    weight_bytes_per_param: float
+    gather_bytes_per_param: float
+    grad_bytes_per_param: float
+    optimizer_bytes_per_param: float
+    logits_bytes_per_entry: float
+    caching_allocator: bool
+
+
+def state_layout(training: TrainingSpec) -> StateLayout:
+    """The stack's conventions with the caller's precisions and optimizer applied."""
+    stack = STACK_MEMORY[training.framework]
+    fp32_master = training.master_weights == StatePrecision.FP32
+    working = 1.0 if training.fp8_params else WEIGHT_BYTES_PER_PARAM
+    if stack.separate_master:
+        weights = working
+        master = 4.0 if fp32_master else 0.0
+    else:
+        weights = 4.0 if fp32_master else WEIGHT_BYTES_PER_PARAM
+        master = 0.0
+    moments = (2.0 * (4.0 if fp32_master else 2.0)
+               if training.optimizer == Optimizer.ADAMW else 0.0)
+    if training.gradient_precision is not None:
+        grads = 4.0 if training.gradient_precision == StatePrecision.FP32 else 2.0
+    elif stack.separate_master:
+        grads = stack.gradient_bytes_per_param
+    else:
+        grads = weights
+    return StateLayout(
+        weight_bytes_per_param=weights,
+        gather_bytes_per_param=working,
+        grad_bytes_per_param=grads,
+        optimizer_bytes_per_param=master + moments,
+        logits_bytes_per_entry=stack.logits_bytes_per_entry,
+        caching_allocator=stack.caching_allocator,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +197,9 @@ class MemoryBreakdown:
     activations_bytes: Num
     other_bytes: Num
     capacity_bytes: float
+    reserved_bytes: Num = 0.0
+    """What the allocator would reserve (``Calibration.allocator_reserve_fraction``): the
+    figure tools print as peak reserved memory; ``fits`` compares ``peak_bytes``."""
 
     @property
     def peak_bytes(self) -> Num:
@@ -114,10 +245,14 @@ def layer_activation_bytes_per_token(
         return outside + attention + mlp_activation_bytes(model.ffn_hidden_size, model.mlp) / t
     k = model.experts_per_token
     sp_divisor = xp.where(plan.sequence_parallel, t, 1)
-    expert = k * (
-        ACTIVATION_BYTES * h / sp_divisor
+    # Expert TP = TP: the group's tokens are gathered and each rank holds every routed copy's
+    # input with 1/etp of its MLP tensors. Expert TP below TP (folding) with sequence
+    # parallelism: each rank routes only its 1/t of the tokens and holds them whole, so the
+    # share is etp/t (Megatron-Core MoE parallel folding, Liu et al. 2025, arXiv 2504.14960).
+    expert = plan.moe_capacity_factor * k * (
+        ACTIVATION_BYTES * h
         + mlp_activation_bytes(model.expert_ffn_hidden_size, model.mlp) / plan.expert_tp
-    )
+    ) * xp.minimum(1.0, plan.expert_tp / sp_divisor)
     shared = model.num_shared_experts * mlp_activation_bytes(
         model.expert_ffn_hidden_size, model.mlp
     ) / t
@@ -183,9 +318,15 @@ def memory_breakdown(
     )
     working = xp.where(plan.full_recompute, largest_layer, 0.0)
     in_flight = in_flight_micro_batches(plan, xp)
-    first_activations = stored * in_flight + working
-    last_activations = stored + working
-    logits = LOGITS_BYTES_PER_ENTRY * tokens * model.vocab_size / plan.tp
+    layers = xp.maximum(1, geometry.layers_per_stage)
+    # Offload flags are one Python bool for every candidate (not searched): branch, so that
+    # the search does not pay for arrays it would throw away.
+    if plan.offload_activations:
+        first_stored = last_stored = stored * xp.minimum(1.0, OFFLOAD_LAYERS_IN_TRANSIT / layers)
+    else:
+        first_stored, last_stored = stored * in_flight, stored
+    layout = state_layout(training)
+    logits = layout.logits_bytes_per_entry * tokens * model.vocab_size / plan.tp
 
     single_stage = plan.pp == 1
     first_params = geometry.layer_params_per_gpu + geometry.embedding_params_per_gpu
@@ -195,28 +336,40 @@ def memory_breakdown(
     last_params = xp.where(single_stage, first_params, last_params)
 
     first_states = _model_state_bytes(first_params, geometry.expert_params_per_gpu, plan,
-                                      geometry, xp)
+                                      geometry, layout, xp)
     last_states = _model_state_bytes(last_params, geometry.expert_params_per_gpu, plan,
-                                     geometry, xp)
-    first = (*first_states, first_activations + xp.where(single_stage, logits, 0.0))
-    last = (*last_states, last_activations + logits)
+                                     geometry, layout, xp)
+    first_transient = xp.maximum(working, xp.where(single_stage, logits, 0.0))
+    first = (*first_states, first_stored + first_transient)
+    last = (*last_states, last_stored + xp.maximum(working, logits))
     # The more loaded stage; the first wins ties (as Python's max does).
     first_is_peak = sum(first) >= sum(last)
     weights, grads, optimizer, activations = (
         xp.where(first_is_peak, f, la) for f, la in zip(first, last, strict=True)
     )
 
-    per_layer = (geometry.layer_params_per_gpu + geometry.expert_params_per_gpu) / xp.maximum(
-        1, geometry.layers_per_stage
-    )
+    per_layer = (geometry.layer_params_per_gpu + geometry.expert_params_per_gpu) / layers
+    largest_matrix = model.hidden_size * max(
+        model.ffn_hidden_size, model.expert_ffn_hidden_size if model.is_moe else 0,
+        model.num_heads * model.attention_head_dim,
+    ) / plan.tp
+    unit = xp.where(plan.gather_matrices, xp.minimum(per_layer, largest_matrix), per_layer)
+    live = 2.0 * unit  # the computing unit and the prefetched next one
+    if training.framework == Framework.DEEPSPEED:
+        # ZeRO-3 releases parameters beyond stage3_max_live_parameters, but never the module
+        # that is computing.
+        live = xp.maximum(unit, xp.minimum(live, DEEPSPEED_MAX_LIVE_PARAMS))
     gather_buffers = xp.where(
-        (plan.zero_stage == 3) & single_stage, 2.0 * WEIGHT_BYTES_PER_PARAM * per_layer, 0.0
+        (plan.zero_stage == 3) & single_stage, layout.gather_bytes_per_param * live, 0.0,
     )
-    other = (
-        calibration.memory_overhead_bytes
-        + calibration.memory_fragmentation_fraction * activations
-        + gather_buffers
-    )
+    if layout.caching_allocator:
+        other = (calibration.memory_overhead_bytes
+                 + calibration.memory_fragmentation_fraction * activations + gather_buffers)
+        reserve = calibration.allocator_reserve_fraction
+    else:
+        other = XLA_RUNTIME_BYTES + gather_buffers
+        reserve = 0.0
+    peak = weights + grads + optimizer + activations + other
     return MemoryBreakdown(
         weights_bytes=weights,
         gradients_bytes=grads,
@@ -224,13 +377,15 @@ def memory_breakdown(
         activations_bytes=activations,
         other_bytes=other,
         capacity_bytes=capacity_bytes,
+        reserved_bytes=peak * (1.0 + reserve),
     )
 
 
 def _model_state_bytes(
-    params: Num, expert_params: Num, plan: PlanVars, geometry: Geometry, xp: Num
+    params: Num, expert_params: Num, plan: PlanVars, geometry: Geometry, layout: StateLayout,
+    xp: Num,
 ) -> tuple[Num, Num, Num]:
-    """Weights, gradients and optimizer bytes after ZeRO sharding."""
+    """Weights, gradients and optimizer bytes on the device after ZeRO sharding and offload."""
 
     # FSDP with pipelining keeps the stage's weights and gradients unsharded across
     # micro-batches instead of re-gathering them each time (torchtitan, reshard_after_forward
@@ -244,7 +399,21 @@ def _model_state_bytes(
         return divided
 
     groups = ((params, geometry.dp_group_size), (expert_params, geometry.expert_dp_group_size))
-    weights = sum(WEIGHT_BYTES_PER_PARAM * sharded(n, g, 3) for n, g in groups)
-    grads = sum(GRAD_BYTES_PER_PARAM * sharded(n, g, 2) for n, g in groups)
-    optimizer = sum(OPTIMIZER_BYTES_PER_PARAM * sharded(n, g, 1) for n, g in groups)
+    weights = sum(layout.weight_bytes_per_param * sharded(n, g, 3) for n, g in groups)
+    # Held unsharded under PP, the weights are the 16-bit working copy; a stack whose fp32
+    # parameters are the master copy (FSDP, XLA) keeps those sharded beside it.
+    if layout.weight_bytes_per_param > layout.gather_bytes_per_param:
+        held = sum(layout.gather_bytes_per_param * n + layout.weight_bytes_per_param * n / g
+                   for n, g in groups)
+        weights = xp.where(held_unsharded, held, weights)
+    grads = sum(layout.grad_bytes_per_param * sharded(n, g, 2) for n, g in groups)
+    optimizer = sum(layout.optimizer_bytes_per_param * sharded(n, g, 1) for n, g in groups)
+    # ZeRO-Offload moves the optimizer state and the reduced gradient shards to the host (the
+    # full-size gradients of ZeRO-0/1 are reduced on the device first); ZeRO-Infinity and FSDP
+    # CPU offload also the weight shards (gathered into the buffers counted separately).
+    if plan.offload_optimizer:
+        optimizer = 0.0 * optimizer
+        grads = xp.where(plan.zero_stage >= 2, 0.0, grads)
+    if plan.offload_weights:
+        weights = 0.0 * weights
     return weights, grads, optimizer

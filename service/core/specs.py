@@ -35,6 +35,23 @@ class Precision(StrEnum):
     FP8 = "fp8"
 
 
+class StatePrecision(StrEnum):
+    """Precision of stored model state: master weights or gradients."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+
+class Optimizer(StrEnum):
+    """The optimizer, for its state bytes per parameter."""
+
+    ADAMW = "adamw"
+    """Two moments per parameter (Loshchilov and Hutter 2019)."""
+    SGD = "sgd"
+    """Plain SGD without momentum: no state (MaxText ``opt_type: sgd``)."""
+
+
 DEFAULT_VOCAB_SIZE = 128_256
 """The vocabulary assumed when a caller gives none: Llama 3's tokenizer (Meta, Llama 3 model
 card and tokenizer.json: 128,000 BPE tokens + 256 special), the largest common open vocabulary,
@@ -57,6 +74,53 @@ class Framework(StrEnum):
     MAXTEXT = "maxtext"
     """JAX: MaxText and its TPU/GPU recipes."""
     UNKNOWN = "unknown"
+
+
+class Offload(StrEnum):
+    """What lives in host memory instead of on the accelerator.
+
+    - ``optimizer``: the optimizer state (fp32 master weights, Adam m and v) and the sharded
+      gradients; the optimizer step runs on the CPU (Ren et al. 2021, ZeRO-Offload, arXiv
+      2101.06840, section 4.1; DeepSpeed ``offload_optimizer``).
+    - ``weights``: also the sharded weights, fetched before every all-gather (Rajbhandari et al.
+      2021, ZeRO-Infinity, arXiv 2104.07857; PyTorch FSDP ``CPUOffload(offload_params=True)``);
+      needs ZeRO-3 and implies ``optimizer``.
+    - ``activations``: the activations saved for backward, written to the host during forward
+      and prefetched during backward (MaxText ``remat_policy`` host offload; Megatron-Core
+      fine-grained activation offloading); the device keeps the layers in transit.
+    """
+
+    OPTIMIZER = "optimizer"
+    WEIGHTS = "weights"
+    ACTIVATIONS = "activations"
+
+
+class ShardUnit(StrEnum):
+    """How much of the weights ZeRO-3 gathers at once: the computing unit and the prefetched
+    next one."""
+
+    LAYER = "layer"
+    """A transformer block (PyTorch FSDP per-block auto-wrap and backward prefetch, Zhao et
+    al. 2023, arXiv 2304.11277, section 3.3)."""
+    MATRIX = "matrix"
+    """One weight matrix: FSDP wrapping each linear layer, DeepSpeed ZeRO-3's per-submodule
+    fetch and prefetch (DeepSpeed config docs, ``stage3_prefetch_bucket_size``), and XLA's
+    SPMD partitioner, which all-gathers each weight just before its matmul while the
+    latency-hiding scheduler overlaps the next (Xu et al. 2021, GSPMD, arXiv 2105.04663)."""
+
+
+class MoeOverlap(StrEnum):
+    """How much of the expert-parallel all-to-all hides behind compute."""
+
+    NONE = "none"
+    """Dispatch and combine run between the expert GEMMs and nothing overlaps them."""
+    MEGATRON = "megatron"
+    """Megatron-Core's default overlap of the all-to-all with shared-expert and neighbouring
+    work: ``Calibration.ep_comm_exposed_fraction`` of it stays exposed (fitted)."""
+    DUALPIPE = "dualpipe"
+    """Two micro-batches in flight, one's all-to-all under the other's compute (DeepSeek-V3,
+    arXiv 2412.19437, section 3.2.1; Megatron-Core ``--combined-1f1b``): exposed only where it
+    is longer than the compute."""
 
 
 class RecomputeMode(StrEnum):
@@ -311,8 +375,52 @@ class ParallelismPlan:
     sequence_parallel: bool = True
     zero_stage: int = 1
     recompute: RecomputeMode = RecomputeMode.NONE
+    offload: frozenset[Offload] = frozenset()
+    fsdp_unit: ShardUnit | None = None
+    """ZeRO-3 gather granularity; None takes the stack's (``geometry.STACK_SHARD_UNIT``)."""
+    etp: int | None = None
+    """Expert tensor-parallel size (Megatron-Core ``--expert-tensor-parallel-size``); None: tp
+    when ep fits in the data/context ranks, else 1 (MoE parallel folding)."""
+    moe_overlap: MoeOverlap = MoeOverlap.MEGATRON
+    moe_dispatch_fp8: bool = False
+    """Dispatch tokens in FP8, combine in bf16 (DeepSeek-V3, arXiv 2412.19437, section 3.3)."""
+    moe_capacity_factor: float | None = None
+    """Token-dropping MoE: each expert processes a buffer of capacity_factor x its average
+    share of routed tokens, padded or dropped (Lepikhin et al. 2021, GShard, section 2.2;
+    Fedus et al. 2022, Switch Transformer, section 2.2; MaxText ``capacity_factor``); the
+    padded buffers cost compute and memory. None: dropless (Megatron-Core's default)."""
+    moe_max_nodes_per_token: int | None = None
+    """Node-limited routing: each token's experts span at most this many nodes, and a token
+    crosses the network once per node it visits (DeepSeek-V3 section 2.1.2: 4 nodes;
+    DeepEP's node-deduplicated dispatch)."""
 
     def __post_init__(self) -> None:
+        if Offload.WEIGHTS in self.offload and self.zero_stage != 3:
+            raise InvalidSpecError(
+                "parallelism.offload 'weights' needs parallelism.zero_stage 3 (the weights are "
+                f"sharded before they go to the host); zero_stage is {self.zero_stage}",
+                field="parallelism.offload",
+            )
+        if self.etp is not None:
+            _require_positive_int(self.etp, "parallelism.etp", maximum=1_000_000)
+            if self.tp % self.etp:
+                raise InvalidSpecError(
+                    f"parallelism.etp ({self.etp}) must divide parallelism.tp ({self.tp})",
+                    field="parallelism.etp",
+                )
+        if self.moe_capacity_factor is not None and not (
+                math.isfinite(self.moe_capacity_factor) and 1.0 <= self.moe_capacity_factor <= 64):
+            raise InvalidSpecError(
+                f"parallelism.moe_capacity_factor ({self.moe_capacity_factor}) must be in "
+                "[1, 64]", field="parallelism.moe_capacity_factor")
+        if self.moe_max_nodes_per_token is not None:
+            _require_positive_int(self.moe_max_nodes_per_token,
+                                  "parallelism.moe_max_nodes_per_token", maximum=1_000_000)
+        if Offload.OPTIMIZER in self.offload and self.zero_stage == 0:
+            raise InvalidSpecError(
+                "parallelism.offload 'optimizer' needs parallelism.zero_stage 1, 2 or 3",
+                field="parallelism.offload",
+            )
         for name in ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch"):
             _require_positive_int(getattr(self, name), f"parallelism.{name}", maximum=1_000_000)
         if self.zero_stage not in (0, 1, 2, 3):
@@ -345,6 +453,17 @@ class TrainingSpec:
     the unfused kernels of 2021-era Megatron-LM (Korthikanti et al. 2022, Table 2, 5as/t)."""
     framework: Framework = Framework.UNKNOWN
     """The software stack: its fitted efficiency and its uncertainty band."""
+    master_weights: StatePrecision = StatePrecision.FP32
+    """fp32 master weights (mixed precision, Micikevicius et al. 2018) or none: the bf16
+    weights are updated directly and the optimizer moments are bf16 too (MaxText
+    ``weight_dtype: bfloat16``; optax keeps moments in the parameters' dtype)."""
+    gradient_precision: StatePrecision | None = None
+    """The gradient buffer and its reduction; None takes the stack's default
+    (``memory.STACK_MEMORY``)."""
+    optimizer: Optimizer = Optimizer.ADAMW
+    fp8_params: bool = False
+    """FP8 working weights (Transformer Engine ``fp8_model_init``, Megatron ``--fp8-param-gather``):
+    1 byte per parameter on the device and in the all-gather; needs precision fp8."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.seq_len, "training.seq_len", maximum=100_000_000)
@@ -355,6 +474,11 @@ class TrainingSpec:
         if self.tokens > 1e18:
             raise InvalidSpecError(
                 f"training.tokens ({self.tokens:g}) must be at most 1e18", field="training.tokens"
+            )
+        if self.fp8_params and self.precision != Precision.FP8:
+            raise InvalidSpecError(
+                f"training.fp8_params needs training.precision fp8 (it is {self.precision})",
+                field="training.fp8_params",
             )
 
 
@@ -514,6 +638,13 @@ def _validate_experts(model: ModelSpec, plan: ParallelismPlan) -> int:
             "on data-, context- and tensor-parallel ranks",
             field="parallelism.ep",
         )
+    if plan.etp is not None:
+        if span % (plan.ep * plan.etp):
+            raise InvalidSpecError(
+                f"parallelism.ep x parallelism.etp ({plan.ep} x {plan.etp}) must divide "
+                f"tp*dp*cp ({span})", field="parallelism.etp",
+            )
+        return plan.etp
     # Megatron-Core parallel folding: when EP fits in the data/context ranks, experts keep the
     # dense TP size; otherwise EP absorbs TP and experts run unsharded (expert TP = 1).
     return plan.tp if (plan.dp * plan.cp) % plan.ep == 0 else 1

@@ -1,8 +1,10 @@
 """Step time with a breakdown (docs/model.md section 4).
 
 Per micro-batch, on the slowest pipeline stage, one GPU spends:
-- **compute**: GEMM FLOPs / (peak x efficiency(shape)), FlashAttention FLOPs / (peak x GEMM
-  efficiency x attention fraction), and memory-bound elementwise work, bytes / HBM bandwidth.
+- **compute**: GEMM FLOPs / (peak x efficiency(shape)), FlashAttention FLOPs / (peak x the
+  stack's kernel fraction from ``attention.KERNEL_PEAK_FRACTION`` x a fitted scale, or x GEMM
+  efficiency x the fitted attention fraction where no kernel is tabled), and memory-bound
+  elementwise work, bytes / HBM bandwidth.
   GEMM efficiency follows a roofline-shaped curve of the per-GPU GEMM dimensions (see
   ``Calibration.gemm_shape_ridge_multiple``). FP8 runs the linear layers at the FP8 peak and
   its own efficiency; attention and logits stay 16-bit (Transformer Engine's FP8 recipe,
@@ -14,7 +16,8 @@ Per micro-batch, on the slowest pipeline stage, one GPU spends:
   each hop paying the collective latency, hidden behind the attention compute where it can be
   (Liu et al. 2023, Ring Attention).
 - **expert-parallel** all-to-alls: dispatch and combine, forward and backward (Lepikhin et al.
-  2021, GShard; Megatron-Core MoE).
+  2021, GShard; Megatron-Core MoE), with FP8 dispatch, node-limited routing and an overlap
+  mode (``specs.MoeOverlap``).
 - **pipeline** point-to-point sends of b*s*h per stage boundary, each way, v times with
   interleaving.
 
@@ -23,7 +26,9 @@ reduce-scatter and all-gather alpha + (n-1)/n * S/B, all-to-all alpha + (n-1)/n 
 the achieved bandwidth of the tier the group spans.
 
 The step is m x (micro-batch time) + the pipeline bubble ((p-1)/v micro-batch times;
-Narayanan et al. 2021 eq. 1) + exposed data-parallel traffic + the optimizer step. Data-parallel
+Narayanan et al. 2021 eq. 1) + exposed data-parallel traffic + the optimizer step +
+exposed host-offload time + a fitted fixed per-step overhead
+(``Calibration.step_overhead_s``). Data-parallel
 gradient reduce-scatter (or all-reduce) and parameter all-gather overlap with one micro-batch of
 compute (Megatron-LM --overlap-grad-reduce/--overlap-param-gather); with ZeRO-3 (FSDP) the
 gathers and reduce-scatters recur every micro-batch and overlap with that micro-batch.
@@ -33,9 +38,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.core.attention import kernel_peak_fraction
 from service.core.calibration import Calibration
 from service.core.geometry import Geometry, PlanVars
-from service.core.memory import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
+from service.core.memory import (
+    StateLayout,
+    state_layout,
+)
 from service.core.ops import SCALAR, Num
 from service.core.params import ParameterCount
 from service.core.specs import (
@@ -43,20 +52,40 @@ from service.core.specs import (
     ClusterSpec,
     MlpKind,
     ModelSpec,
+    MoeOverlap,
     Precision,
     TrainingSpec,
 )
 
 ACTIVATION_COMM_BYTES = 2.0
 """Activations and their gradients travel in bf16 (also in FP8 recipes)."""
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+"""FP8 token dispatch: one byte per element plus an fp32 scale per 128-element tile
+(DeepSeek-V3, arXiv 2412.19437, section 3.3.2, 1 x 128 activation tiles)."""
 ATTENTION_BACKWARD_MULTIPLIER = 2.5
 """FlashAttention-2 backward does 2.5x the forward matmul work (Dao 2023, section 3.1.2)."""
 CAUSAL_FRACTION = 0.5
 """Causal masking halves the executed attention-score work (Dao 2023, section 3.1.1)."""
 OPTIMIZER_BYTES_TOUCHED_PER_PARAM = 30.0
 """Adam step: read fp32 grad, master, m, v (16 B); write master, m, v (12 B), bf16 weight (2 B)."""
-DP_GRADIENT_BYTES = GRAD_BYTES_PER_PARAM
-"""Gradients are reduced in fp32 (Megatron-LM default; FSDP2 reduce_dtype in torchtitan)."""
+HOST_LINK_BYTES_PER_S = 32e9
+"""Host-to-device bandwidth per GPU, each way, where ``HOST_LINK_BY_ACCELERATOR`` has no entry:
+PCIe 4.0 x16, 16 GT/s x 16 lanes with 128b/130b coding, about 31.5 GB/s (PCI-SIG PCIe 4.0
+base specification), the link of A100 and TPU v4/v5 hosts."""
+HOST_LINK_BY_ACCELERATOR = {
+    "h100-sxm5-80gb": 64e9, "h100-pcie-80gb": 64e9, "h100-nvl-94gb": 64e9,
+    "h100-96gb-500w": 64e9, "h800-sxm5-80gb": 64e9, "h200-sxm-141gb": 64e9,
+    "b200-sxm-180gb": 64e9,
+    "gb200-nvl72": 450e9,
+}
+"""PCIe 5.0 x16, about 63 GB/s each way (PCI-SIG PCIe 5.0; NVIDIA H100, H200 and B200
+datasheets: PCIe Gen5); GB200: NVLink-C2C to the Grace CPU, 900 GB/s both ways (NVIDIA GB200
+NVL72 datasheet)."""
+HOST_MEMORY_BYTES_PER_S_PER_GPU = 2 * 204.8e9 / 8
+"""CPU memory bandwidth per GPU for an offloaded optimizer step: two sockets of 8-channel
+DDR4-3200 (204.8 GB/s each; AMD EPYC 7002 datasheet) shared by 8 GPUs, as in the DGX A100
+(NVIDIA DGX A100 datasheet); the CPU Adam of ZeRO-Offload is bandwidth-bound (Ren et al.
+2021, arXiv 2101.06840, section 4.2)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +100,10 @@ class StepTime:
     pp_bubble_s: Num
     dp_comm_exposed_s: Num
     optimizer_s: Num
+    host_offload_s: Num = 0.0
+    """Exposed host-link and CPU time of offloaded state (``specs.Offload``)."""
+    overhead_s: Num = 0.0
+    """Fixed per-step time (``Calibration.step_overhead_s``)."""
 
     @property
     def step_s(self) -> Num:
@@ -83,6 +116,8 @@ class StepTime:
             + self.pp_bubble_s
             + self.dp_comm_exposed_s
             + self.optimizer_s
+            + self.host_offload_s
+            + self.overhead_s
         )
 
 
@@ -127,14 +162,15 @@ def ring_bandwidth(
 
 def all_to_all_s(
     volume_bytes: Num, group: Num, per_node: Num, acc: AcceleratorSpec, cal: Calibration,
-    xp: Num = SCALAR,
+    xp: Num = SCALAR, inter_node_share: float = 1.0,
 ) -> Num:
     """All-to-all of ``volume_bytes`` per rank: (per_node-1)/group of it stays on the scale-up
-    link, (group-per_node)/group crosses the rank's own NIC; the two run concurrently."""
+    link, (group-per_node)/group crosses the rank's own NIC; the two run concurrently.
+    ``inter_node_share`` scales the cross-node part (node-limited routing)."""
     intra = (per_node - 1) / group * volume_bytes / (
         acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction
     )
-    inter = (group - per_node) / group * volume_bytes / (
+    inter = inter_node_share * (group - per_node) / group * volume_bytes / (
         acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
     )
     seconds = cal.collective_latency_s + xp.maximum(intra, inter)
@@ -207,12 +243,14 @@ def _micro_batch_time(
     if model.is_moe:
         k = model.experts_per_token
         # Balanced routing spreads the routed-expert work evenly over the stage's GPUs.
-        expert_flops = 2.0 * k * counts.expert_mlp / t * geo.moe_layers_per_stage
+        # Token-dropping MoE computes capacity-padded expert buffers (specs: capacity factor).
+        cf = plan.moe_capacity_factor
+        expert_flops = 2.0 * k * cf * counts.expert_mlp / t * geo.moe_layers_per_stage
         shared_flops = (
             2.0 * (counts.shared_experts_per_layer + counts.router_per_layer) / t
             * geo.moe_layers_per_stage
         )
-        tokens_per_expert = tokens * k * plan.ep / model.num_experts * (t / geo.expert_tp)
+        tokens_per_expert = cf * tokens * k * plan.ep / model.num_experts * (t / geo.expert_tp)
         eff_expert = cal.moe_expert_efficiency_fraction * gemm_efficiency(
             linear_max,
             gemm_intensity(
@@ -243,9 +281,14 @@ def _micro_batch_time(
     attn_passes = 1.0 + ATTENTION_BACKWARD_MULTIPLIER + xp.where(
         full | plan.selective_recompute, 1.0, 0.0
     )
+    kernel_fraction = kernel_peak_fraction(training.framework, acc.id)
+    attention_peak_fraction = (
+        half_max * cal.attention_efficiency_fraction if kernel_fraction is None
+        or not training.flash_attention else kernel_fraction * cal.attention_kernel_scale
+    )
     attention_s = (
         tokens * geo.layers_per_stage * attn_core_per_token * attn_passes
-        / (half_peak * half_max * cal.attention_efficiency_fraction)
+        / (half_peak * attention_peak_fraction)
     )
 
     # Memory-bound elementwise work over the stored activations (forward, backward, and the
@@ -284,13 +327,27 @@ def _micro_batch_time(
     if model.is_moe:
         sp_divisor = xp.where(plan.sequence_parallel, t, 1)
         a2a_volume = tokens * model.experts_per_token * h * ACTIVATION_COMM_BYTES / sp_divisor
-        a2a_count = 4.0 + xp.where(full, 2.0, 0.0)
-        ep_s = xp.where(
-            plan.ep > 1,
-            cal.ep_comm_exposed_fraction * geo.moe_layers_per_stage * a2a_count
-            * all_to_all_s(a2a_volume, plan.ep, geo.ep_per_node, acc, cal, xp),
-            0.0,
-        )
+        # Forward dispatch, forward combine, and their two backward counterparts (+ a forward
+        # pair again under full recompute). FP8 dispatch halves the forward dispatches only:
+        # combine and every backward all-to-all stay bf16 (DeepSeek-V3 section 3.3).
+        dispatch_share = (FP8_DISPATCH_BYTES / ACTIVATION_COMM_BYTES
+                          if plan.moe_dispatch_fp8 else 1.0)
+        forward_pairs = 1.0 + xp.where(full, 1.0, 0.0)
+        a2a_count = forward_pairs * (dispatch_share + 1.0) + 2.0
+        # Node-limited routing: a token's copies cross the network once per remote node it
+        # visits, at most M of them, instead of once per remote expert (k).
+        k = model.experts_per_token
+        inter_node_share = (min(1.0, plan.moe_max_nodes_per_token / k)
+                            if plan.moe_max_nodes_per_token else 1.0)
+        raw_s = geo.moe_layers_per_stage * a2a_count * all_to_all_s(
+            a2a_volume, plan.ep, geo.ep_per_node, acc, cal, xp, inter_node_share)
+        if plan.moe_overlap == MoeOverlap.NONE:
+            exposed = raw_s
+        elif plan.moe_overlap == MoeOverlap.DUALPIPE:
+            exposed = xp.maximum(0.0, raw_s - (linear_s + attention_s))
+        else:
+            exposed = cal.ep_comm_exposed_fraction * raw_s
+        ep_s = xp.where(plan.ep > 1, exposed, 0.0)
 
     # Pipeline: activations and their gradients cross each stage boundary, v times each.
     p2p_bytes = tokens * h * ACTIVATION_COMM_BYTES / xp.where(plan.sequence_parallel, t, 1)
@@ -335,9 +392,10 @@ def step_time(
     )
     experts = geo.expert_params_per_gpu
     dp_bw = ring_bandwidth(acc, geo.dp_group_size, geo.dp_per_node, cal, xp)
-    dp_comm = _dp_traffic_s(params, geo.dp_group_size, plan.zero_stage, dp_bw, cal, xp) + (
-        _dp_traffic_s(experts, geo.expert_dp_group_size, plan.zero_stage, dp_bw, cal, xp)
-    )
+    layout = state_layout(training)
+    dp_comm = _dp_traffic_s(params, geo.dp_group_size, plan.zero_stage, dp_bw, layout, cal,
+                            xp) + _dp_traffic_s(experts, geo.expert_dp_group_size,
+                                                plan.zero_stage, dp_bw, layout, cal, xp)
     exposed = xp.maximum(dp_comm - micro_batch_s,
                          cal.dp_exposed_fraction_for(training.framework) * dp_comm)
     # FSDP (ZeRO-3 without PP) gathers and reduces every micro-batch, overlapping with it.
@@ -345,9 +403,11 @@ def step_time(
 
     shard = xp.where(plan.zero_stage >= 1, geo.dp_group_size, 1)
     expert_shard = xp.where(plan.zero_stage >= 1, geo.expert_dp_group_size, 1)
-    optimizer_s = OPTIMIZER_BYTES_TOUCHED_PER_PARAM * (
-        params / shard + experts / expert_shard
-    ) / acc.hbm_bytes_per_s
+    shard_params = params / shard + experts / expert_shard
+    optimizer_s = (0.0 if plan.offload_optimizer
+                   else OPTIMIZER_BYTES_TOUCHED_PER_PARAM * shard_params / acc.hbm_bytes_per_s)
+    host_offload_s = _host_offload_s(model, plan, geo, layout, shard_params, micro_batch_s,
+                                     per_micro_batch_bytes, acc.id, cal, xp)
 
     return StepTime(
         compute_s=m * mb.compute_s,
@@ -358,17 +418,60 @@ def step_time(
         pp_bubble_s=bubble_s,
         dp_comm_exposed_s=dp_exposed,
         optimizer_s=optimizer_s,
+        host_offload_s=host_offload_s,
+        overhead_s=cal.step_overhead_s,
     )
 
 
+def _host_offload_s(
+    model: ModelSpec, plan: PlanVars, geo: Geometry, layout: StateLayout, shard_params: Num,
+    micro_batch_s: Num, per_micro_batch_bytes: Num, accelerator_id: str, cal: Calibration,
+    xp: Num,
+) -> Num:
+    """Exposed time of offloaded state per step.
+
+    - optimizer (ZeRO-Offload, Ren et al. 2021, sections 4.2-4.3): the gradient shards go to
+      the host during backward (hidden), the CPU runs the optimizer over the shard, and the
+      updated 16-bit weights come back: the CPU step and the upload are exposed;
+    - weights (ZeRO-Infinity; FSDP CPU offload): every micro-batch fetches the weight shards
+      for forward and again for backward, overlapped with that micro-batch;
+    - activations: what backward needs goes to the host and back once per micro-batch,
+      overlapped with it (MaxText and Megatron-Core offload asynchronously).
+    """
+    if not (plan.offload_optimizer or plan.offload_weights or plan.offload_activations):
+        return 0.0  # one Python bool for every candidate: nothing to compute
+    m = plan.num_micro_batches
+    host_link = HOST_LINK_BY_ACCELERATOR.get(accelerator_id, HOST_LINK_BYTES_PER_S)
+    cpu_step_s = OPTIMIZER_BYTES_TOUCHED_PER_PARAM * shard_params / HOST_MEMORY_BYTES_PER_S_PER_GPU
+    upload_s = layout.gather_bytes_per_param * shard_params / host_link
+    optimizer_s = xp.where(plan.offload_optimizer, cpu_step_s + upload_s, 0.0)
+    fetch_s = 2.0 * layout.gather_bytes_per_param * shard_params / host_link
+    weights_s = xp.where(plan.offload_weights, m * xp.maximum(0.0, fetch_s - micro_batch_s), 0.0)
+    boundary = ACTIVATION_COMM_BYTES * model.hidden_size * geo.tokens_per_micro_batch / xp.where(
+        plan.sequence_parallel, plan.tp, 1) * geo.layers_per_stage
+    stored = xp.where(
+        plan.full_recompute, boundary,
+        xp.where(plan.selective_recompute,
+                 cal.selective_activation_fraction * per_micro_batch_bytes,
+                 per_micro_batch_bytes),
+    )
+    activations_s = xp.where(
+        plan.offload_activations,
+        m * xp.maximum(0.0, 2.0 * stored / host_link - micro_batch_s), 0.0,
+    )
+    return optimizer_s + weights_s + activations_s
+
+
 def _dp_traffic_s(
-    params: Num, group: Num, zero_stage: Num, bandwidth: Num, cal: Calibration, xp: Num
+    params: Num, group: Num, zero_stage: Num, bandwidth: Num, layout: StateLayout,
+    cal: Calibration, xp: Num,
 ) -> Num:
     """Data-parallel traffic per step (ZeRO 0-2) or per micro-batch (ZeRO-3): all-reduce of
     the gradients (ZeRO-0), or their reduce-scatter plus one all-gather of the weights
-    (ZeRO-1/2), or plus two (ZeRO-3: forward and backward)."""
-    grads = params * DP_GRADIENT_BYTES
-    weights = params * WEIGHT_BYTES_PER_PARAM
+    (ZeRO-1/2), or plus two (ZeRO-3: forward and backward). Gradients travel in the stack's
+    gradient precision, weights in their working precision (``memory.state_layout``)."""
+    grads = params * layout.grad_bytes_per_param
+    weights = params * layout.gather_bytes_per_param
     all_reduce = _collective_s(grads, group, bandwidth, 2.0, cal, xp)
     reduce_scatter = _collective_s(grads, group, bandwidth, 1.0, cal, xp)
     all_gather = _collective_s(weights, group, bandwidth, 1.0, cal, xp)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from fastapi.testclient import TestClient
@@ -252,3 +252,170 @@ def test_memory_reports_its_headroom(client: TestClient) -> None:
                                                       "parallelism.vp": 1})).json()["memory"]
     assert tight["fits"] is False
     assert tight["headroom_bytes"] < 0
+
+
+class TestStateAndOffload:
+    """parallelism.offload and fsdp_unit, training.master_weights, gradient_precision,
+    optimizer and fp8_params (issue 15): the memory a published run really used is
+    expressible, each field changes the answer the way it should, and contradictions are
+    a 422 naming the field."""
+
+    def estimate(self, client: TestClient, **changes: Any) -> dict[str, Any]:
+        answer = client.post("/v1/estimates", json=body(**changes))
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def test_optimizer_offload_moves_state_off_the_gpu_and_costs_host_time(
+            self, client: TestClient) -> None:
+        plain = self.estimate(client)
+        off = self.estimate(client, **{"parallelism.offload": ["optimizer"]})
+        assert off["memory"]["breakdown_bytes"]["optimizer"] == 0
+        assert plain["memory"]["breakdown_bytes"]["optimizer"] > 0
+        assert off["memory"]["peak_bytes_per_gpu"] < plain["memory"]["peak_bytes_per_gpu"]
+        assert plain["time"]["breakdown_s"]["host_offload"] == 0
+        assert off["time"]["breakdown_s"]["host_offload"] > 0
+
+    def test_weight_offload_without_zero_3_is_a_422(self, client: TestClient) -> None:
+        answer = client.post("/v1/estimates", json=body(**{
+            "parallelism.offload": ["weights"], "parallelism.zero_stage": 1}))
+        problem = assert_problem(answer, 422, "parallelism.offload")
+        assert "zero_stage 3" in problem["detail"]
+
+    def test_an_unknown_offload_target_is_a_422(self, client: TestClient) -> None:
+        answer = client.post("/v1/estimates", json=body(**{"parallelism.offload": ["disk"]}))
+        assert_problem(answer, 422)
+
+    def test_bf16_gradients_need_less_memory(self, client: TestClient) -> None:
+        fp32 = self.estimate(client, **{"training.gradient_precision": "fp32"})
+        bf16 = self.estimate(client, **{"training.gradient_precision": "bf16"})
+        ratio = (bf16["memory"]["breakdown_bytes"]["gradients"]
+                 / fp32["memory"]["breakdown_bytes"]["gradients"])
+        assert ratio == pytest.approx(0.5)
+
+    def test_sgd_has_no_optimizer_state(self, client: TestClient) -> None:
+        sgd = self.estimate(client, **{"training.optimizer": "sgd",
+                                       "training.master_weights": "bf16"})
+        assert sgd["memory"]["breakdown_bytes"]["optimizer"] == 0
+
+    def test_fp8_params_with_bf16_training_is_a_422(self, client: TestClient) -> None:
+        answer = client.post("/v1/estimates", json=body(**{
+            "training.fp8_params": True, "training.precision": "bf16"}))
+        assert_problem(answer, 422, "training.fp8_params")
+
+
+class TestMoeAllToAll:
+    """The expert-parallel all-to-all (issue 15): overlap mode, FP8 dispatch, node-limited
+    routing and expert TP are in the contract and move the step the way they should, on a
+    layout whose EP group crosses nodes (DeepSeek-V3, EP 32 over 8-GPU nodes)."""
+
+    MOE: ClassVar[dict[str, Any]] = {"model": {"preset": "deepseek-v3"},
+           "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 256, "gpus_per_node": 8},
+           "parallelism": {"tp": 1, "pp": 8, "dp": 32, "ep": 32, "vp": 1,
+                           "recompute": "full", "zero_stage": 1},
+           "training": {"seq_len": 4096, "global_batch_seqs": 1024, "tokens": 1e12,
+                        "framework": "megatron"}}
+
+    def ep_s(self, client: TestClient, **parallelism: Any) -> float:
+        request = copy.deepcopy(self.MOE)
+        request["parallelism"].update(parallelism)
+        answer = client.post("/v1/estimates", json=request)
+        assert answer.status_code == 200, answer.text
+        return float(answer.json()["time"]["breakdown_s"]["ep_comm"])
+
+    def test_overlap_modes_order_the_exposed_all_to_all(self, client: TestClient) -> None:
+        none = self.ep_s(client, moe_overlap="none")
+        megatron = self.ep_s(client)
+        dualpipe = self.ep_s(client, moe_overlap="dualpipe")
+        assert none > megatron > dualpipe >= 0
+
+    def test_fp8_dispatch_and_node_limited_routing_shrink_it(self, client: TestClient) -> None:
+        base = self.ep_s(client, moe_overlap="none")
+        fp8 = self.ep_s(client, moe_overlap="none", moe_dispatch_fp8=True)
+        limited = self.ep_s(client, moe_overlap="none", moe_max_nodes_per_token=4)
+        # FP8 halves only the forward dispatches (2 of the 6 all-to-alls under recompute).
+        assert base * 0.6 < fp8 < base
+        # 8 experts per token reach at most 4 nodes: half the cross-node volume at most.
+        assert limited < base
+
+    def test_an_unknown_overlap_mode_is_a_422(self, client: TestClient) -> None:
+        request = copy.deepcopy(self.MOE)
+        request["parallelism"]["moe_overlap"] = "magic"
+        assert_problem(client.post("/v1/estimates", json=request), 422)
+
+    def test_etp_must_divide_tp(self, client: TestClient) -> None:
+        request = copy.deepcopy(self.MOE)
+        request["parallelism"].update(tp=2, dp=16, ep=16, etp=4)
+        assert_problem(client.post("/v1/estimates", json=request), 422, "parallelism.etp")
+
+
+class TestClusterLinks:
+    """cluster.scaleout/scaleup_bytes_per_s_per_gpu (issue 15): a fabric slower than the
+    catalogue's (AWS p4d's 400 Gb/s per node, A800's NVLink) is stated, not guessed."""
+
+    ZERO3: ClassVar[dict[str, Any]] = {
+        "parallelism.tp": 1, "parallelism.pp": 1, "parallelism.cp": 1, "parallelism.vp": 1,
+        "parallelism.dp": 64, "parallelism.zero_stage": 3, "parallelism.recompute": "full"}
+
+    def step(self, client: TestClient, **cluster: Any) -> dict[str, Any]:
+        request = body(**self.ZERO3)
+        request["cluster"].update(cluster)
+        answer = client.post("/v1/estimates", json=request)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["time"]
+
+    def test_a_slower_network_exposes_more_zero3_traffic(self, client: TestClient) -> None:
+        catalogue = self.step(client)
+        p4d = self.step(client, scaleout_bytes_per_s_per_gpu=6.25e9)
+        assert p4d["breakdown_s"]["dp_comm_exposed"] > catalogue["breakdown_s"]["dp_comm_exposed"]
+        assert p4d["step_s"] > catalogue["step_s"]
+
+    @pytest.mark.parametrize("value", [0, -1.0, "fast", 1e14, 1e3])
+    def test_a_bad_link_speed_is_a_422_naming_it(self, client: TestClient, value: Any) -> None:
+        request = body()
+        request["cluster"]["scaleout_bytes_per_s_per_gpu"] = value
+        assert_problem(client.post("/v1/estimates", json=request), 422,
+                       "cluster.scaleout_bytes_per_s_per_gpu")
+
+    def test_the_fixed_step_overhead_is_in_the_breakdown(self, client: TestClient) -> None:
+        from service.core.calibration import DEFAULT_CALIBRATION
+
+        time = self.step(client)
+        assert time["breakdown_s"]["step_overhead"] == pytest.approx(
+            DEFAULT_CALIBRATION.step_overhead_s)
+        assert sum(time["breakdown_s"].values()) == pytest.approx(time["step_s"], rel=1e-9)
+
+
+class TestCapacityFactor:
+    """parallelism.moe_capacity_factor (token-dropping MoE): padded expert buffers cost
+    compute and memory; dropless is the default."""
+
+    MIXTRAL: ClassVar[dict[str, Any]] = {
+        "model": {"preset": "mixtral-8x7b"},
+        "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 64, "gpus_per_node": 8},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 64, "ep": 8, "vp": 1, "zero_stage": 1,
+                        "recompute": "full"},
+        "training": {"seq_len": 4096, "global_batch_seqs": 512, "tokens": 1e12}}
+
+    def estimate(self, client: TestClient, factor: float | None) -> dict[str, Any]:
+        request = copy.deepcopy(self.MIXTRAL)
+        if factor is not None:
+            request["parallelism"]["moe_capacity_factor"] = factor
+        answer = client.post("/v1/estimates", json=request)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def test_padding_costs_compute_and_memory(self, client: TestClient) -> None:
+        dropless = self.estimate(client, None)
+        padded = self.estimate(client, 1.5)
+        assert padded["time"]["breakdown_s"]["compute"] > dropless["time"]["breakdown_s"]["compute"]
+        assert (padded["memory"]["breakdown_bytes"]["activations"]
+                >= dropless["memory"]["breakdown_bytes"]["activations"])
+        # Model FLOPs do not count the padding, so MFU falls.
+        assert padded["time"]["mfu_fraction"] < dropless["time"]["mfu_fraction"]
+
+    @pytest.mark.parametrize("factor", [0.5, 100, "lots"])
+    def test_a_factor_out_of_range_is_a_422(self, client: TestClient, factor: Any) -> None:
+        request = copy.deepcopy(self.MIXTRAL)
+        request["parallelism"]["moe_capacity_factor"] = factor
+        assert_problem(client.post("/v1/estimates", json=request), 422,
+                       "parallelism.moe_capacity_factor")

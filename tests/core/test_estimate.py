@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+from typing import ClassVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.accuracy import evaluate, summarise, usable_inputs
+from service.core.errors import InvalidSpecError
 from service.core.estimate import estimate
-from service.core.specs import Precision, RecomputeMode
+from service.core.specs import (
+    Framework,
+    Offload,
+    Optimizer,
+    Precision,
+    RecomputeMode,
+    ShardUnit,
+    StatePrecision,
+)
 from service.core.units import GIB_BYTES
 from tests.factories import cluster, model, plan, training
 
@@ -59,6 +69,98 @@ class TestMemory:
                                                                    micro_batch=b),
                             training(global_batch_seqs=64)).memory.activations_bytes
         assert peak(micro_batch * 2 * extra) > peak(micro_batch)
+
+
+class TestStackMemory:
+    """Model-state bytes per parameter by stack, precision and optimizer, by hand (ZeRO-3 over
+    8 GPUs, so every state is divided by 8)."""
+
+    @staticmethod
+    def states_per_param(**overrides: object) -> tuple[float, float, float]:
+        m = model("llama2-7b")
+        options = {"seq_len": 4096, "global_batch_seqs": 64, **overrides}
+        result = estimate(m, cluster(8), plan(tp=1, pp=1, dp=8, cp=1, vp=1, zero_stage=3),
+                          training(**options))
+        n = result.params.total / 8
+        mem = result.memory
+        return (mem.weights_bytes / n, mem.gradients_bytes / n, mem.optimizer_bytes / n)
+
+    @pytest.mark.parametrize(("framework", "expected"), [
+        (Framework.MEGATRON, (2, 4, 12)),   # bf16 weights, fp32 main_grad, master + m + v
+        (Framework.UNKNOWN, (2, 4, 12)),    # the largest known convention
+        (Framework.DEEPSPEED, (2, 2, 12)),  # ZeRO paper 2 + 2 + K
+        (Framework.FSDP, (4, 4, 8)),        # fp32 sharded params are the master copy
+        (Framework.TORCHTITAN, (4, 4, 8)),
+        (Framework.MAXTEXT, (4, 4, 8)),
+    ])
+    def test_each_stack_stores_its_own_state(self, framework: Framework,
+                                             expected: tuple[float, float, float]) -> None:
+        assert self.states_per_param(framework=framework) == pytest.approx(expected)
+
+    def test_bf16_master_weights_with_sgd_keep_only_weights_and_gradients(self) -> None:
+        got = self.states_per_param(framework=Framework.MAXTEXT,
+                                    master_weights=StatePrecision.BF16, optimizer=Optimizer.SGD)
+        assert got == pytest.approx((2, 2, 0))
+
+    def test_bf16_gradients_and_fp8_params_shrink_megatron_state(self) -> None:
+        got = self.states_per_param(framework=Framework.MEGATRON, precision=Precision.FP8,
+                                    gradient_precision=StatePrecision.BF16, fp8_params=True)
+        assert got == pytest.approx((1, 2, 12))
+
+    def test_fp8_params_need_fp8_precision(self) -> None:
+        with pytest.raises(InvalidSpecError) as error:
+            training(fp8_params=True)
+        assert error.value.field == "training.fp8_params"
+
+    def test_xla_has_no_allocator_fragmentation(self) -> None:
+        """Same layout and state bytes; only the PyTorch stack pays fragmentation."""
+        def other(framework: Framework) -> float:
+            return estimate(model("llama3.1-8b"), cluster(8), plan(tp=1, pp=1, dp=8, cp=1, vp=1,
+                                                                  zero_stage=3),
+                            training(framework=framework)).memory.other_bytes
+        assert other(Framework.MAXTEXT) < other(Framework.FSDP)
+
+
+class TestOffload:
+    base: ClassVar[dict[str, object]] = {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "vp": 1,
+                                         "zero_stage": 3,
+            "recompute": RecomputeMode.FULL}
+
+    def run(self, *offload: Offload, **overrides: object):  # type: ignore[no-untyped-def]
+        p = plan(**{**self.base, "offload": frozenset(offload), **overrides})
+        return estimate(model("llama3.1-70b"), cluster(64, "a100-sxm4-40gb"), p,
+                        training(global_batch_seqs=256, seq_len=4096))
+
+    def test_optimizer_offload_frees_optimizer_and_gradient_shards_and_costs_time(self) -> None:
+        plain, off = self.run(), self.run(Offload.OPTIMIZER)
+        assert off.memory.optimizer_bytes == 0
+        assert off.memory.gradients_bytes == 0
+        assert off.memory.weights_bytes == plain.memory.weights_bytes
+        assert plain.throughput.step.host_offload_s == 0
+        assert off.throughput.step.host_offload_s > 0
+        assert off.throughput.step.optimizer_s == 0 < plain.throughput.step.optimizer_s
+
+    def test_weight_offload_also_frees_the_weight_shards(self) -> None:
+        off = self.run(Offload.WEIGHTS)
+        assert off.memory.weights_bytes == off.memory.optimizer_bytes == 0
+
+    def test_weight_offload_needs_zero_3(self) -> None:
+        with pytest.raises(InvalidSpecError) as error:
+            plan(**{**self.base, "zero_stage": 1, "offload": frozenset({Offload.WEIGHTS})})
+        assert error.value.field == "parallelism.offload"
+
+    def test_activation_offload_keeps_two_layers_on_the_device(self) -> None:
+        plain, off = self.run(), self.run(Offload.ACTIVATIONS)
+        layers = 80
+        # Full recompute stores one boundary per layer: the device keeps 2 of the 80.
+        stored_plain = plain.memory.activations_bytes
+        assert off.memory.activations_bytes < stored_plain
+        assert off.memory.activations_bytes > stored_plain * 2 / layers
+
+    def test_matrix_gathers_hold_less_than_layer_gathers(self) -> None:
+        layer = self.run(fsdp_unit=ShardUnit.LAYER).memory.other_bytes
+        matrix = self.run(fsdp_unit=ShardUnit.MATRIX).memory.other_bytes
+        assert matrix < layer
 
 
 class TestStepTime:
@@ -174,8 +276,60 @@ class TestGoldenPublishedRuns:
             assert shipped[regime].high_fraction == pytest.approx(high, abs=1e-4)
             assert shipped[regime].rows == rows
 
-    def test_torchtitan_peak_memory_within_thirty_percent(self) -> None:
-        for row in usable_inputs():
-            if row.measured_memory_gib and row.role == "fit":
-                peak_gib = evaluate(row).estimate.memory.peak_bytes / GIB_BYTES
-                assert peak_gib == pytest.approx(row.measured_memory_gib, rel=0.3), row.id
+    def test_every_published_layout_that_ran_fits(self) -> None:
+        """The promise behind ``fits``: a layout that really ran is never answered "does not
+        fit" (with an unknown recompute or offload resolved to the least that fits, as
+        docs/validation.md says)."""
+        refused = [row.id for row in usable_inputs() if not evaluate(row).estimate.memory.fits]
+        assert refused == []
+
+    def test_published_peaks_are_predicted_within_10_percent_at_the_median(self) -> None:
+        """Published peaks are mostly reserved memory (torchtitan logs max_reserved), so the
+        reserved estimate is what they are compared with; they mix allocated and reserved
+        memory, with and without the CUDA context (sources rarely say which), so the claim is
+        on the median (7.2% when calibration 2026-11-24.5 was fitted)."""
+        s = summarise([evaluate(row) for row in usable_inputs() if row.measured_memory_gib])
+        assert s.memory_rows == 44
+        assert s.memory_median_abs_error is not None
+        assert s.memory_median_abs_error <= 0.10
+
+    def test_reserved_memory_is_the_peak_plus_the_allocator_reserve(self) -> None:
+        from service.core.calibration import DEFAULT_CALIBRATION
+
+        row = next(r for r in usable_inputs() if r.id == "tt-h100-8b-fsdp-8")
+        memory = evaluate(row).estimate.memory
+        assert memory.reserved_bytes == pytest.approx(
+            memory.peak_bytes * (1 + DEFAULT_CALIBRATION.allocator_reserve_fraction))
+        tpu = next(r for r in usable_inputs() if r.id == "tpu-v6e-llama31-8b-8")
+        xla = evaluate(tpu).estimate.memory
+        assert xla.reserved_bytes == pytest.approx(xla.peak_bytes)
+
+
+class TestLargeScaleWarning:
+    def test_mfu_above_megascale_on_more_than_8192_gpus_warns(self) -> None:
+        import importlib
+
+        estimate_module = importlib.import_module("service.core.estimate")
+        big_plan = plan(tp=8, pp=1, dp=2048, cp=1, vp=1)
+        big = estimate(model("llama3.1-70b"), cluster(16384), big_plan,
+                       training(global_batch_seqs=4096))
+        small = estimate(model("llama3.1-70b"), cluster(64),
+                         plan(tp=8, pp=1, dp=8, cp=1, vp=1), training(global_batch_seqs=64))
+        said = [w for w in big.warnings if "MegaScale" in w]
+        assert bool(said) == (
+            big.throughput.mfu_fraction > estimate_module.LARGE_SCALE_MFU_FRACTION)
+        assert not [w for w in small.warnings if "MegaScale" in w]
+        # The same plan judged with a lower threshold must warn: the check reads the MFU.
+        original = estimate_module.LARGE_SCALE_MFU_FRACTION
+        estimate_module.LARGE_SCALE_MFU_FRACTION = 0.01
+        try:
+            again = estimate(model("llama3.1-70b"), cluster(16384), big_plan,
+                             training(global_batch_seqs=4096))
+            # ... and the GPU count: 64 GPUs never warn, whatever the MFU.
+            small_again = estimate(model("llama3.1-70b"), cluster(64),
+                                   plan(tp=8, pp=1, dp=8, cp=1, vp=1),
+                                   training(global_batch_seqs=64))
+        finally:
+            estimate_module.LARGE_SCALE_MFU_FRACTION = original
+        assert [w for w in again.warnings if "MegaScale" in w]
+        assert not [w for w in small_again.warnings if "MegaScale" in w]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
@@ -18,9 +19,14 @@ from service.core.specs import (
     Framework,
     MlpKind,
     ModelSpec,
+    MoeOverlap,
+    Offload,
+    Optimizer,
     ParallelismPlan,
     Precision,
     RecomputeMode,
+    ShardUnit,
+    StatePrecision,
     TrainingSpec,
 )
 
@@ -152,9 +158,32 @@ class ClusterIn(RequestModel):
         examples=[8],
     )
 
+    scaleout_bytes_per_s_per_gpu: float | None = Field(
+        strict=True, default=None, ge=1e8, le=1e13, description=(
+            "The network between nodes, bytes/s per GPU each way, where it differs from the "
+            "accelerator's catalogue figure: e.g. 400 Gb/s per 8-GPU node (AWS p4d EFA) is "
+            "6.25e9, 8 x 400 Gb/s InfiniBand NDR is 5e10."), examples=[6.25e9])
+    scaleup_bytes_per_s_per_gpu: float | None = Field(
+        strict=True, default=None, ge=1e8, le=1e13, description=(
+            "The scale-up link (NVLink), bytes/s per GPU each way, where it differs from the "
+            "catalogue: e.g. A800 (NVLink 400 GB/s) is 2e11."), examples=[2e11])
+
     def to_core(self, accelerator: AcceleratorSpec) -> ClusterSpec:
         per_node = self.gpus_per_node or min(accelerator.scaleup_domain_size, self.num_gpus)
-        return ClusterSpec(accelerator=accelerator, num_gpus=self.num_gpus, gpus_per_node=per_node)
+        return ClusterSpec(accelerator=with_links(accelerator, self.scaleout_bytes_per_s_per_gpu,
+                                                  self.scaleup_bytes_per_s_per_gpu),
+                           num_gpus=self.num_gpus, gpus_per_node=per_node)
+
+
+def with_links(accelerator: AcceleratorSpec, scaleout_bytes_per_s: float | None,
+               scaleup_bytes_per_s: float | None) -> AcceleratorSpec:
+    """The catalogue accelerator on the caller's network and scale-up links; its id, and so
+    its calibration, stays."""
+    if scaleout_bytes_per_s is not None:
+        accelerator = dataclasses.replace(accelerator, scaleout_bytes_per_s=scaleout_bytes_per_s)
+    if scaleup_bytes_per_s is not None:
+        accelerator = dataclasses.replace(accelerator, scaleup_bytes_per_s=scaleup_bytes_per_s)
+    return accelerator
 
 
 class Auto(StrEnum):
@@ -188,6 +217,37 @@ class ParallelismIn(RequestModel):
     recompute: RecomputeMode | Auto = Field(default=RecomputeMode.NONE, description=(
         "Recomputation, or \"auto\": the least that fits with the fastest step, chosen by "
         "the optimiser."))
+    offload: list[Offload] = Field(default_factory=list, max_length=3, description=(
+        "What lives in host memory instead of on the GPU: optimizer (optimizer state and "
+        "sharded gradients, CPU optimizer step: ZeRO-Offload), weights (also the sharded "
+        "weights: ZeRO-Infinity, FSDP CPU offload; needs zero_stage 3), activations (the "
+        "activations saved for backward: MaxText host-offload remat, Megatron activation "
+        "offloading). Frees device memory and adds host-link transfer time "
+        "(time.breakdown_s.host_offload). Not searched by optimise-parallelism."),
+        examples=[["optimizer"]])
+    fsdp_unit: ShardUnit | None = Field(default=None, description=(
+        "What ZeRO-3/FSDP gathers at once (with the next one prefetched): layer (a "
+        "transformer block: FSDP per-block wrapping) or matrix (each linear wrapped; "
+        "DeepSpeed ZeRO-3 submodules; XLA). Default: matrix for deepspeed and maxtext, "
+        "layer otherwise."))
+    etp: Count | None = Field(default=None, description=(
+        "Expert tensor-parallel size (MoE; Megatron-Core --expert-tensor-parallel-size), a "
+        "divisor of tp. Default: tp when ep fits in dp*cp, else 1 (MoE parallel folding)."))
+    moe_overlap: MoeOverlap = Field(default=MoeOverlap.MEGATRON, description=(
+        "How the expert-parallel all-to-all overlaps compute: none (fully exposed), megatron "
+        "(Megatron-Core's default partial overlap, a fitted exposed share; the default) or "
+        "dualpipe (two micro-batches in flight, as DeepSeek-V3's DualPipe or Megatron "
+        "--combined-1f1b: exposed only where it outlasts the compute)."))
+    moe_dispatch_fp8: bool = Field(strict=True, default=False, description=(
+        "Dispatch tokens to experts in FP8 (combine and backward stay bf16), as DeepSeek-V3."))
+    moe_capacity_factor: float | None = Field(strict=True, default=None, ge=1.0, le=64.0,
+                                              description=(
+        "Token-dropping MoE: each expert's buffer is this multiple of its average share of "
+        "routed tokens (GShard, Switch, MaxText capacity_factor); the padding costs compute "
+        "and memory. Default: dropless (Megatron-Core)."), examples=[1.25])
+    moe_max_nodes_per_token: Count | None = Field(default=None, description=(
+        "Node-limited routing: a token's experts span at most this many nodes and it crosses "
+        "the network once per node (DeepSeek-V3: 4). Default: unlimited."))
 
     def auto_dimensions(self) -> frozenset[str]:
         """The fields given as \"auto\" (the optimiser chooses them)."""
@@ -209,6 +269,13 @@ class ParallelismIn(RequestModel):
             zero_stage=self.zero_stage,
             recompute=(self.recompute if isinstance(self.recompute, RecomputeMode)
                        else RecomputeMode.NONE),
+            offload=frozenset(self.offload),
+            fsdp_unit=self.fsdp_unit,
+            etp=self.etp,
+            moe_overlap=self.moe_overlap,
+            moe_dispatch_fp8=self.moe_dispatch_fp8,
+            moe_max_nodes_per_token=self.moe_max_nodes_per_token,
+            moe_capacity_factor=self.moe_capacity_factor,
         )
 
 
@@ -239,6 +306,19 @@ class TrainingIn(RequestModel):
     precision: Precision = Field(default=Precision.BF16, description="Matmul precision.")
     flash_attention: bool = Field(strict=True, default=True, description="Fused attention kernel.")
     framework: Framework = Field(default=Framework.UNKNOWN, description=FRAMEWORK_DESCRIPTION)
+    master_weights: StatePrecision = Field(default=StatePrecision.FP32, description=(
+        "fp32: mixed precision with fp32 master weights (the default); bf16 or fp16: the "
+        "16-bit weights are updated directly and the optimizer moments are 16-bit too "
+        "(MaxText weight_dtype bfloat16)."))
+    gradient_precision: StatePrecision | None = Field(default=None, description=(
+        "The gradient buffer and its reduction. Default: the stack's (fp32 for megatron, "
+        "fsdp, torchtitan and unknown; 16-bit for deepspeed; the weights' precision for "
+        "maxtext). NeMo's performance recipes reduce in bf16."))
+    optimizer: Optimizer = Field(default=Optimizer.ADAMW, description=(
+        "adamw (two moments per parameter) or sgd (no optimizer state)."))
+    fp8_params: bool = Field(strict=True, default=False, description=(
+        "FP8 working weights (Transformer Engine fp8_model_init, Megatron --fp8-param-gather): "
+        "1 byte per parameter on the GPU and in the all-gather. Needs precision fp8."))
 
     def to_core(self) -> TrainingSpec:
         return TrainingSpec(
@@ -248,6 +328,10 @@ class TrainingIn(RequestModel):
             precision=self.precision,
             flash_attention=self.flash_attention,
             framework=self.framework,
+            master_weights=self.master_weights,
+            gradient_precision=self.gradient_precision,
+            optimizer=self.optimizer,
+            fp8_params=self.fp8_params,
         )
 
 
@@ -347,9 +431,15 @@ class MemoryOut(BaseModel):
     capacity_bytes_per_gpu: float
     headroom_bytes: float = Field(description=(
         "capacity_bytes_per_gpu - peak_bytes_per_gpu: what is left on the most loaded GPU "
-        "(negative: by how much it overflows). The peak is an estimate; its fitted terms "
-        "(fragmentation, overhead, selective recomputation) come from 4 torchtitan rows."))
+        "(negative: by how much it overflows). The peak is what must fit; its fitted terms "
+        "(fragmentation, overhead, selective recomputation) are fitted under the constraint "
+        "that all 204 published layouts that ran fit."))
     fits: bool
+    reserved_bytes_per_gpu: float = Field(default=0.0, description=(
+        "What PyTorch's caching allocator would reserve at the peak, the figure tools print "
+        "as peak (reserved) memory: the peak plus a fitted share of cached blocks it can "
+        "release (median error 7.2% on 44 published peaks). Equal to the peak for JAX/XLA. "
+        "fits compares peak_bytes_per_gpu, not this."))
     breakdown_bytes: MemoryBreakdownOut
 
 
@@ -362,6 +452,11 @@ class TimeBreakdownOut(BaseModel):
     pp_bubble: float
     dp_comm_exposed: float
     optimizer: float
+    host_offload: float = Field(default=0.0, description=(
+        "Exposed host-link and CPU time of parallelism.offload (0 without offload)."))
+    step_overhead: float = Field(default=0.0, description=(
+        "Fixed time per optimizer step that does not scale with the work (launches, "
+        "gradient-norm and loss reductions, logging): a fitted constant."))
 
 
 class TimeOut(BaseModel):
@@ -443,6 +538,7 @@ class EstimateResponse(BaseModel):
                 attention_convention="full (non-causal) attention, as PaLM and Megatron-LM",
             ),
             memory=MemoryOut(
+                reserved_bytes_per_gpu=mem.reserved_bytes,
                 peak_bytes_per_gpu=mem.peak_bytes,
                 capacity_bytes_per_gpu=mem.capacity_bytes,
                 headroom_bytes=mem.capacity_bytes - mem.peak_bytes,
@@ -476,6 +572,8 @@ class EstimateResponse(BaseModel):
                     pp_bubble=step.pp_bubble_s,
                     dp_comm_exposed=step.dp_comm_exposed_s,
                     optimizer=step.optimizer_s,
+                    host_offload=step.host_offload_s,
+                    step_overhead=step.overhead_s,
                 ),
             ),
             energy=EnergyOut(

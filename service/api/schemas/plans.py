@@ -18,6 +18,7 @@ from service.api.schemas.estimate import (
     ModelIn,
     ParallelismIn,
     TimeOut,
+    TrainingIn,
 )
 from service.api.schemas.prices import DecimalString
 from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult, SearchSpace
@@ -27,7 +28,9 @@ from service.core.specs import (
     EnergySpec,
     Framework,
     ModelSpec,
+    Optimizer,
     Precision,
+    StatePrecision,
     TrainingSpec,
 )
 
@@ -82,6 +85,12 @@ class CandidateClusterIn(RequestModel):
     num_gpus: Count | None = Field(default=None, description="One GPU count.")
     num_gpus_range: IntRange | None = Field(default=None, description="Several GPU counts.")
     gpus_per_node: int | None = Field(strict=True, default=None, ge=1, le=100_000)
+    scaleout_bytes_per_s_per_gpu: float | None = Field(
+        strict=True, default=None, ge=1e8, le=1e13,
+        description=ClusterIn.model_fields["scaleout_bytes_per_s_per_gpu"].description)
+    scaleup_bytes_per_s_per_gpu: float | None = Field(
+        strict=True, default=None, ge=1e8, le=1e13,
+        description=ClusterIn.model_fields["scaleup_bytes_per_s_per_gpu"].description)
 
     @model_validator(mode="after")
     def _one_count(self) -> Self:
@@ -103,7 +112,10 @@ class CandidateClusterIn(RequestModel):
     def to_core(self, accelerator: AcceleratorSpec) -> list[ClusterSpec]:
         """One cluster per GPU count; GPUs per node default as in ``ClusterIn``."""
         return [ClusterIn(accelerator=self.accelerator, num_gpus=count,
-                          gpus_per_node=self.gpus_per_node).to_core(accelerator)
+                          gpus_per_node=self.gpus_per_node,
+                          scaleout_bytes_per_s_per_gpu=self.scaleout_bytes_per_s_per_gpu,
+                          scaleup_bytes_per_s_per_gpu=self.scaleup_bytes_per_s_per_gpu,
+                          ).to_core(accelerator)
                 for count in self.counts()]
 
 
@@ -119,6 +131,15 @@ class PlanTrainingIn(RequestModel):
     precision: Precision = Precision.BF16
     flash_attention: bool = Field(strict=True, default=True)
     framework: Framework = Field(default=Framework.UNKNOWN, description=FRAMEWORK_DESCRIPTION)
+    master_weights: StatePrecision = Field(
+        default=StatePrecision.FP32,
+        description=TrainingIn.model_fields["master_weights"].description)
+    gradient_precision: StatePrecision | None = Field(
+        default=None, description=TrainingIn.model_fields["gradient_precision"].description)
+    optimizer: Optimizer = Field(
+        default=Optimizer.ADAMW, description=TrainingIn.model_fields["optimizer"].description)
+    fp8_params: bool = Field(strict=True, default=False,
+                             description=TrainingIn.model_fields["fp8_params"].description)
 
     @model_validator(mode="after")
     def _one_batch(self) -> Self:
@@ -136,7 +157,10 @@ class PlanTrainingIn(RequestModel):
     def to_core(self, global_batch_seqs: int) -> TrainingSpec:
         return TrainingSpec(seq_len=self.seq_len, global_batch_seqs=global_batch_seqs,
                             tokens=self.tokens, precision=self.precision,
-                            flash_attention=self.flash_attention, framework=self.framework)
+                            flash_attention=self.flash_attention, framework=self.framework,
+                            master_weights=self.master_weights,
+                            gradient_precision=self.gradient_precision,
+                            optimizer=self.optimizer, fp8_params=self.fp8_params)
 
     def batches(self) -> list[int]:
         if self.global_batch_seqs is not None:
@@ -187,6 +211,16 @@ class ConstraintsIn(RequestModel):
                            memory_headroom_fraction=self.memory_headroom_fraction)
 
     @model_validator(mode="after")
+    def _fixed_fields_fit_every_candidate(self) -> Self:
+        if self.fixed.etp not in (None, 1) and "tp" in self.vary:
+            raise ValueError("constraints.fixed.etp other than 1 needs tp fixed (leave tp out "
+                             "of constraints.vary): it must divide every candidate's tp")
+        if self.fixed.offload and "zero_stage" in self.vary:
+            raise ValueError("constraints.fixed.offload needs zero_stage fixed (leave "
+                             "zero_stage out of constraints.vary): offload needs ZeRO >= 1")
+        return self
+
+    @model_validator(mode="after")
     def _unique(self) -> Self:
         if len(set(self.vary)) != len(self.vary):
             raise ValueError("vary lists a dimension twice")
@@ -231,6 +265,10 @@ class SearchOut(BaseModel):
     candidates_per_s: float
     truncated: bool = Field(description="The search stopped at its deadline; the answer is "
                                         "the best of what was evaluated.")
+    covered_fraction: float = Field(default=1.0, description=(
+        "Share of candidates_total that was evaluated: 1 unless truncated. A truncated search "
+        "depends on the machine's load; narrow the space or raise the deadline for a "
+        "complete one."))
 
 
 class PlanOut(BaseModel):
@@ -287,6 +325,7 @@ class PlanSearchResponse(BaseModel):
                 candidates_total=stats.candidates_total,
                 candidates_evaluated=stats.candidates_evaluated, feasible=stats.feasible,
                 pruned_by_rule=stats.pruned_by_rule, elapsed_s=stats.elapsed_s,
-                candidates_per_s=stats.candidates_per_s, truncated=stats.truncated),
+                candidates_per_s=stats.candidates_per_s, truncated=stats.truncated,
+                covered_fraction=stats.covered_fraction),
             calibration_version=calibration_version,
         )

@@ -30,6 +30,7 @@ from service.api.routes import (
 from service.api.shedding import LoadSheddingMiddleware
 from service.api.ui import router as ui_router
 from service.api.workers import prestart, set_memory_limit
+from service.catalog.changes import ChangeFeed, GenerationCache, bump_on_commit
 from service.catalog.db import make_engine, make_session_factory
 from service.settings import Settings
 
@@ -71,12 +72,16 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     after start-up waited for them); not at construction, so building an app has no side
     effect on processes."""
     prestart(app.state.settings.search_workers)
+    app.state.changes.start()
     # Read the accelerator catalogue once in the background (the first request otherwise
     # pays the first query's compilation); a database that is not up yet is not an error
     # here: the first request reads it then.
     warm = asyncio.create_task(asyncio.to_thread(_warm_accelerators, app))
-    yield
-    warm.cancel()
+    try:
+        yield
+    finally:
+        warm.cancel()
+        app.state.changes.stop()
 
 
 def _warm_accelerators(app: FastAPI) -> None:
@@ -114,6 +119,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
 
     app.state.offer_pages = PageCache()
+    # The current catalogue version and verified API keys, held while no writer anywhere has
+    # changed them (service/catalog/changes.py); nothing is held until the lifespan starts
+    # the feed.
+    app.state.changes = ChangeFeed(settings.resolved_database_url)
+    bump_on_commit(factory, app.state.changes)
+    app.state.state_cache = GenerationCache(app.state.changes)
     app.state.metrics = Metrics()
     install_problem_handlers(app)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Annotated
+from contextlib import contextmanager
+from typing import Annotated, cast
 
 from fastapi import Depends, Request
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.catalog.changes import GenerationCache
 from service.catalog.db import unit_of_work
 from service.catalog.errors import CommitFailedError, NotFoundError
 from service.catalog.mapping import accelerator_to_spec
@@ -92,6 +94,43 @@ def get_session(request: Request) -> Iterator[Session]:
     factory: sessionmaker[Session] = request.app.state.session_factory
     with unit_of_work(factory) as session:
         yield session
+
+
+def _session_override(request: Request) -> Callable[[], object] | None:
+    override: Callable[[], object] | None = request.app.dependency_overrides.get(get_session)
+    return override
+
+
+@contextmanager
+def request_session(request: Request) -> Iterator[Session]:
+    """A session for code that needs one only sometimes (a cache miss), outside dependency
+    injection, so a hit opens none. Honours an override of ``get_session`` (the tests run
+    each request inside their own transaction)."""
+    override = _session_override(request)
+    if override is None:
+        factory: sessionmaker[Session] = request.app.state.session_factory
+        with unit_of_work(factory) as session:
+            yield session
+        return
+    produced = override()
+    if isinstance(produced, Session):
+        yield produced
+        return
+    generator = cast(Iterator[Session], produced)
+    session = next(generator)
+    try:
+        yield session
+    finally:
+        next(generator, None)
+
+
+def state_cache(request: Request) -> GenerationCache | None:
+    """The cache of the current catalogue version and verified keys, or None where sessions
+    are overridden: their uncommitted writes reach no change feed."""
+    if _session_override(request) is not None:
+        return None
+    cache: GenerationCache = request.app.state.state_cache
+    return cache
 
 
 def commit_before_answer(session: Session) -> None:

@@ -10,12 +10,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
 import re
 import sys
 import time
-import uuid
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -101,6 +102,17 @@ def security_headers(path: str, headers: list[tuple[bytes, bytes]]) -> list[tupl
     return out
 
 
+_ID_PREFIX = os.urandom(8).hex()
+_id_counter = itertools.count(1)
+
+
+def _new_request_id() -> str:
+    """32 hex digits, like a UUID's: 64 random bits per process, then a counter. Unique
+    across replicas without a system call per request (uuid4 read /dev/urandom each time,
+    16 us). Request ids name requests in logs; they are not secrets."""
+    return f"{_ID_PREFIX}{next(_id_counter):016x}"
+
+
 class RequestContextMiddleware:
     """Sets ``request.state.request_id``, echoes ``X-Request-ID``, adds the security headers,
     logs and measures."""
@@ -114,7 +126,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         given = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
-        request_id = given if REQUEST_ID.match(given) else uuid.uuid4().hex
+        request_id = given if REQUEST_ID.match(given) else _new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500

@@ -2,8 +2,9 @@
 
 A catalogue version never changes once written (docs/decisions.md 11), so a page of offers is
 a pure function of (version id, filters, page size, page token): caching it can never serve a
-stale answer. Each request still resolves which version is current (one primary-key read), so
-a new version is visible at once. Least recently used pages are evicted past ``max_entries``.
+stale answer. Which version is current is held in memory only while no writer has changed the
+catalogue state (service/catalog/changes.py), so a new version is visible as soon as its
+commit is. Least recently used pages are evicted past ``max_entries``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ class PageCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    def get(self, key: Hashable) -> bytes | None:
+        """The cached page, or None (counted as a hit only when found)."""
+        with self._lock:
+            page = self._pages.get(key)
+            if page is not None:
+                self._pages.move_to_end(key)
+                self.hits += 1
+            return page
 
     def get_or_build(self, key: Hashable, build: Callable[[], bytes]) -> bytes:
         with self._lock:

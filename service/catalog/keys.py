@@ -25,7 +25,8 @@ from service.catalog.errors import ConflictError, NotFoundError
 from service.catalog.models import ApiKey
 from service.catalog.scopes import SCOPES
 
-__all__ = ["SCOPES", "authenticate", "create_key", "grants", "list_keys", "revoke_key"]
+__all__ = ["SCOPES", "authenticate", "create_key", "grants", "key_digest", "list_keys",
+           "revoke_key"]
 
 KEY_PATTERN = re.compile(r"^cq_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -33,6 +34,12 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 def _digest(key: str, pepper: str) -> str:
     return hmac.new(pepper.encode(), key.encode(), hashlib.sha256).hexdigest()
+
+
+def key_digest(key: str, pepper: str) -> str:
+    """The HMAC a key is stored as; also what a replica's in-memory key cache is keyed by,
+    so the cache never holds key text."""
+    return _digest(key, pepper)
 
 
 def grants(scopes: Sequence[str], wanted: str) -> bool:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Resp
 from fastapi.concurrency import run_in_threadpool
 
 from service.api.auth import Principal, read_access, require
-from service.api.deps import SessionDep, commit_before_answer
+from service.api.deps import SessionDep, commit_before_answer, request_session, state_cache
 from service.api.etags import expected_revision
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
@@ -227,30 +227,34 @@ async def import_catalog(
             "description": "Read the first offer of the page, with its ETag."}}},
         **problem_responses(400, 401, 403, 404, 422)},
 )
-def list_offers(
-    request: Request, session: SessionDep, _: CatalogRead,
+async def list_offers(
+    request: Request, _: CatalogRead,
     accelerator: Slug = None, provider: Slug = None, region: Slug = None,
     term: Term | None = None, version: VersionQuery = None,
     page_size: PageSize = 50, page_token: PageToken = None,
 ) -> Response:
     """Offers of a version (default current), cheapest per GPU-hour first."""
-    version_id = prices.resolve_version_id(session, version)
+    # The hot path has no session and no thread hand-off: the version id comes from the
+    # generation cache (service/catalog/changes.py) and the page from the page cache.
+    # Either miss reads the database in the thread pool.
+    version_id = await _version_id(request, version)
     key = (version_id, accelerator, provider, region, term, page_size, page_token)
+    after: tuple[int, str] | None = None
+    if (token := decode_token(page_token)) is not None:
+        price, _sep, offer_id = token.partition(":")
+        if not price.isdigit() or not offer_id:
+            raise HTTPException(400, "page_token is not a token this API issued")
+        after = (int(price), offer_id)
 
     def build() -> bytes:
-        after: tuple[int, str] | None = None
-        if (token := decode_token(page_token)) is not None:
-            price, _sep, offer_id = token.partition(":")
-            if not price.isdigit() or not offer_id:
-                raise HTTPException(400, "page_token is not a token this API issued")
-            after = (int(price), offer_id)
-        rows = prices.list_offers(
-            session, version_id,
-            prices.OfferFilter(accelerator=accelerator, provider=provider, region=region,
-                               term=term),
-            limit=page_size + 1, after=after,
-        )
-        items = [OfferOut.from_row(r, version_id) for r in rows[:page_size]]
+        with request_session(request) as session:
+            rows = prices.list_offers(
+                session, version_id,
+                prices.OfferFilter(accelerator=accelerator, provider=provider, region=region,
+                                   term=term),
+                limit=page_size + 1, after=after,
+            )
+            items = [OfferOut.from_row(r, version_id) for r in rows[:page_size]]
         next_token = None
         if len(rows) > page_size:
             last = rows[page_size - 1]
@@ -260,8 +264,30 @@ def list_offers(
         return Page[OfferOut](items=items, next_page_token=next_token).model_dump_json().encode()
 
     # Versions are immutable, so a page is cached by version id and query (page_cache.py).
-    page = request.app.state.offer_pages.get_or_build(key, build)
+    pages = request.app.state.offer_pages
+    page = pages.get(key)
+    if page is None:
+        page = await run_in_threadpool(pages.get_or_build, key, build)
     return Response(page, media_type="application/json")
+
+
+async def _version_id(request: Request, version: str | None) -> str:
+    """The id of ``version`` (None: the current one), from memory while no writer has changed
+    the catalogue state; otherwise one read in the thread pool."""
+    cache = state_cache(request)
+    key = ("catalog-version", version)
+    found, version_id, generation = cache.get(key) if cache else (False, None, None)
+    if found:
+        return str(version_id)
+
+    def read() -> str:
+        with request_session(request) as session:
+            return prices.resolve_version_id(session, version)
+
+    version_id = await run_in_threadpool(read)
+    if cache is not None:
+        cache.put(key, version_id, generation)
+    return str(version_id)
 
 
 ETAG_HEADER: dict[str, Any] = {

@@ -1,0 +1,180 @@
+"""Server CPU per request without the network: ``python -m benchmarks.asgi_cpu``.
+
+Drives the real application (every middleware, routing, dependencies, the model, the
+serialisation) through its ASGI interface in one event loop, and beside it the bare FastAPI
+app of ``benchmarks/load/bare_app.py``, the same number of times in the same run. What uvicorn
+adds (HTTP parsing, the socket) is the same for both and is left out, so the figures isolate
+what this service adds to each request. ``--profile PATH`` writes a cProfile of the service
+requests (read it with ``python -m pstats PATH``; ``benchmarks/profile.md`` summarises one).
+
+Scenarios: ``estimates`` (the documented example body), ``offers`` (the load benchmark's
+filtered page, warm page cache) and ``quotes`` (the load benchmark's quote, unique
+Idempotency-Keys). ``offers`` and ``quotes`` use a fresh SQLite database, or PostgreSQL with
+``--database-url``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.load.run import OFFERS_PATH, QUOTE_BODY
+from service.api.schemas.estimate import ESTIMATE_EXAMPLE
+
+Asgi = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+async def call(app: Asgi, method: str, path: str, body: bytes = b"",
+               headers: tuple[tuple[bytes, bytes], ...] = ()) -> tuple[int, bytes]:
+    """One request through ``app``; returns the status and the body."""
+    raw_path, _, query = path.partition("?")
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1", "method": method, "scheme": "http", "path": raw_path,
+        "raw_path": raw_path.encode(), "query_string": query.encode(), "root_path": "",
+        "headers": [(b"host", b"bench"), (b"content-length", str(len(body)).encode()),
+                    (b"content-type", b"application/json"), *headers],
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000), "state": {},
+    }
+    sent = False
+    status = 0
+    chunks: list[bytes] = []
+    disconnected = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await disconnected.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    disconnected.set()
+    return status, b"".join(chunks)
+
+
+async def measure(app: Asgi, method: str, path: str, body: bytes, count: int,
+                  headers: tuple[tuple[bytes, bytes], ...] = (),
+                  fresh_key: bool = False) -> tuple[list[float], int, int]:
+    """Process CPU seconds per request for ``count`` sequential requests, in batches."""
+    per_request: list[float] = []
+    status = 0
+    size = 0
+    batch = max(1, count // 20)
+    for _ in range(0, count, batch):
+        started = time.process_time()
+        for _ in range(batch):
+            extra = headers
+            if fresh_key:
+                extra = (*headers, (b"idempotency-key", uuid.uuid4().hex.encode()))
+            status, answer = await call(app, method, path, body, extra)
+            size = len(answer)
+        per_request.append((time.process_time() - started) / batch)
+    return per_request, status, size
+
+
+def service_app(database_url: str) -> tuple[Asgi, str]:
+    """The real app on a migrated, seeded database, with an API key for the catalogue."""
+    os.environ.update({"CQ_DATABASE_URL": database_url, "CQ_SEARCH_WORKERS": "0",
+                       "CQ_LOG_LEVEL": "warning"})
+    from service.main import create_app
+    from service.settings import Settings
+    from tests.factories import seeded_database_with_key
+
+    key = seeded_database_with_key(database_url, name=f"asgi-cpu-{uuid.uuid4().hex[:8]}",
+                                   scopes=["quotes:write", "quotes:read", "catalog:read"])
+    return create_app(Settings()), key
+
+
+def run_thread_work_inline() -> None:
+    """Run what FastAPI hands to the thread pool in the calling thread, so that a cProfile
+    of the event loop's thread sees it (the CPU figures are then single-threaded too)."""
+    import anyio.to_thread
+
+    async def inline(func: Callable[..., Any], *args: Any, **_: Any) -> Any:
+        return func(*args)
+
+    anyio.to_thread.run_sync = inline  # type: ignore[assignment]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.load.bare_app import app as bare
+
+    if args.profile:
+        run_thread_work_inline()
+
+    url = args.database_url or f"sqlite:///{tempfile.mkdtemp()}/asgi_cpu.sqlite"
+    app, key = service_app(url)
+    auth = ((b"authorization", f"Bearer {key}".encode()),)
+    scenarios = {
+        "estimates": ("POST", "/v1/estimates", json.dumps(ESTIMATE_EXAMPLE).encode(), (), False,
+                      "POST", "/bare-async", b'{"a": 1}'),
+        "offers": ("GET", OFFERS_PATH, b"", auth, False, "GET", "/bare-async", b""),
+        "quotes": ("POST", "/v1/quotes", json.dumps(QUOTE_BODY).encode(), auth, True,
+                   "POST", "/bare-async", b'{"a": 1}'),
+    }
+    report: dict[str, Any] = {"database": url.split(":")[0]}
+    async with app.router.lifespan_context(app):
+        for name in args.scenarios:
+            method, path, body, headers, fresh, bare_method, bare_path, bare_body = \
+                scenarios[name]
+            count = args.count if name != "quotes" else max(20, args.count // 20)
+            await measure(app, method, path, body, max(5, count // 10), headers, fresh)
+            await measure(bare, bare_method, bare_path, bare_body, count // 10)
+            profiler = cProfile.Profile() if args.profile else None
+            if profiler:
+                profiler.enable()
+            service, status, size = await measure(app, method, path, body, count, headers,
+                                                  fresh)
+            if profiler:
+                profiler.disable()
+                profiler.dump_stats(f"{args.profile}.{name}")
+            baseline, _, _ = await measure(bare, bare_method, bare_path, bare_body, count)
+            service_ms = statistics.median(service) * 1e3
+            bare_ms = statistics.median(baseline) * 1e3
+            report[name] = {"status": status, "response_bytes": size,
+                            "service_cpu_ms": round(service_ms, 3),
+                            "bare_async_cpu_ms": round(bare_ms, 3),
+                            "ratio_bare_over_service": round(bare_ms / service_ms, 3)}
+            print(f"{name:10s} status {status}  {size:>7d} B  service {service_ms:7.3f} ms CPU"
+                  f"  bare async {bare_ms:6.3f} ms  bare/service {bare_ms / service_ms:5.3f}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                        help="estimates, offers, quotes (default: all three)")
+    parser.add_argument("--count", type=int, default=2000, help="requests per scenario")
+    parser.add_argument("--database-url", default=None)
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="write cProfile stats to PATH.<scenario>")
+    args = parser.parse_args(argv)
+    unknown = set(args.scenarios) - {"estimates", "offers", "quotes"}
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    args.scenarios = args.scenarios or ["estimates", "offers", "quotes"]
+    print(json.dumps(asyncio.run(run(args))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -32,6 +32,7 @@ from service.api.ui import router as ui_router
 from service.api.workers import prestart, set_memory_limit
 from service.catalog.changes import ChangeFeed, GenerationCache, bump_on_commit
 from service.catalog.db import make_engine, make_session_factory
+from service.core.quote import PriceOffer
 from service.settings import Settings
 
 DESCRIPTION = """\
@@ -118,7 +119,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         make_session_factory(cache_engine), settings.catalog_cache_ttl_s
     )
 
-    app.state.offer_pages = PageCache()
+    app.state.offer_pages = PageCache[bytes]()
+    app.state.quote_offers = PageCache[list[PriceOffer]](max_entries=64)
     # The current catalogue version and verified API keys, held while no writer anywhere has
     # changed them (service/catalog/changes.py); nothing is held until the lifespan starts
     # the feed.

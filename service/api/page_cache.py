@@ -12,17 +12,23 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
 
 
-class PageCache:
+class PageCache(Generic[V]):
+    """Least-recently-used values of pure functions of immutable catalogue versions (list
+    pages as bytes; a quote's offers as ``PriceOffer`` lists)."""
+
     def __init__(self, max_entries: int = 256) -> None:
         self.max_entries = max_entries
-        self._pages: OrderedDict[Hashable, bytes] = OrderedDict()
+        self._pages: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: Hashable) -> bytes | None:
+    def get(self, key: Hashable) -> V | None:
         """The cached page, or None (counted as a hit only when found)."""
         with self._lock:
             page = self._pages.get(key)
@@ -31,7 +37,7 @@ class PageCache:
                 self.hits += 1
             return page
 
-    def get_or_build(self, key: Hashable, build: Callable[[], bytes]) -> bytes:
+    def get_or_build(self, key: Hashable, build: Callable[[], V]) -> V:
         with self._lock:
             page = self._pages.get(key)
             if page is not None:

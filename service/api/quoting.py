@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from service import __version__
 from service.api.auto import resolve_plan
 from service.api.deps import AcceleratorCache
+from service.api.page_cache import PageCache
 from service.api.schemas.estimate import ModelIn, plan_dict
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest
@@ -42,6 +43,7 @@ from service.core.quote import (
     OnPremInputs,
     Options,
     Policy,
+    PriceOffer,
     QuoteLine,
     QuoteResult,
     RuleResult,
@@ -257,16 +259,28 @@ def options_for(request: QuoteRequest | BudgetPlanRequest) -> Options:
     )
 
 
+OfferCache = PageCache[list[PriceOffer]]
+
+
 def price(
     session: Session, request: QuoteRequest | BudgetPlanRequest,
     jobs: Sequence[tuple[SizedJob, Plan | None]], version_id: str, policy: Policy,
-    now: dt.datetime, *, gated: bool,
+    now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
 ) -> Computed:
-    """Load the offers, time each job on each fabric, price and judge."""
+    """Load the offers, time each job on each fabric, price and judge. The offers of a
+    version are a pure function of the version id and the filters (versions are immutable),
+    so ``offer_cache`` may hold them (issue 16: loading was a quarter of a quote's CPU)."""
     options = options_for(request)
-    offers = load_offers(session, version_id, {j.accelerator for j, _ in jobs},
-                         terms=request.terms, providers=request.providers,
-                         regions=request.regions, currency=options.currency)
+    accelerators = frozenset(j.accelerator for j, _ in jobs)
+
+    def load() -> list[PriceOffer]:
+        return load_offers(session, version_id, accelerators, terms=request.terms,
+                           providers=request.providers, regions=request.regions,
+                           currency=options.currency)
+
+    key = (version_id, accelerators, tuple(sorted(request.terms)),
+           tuple(sorted(request.providers)), tuple(sorted(request.regions)), options.currency)
+    offers = load() if offer_cache is None else offer_cache.get_or_build(key, load)
     timings: dict[tuple[int, Fabric], JobTiming] = {}
     for index, (job, plan) in enumerate(jobs):
         if plan is None:
@@ -414,28 +428,38 @@ def rejected_json(computed: Computed) -> dict[str, Any]:
     }
 
 
+_line_json = line_json  # quote_body's own json_of reuses what it built
+
+
 def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool) -> tuple[
         dict[str, Any], list[dict[str, Any]]]:
     """(the answer, every line): the answer holds the best line per provider and term unless
     ``all_lines``; every line is stored for ``GET /v1/quotes/{id}/lines`` and ``verify``."""
     result = computed.result
     fraction = computed.request_fraction
-    every = [line_json(x, fraction) for x in result.lines]
+    every = [_line_json(x, fraction) for x in result.lines]
+    # The shown, cheapest, fastest and recommended lines are lines of ``result.lines``: their
+    # JSON is built once (read-only from here on: it is only serialised).
+    built = {id(x): j for x, j in zip(result.lines, every, strict=True)}
     shown = result.lines if all_lines else best_per_provider_term(result.lines)
     totals = sorted(result.summary_totals)
 
+    def json_of(line: QuoteLine, fraction: Decimal) -> dict[str, Any]:
+        found = built.get(id(line))
+        return found if found is not None else _line_json(line, fraction)
+
     def one(line: QuoteLine | None) -> dict[str, Any] | None:
-        return None if line is None else line_json(line, fraction)
+        return None if line is None else json_of(line, fraction)
 
     policy = result.policy
     body = {
         "accounting": computed.options.accounting.value,
-        "lines": [line_json(x, fraction) for x in shown],
+        "lines": [json_of(x, fraction) for x in shown],
         "lines_total": len(result.lines),
         "lines_shown": "all" if all_lines else "best_per_provider_term",
         "rejected_offers": rejected_json(computed),
         "cheapest": one(result.cheapest),
-        "cheapest_per_term": {k: line_json(v, fraction)
+        "cheapest_per_term": {k: json_of(v, fraction)
                               for k, v in result.cheapest_per_term.items()},
         "fastest": one(result.fastest),
         "recommended": one(result.recommended),

@@ -12,6 +12,7 @@ or a lost fraction of 1 or more) cannot make progress. Billed time = wall-clock 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
@@ -50,9 +51,18 @@ DEFAULT_OPERATIONS_FRACTION = Decimal("0.10")
 
 
 def exact(value: float) -> Decimal:
-    """The exact decimal value of a float (``Decimal(repr(x))``: shortest round-trip text)."""
-    if not math.isfinite(value):
-        raise ValueError(f"{value!r} is not a finite amount")
+    """The exact decimal value of a float (``Decimal(repr(x))``: shortest round-trip text).
+    Memoised by value and type (a quote converts the same few values thousands of times;
+    issue 16); zeros are not, so -0.0 and 0.0 keep their own text."""
+    if value == 0 or not math.isfinite(value):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a finite amount")
+        return Decimal(repr(value))
+    return _exact(value)
+
+
+@functools.lru_cache(maxsize=8192, typed=True)
+def _exact(value: float) -> Decimal:
     return Decimal(repr(value))
 
 
@@ -110,8 +120,10 @@ class CloudLine:
     total: Decimal
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
 def instances_for(num_gpus: int, gpus_per_instance: float) -> tuple[int, bool]:
-    """Whole instances that hold ``num_gpus`` GPUs, and whether that rounds up."""
+    """Whole instances that hold ``num_gpus`` GPUs, and whether that rounds up (memoised:
+    a pure function of two numbers)."""
     needed = exact(num_gpus) / exact(gpus_per_instance)
     whole = int(needed.to_integral_value(rounding=ROUND_CEILING))
     return whole, Decimal(whole) != needed

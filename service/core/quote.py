@@ -21,6 +21,7 @@ The verdict is the recommended line's policy outcome: ``approve`` unless a rule 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -421,17 +422,35 @@ def price_amounts(
 ) -> Amounts:
     """A feasible line's amounts at the estimate and at the ends of its band: the job's cost
     is ``pricing.cloud_line`` (instances × billed hours × rate), the commitment what the term
-    makes the buyer sign for."""
+    makes the buyer sign for. Memoised on its inputs (offers in many regions share a price:
+    issue 16); ``Amounts`` is immutable, so a shared result cannot be altered."""
+    # Equal keys must give identical text: a Decimal's exponent and a float's sign of zero
+    # take part in the key (2.5 == 2.50 and 0.0 == -0.0, but they print differently).
+    return _price_amounts(
+        job.num_gpus, job.power_w_per_gpu + 0.0, timing, term, gpus_per_instance + 0.0, rate,
+        rate.as_tuple().exponent, lost_fraction + 0.0,
+        None if interval_s is None else interval_s + 0.0, options, carbon_g_per_kwh + 0.0,
+        pue + 0.0, on_demand_rate,
+        None if on_demand_rate is None else on_demand_rate.as_tuple().exponent)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _price_amounts(
+    num_gpus: int, power_w_per_gpu: float, timing: JobTiming, term: Term,
+    gpus_per_instance: float, rate: Decimal, _rate_exponent: int | str, lost_fraction: float,
+    interval_s: float | None, options: Options, carbon_g_per_kwh: float, pue: float,
+    on_demand_rate: Decimal | None, _on_demand_exponent: int | str | None,
+) -> Amounts:
 
     def at(wall_s: float) -> tuple[Decimal, Decimal, Decimal, float, int | None]:
-        line = pricing.cloud_line(num_gpus=job.num_gpus, gpus_per_instance=gpus_per_instance,
+        line = pricing.cloud_line(num_gpus=num_gpus, gpus_per_instance=gpus_per_instance,
                                   wall_s=wall_s, lost_fraction=lost_fraction,
                                   price_per_instance_hour=rate)
         commitment, term_s, terms = _commitment(term, line.instances, line.billed_hours, rate,
                                                 line.total)
         return line.billed_hours, line.total, commitment, term_s, terms
 
-    instances, rounded_up = pricing.instances_for(job.num_gpus, gpus_per_instance)
+    instances, rounded_up = pricing.instances_for(num_gpus, gpus_per_instance)
     hours, job_cost, commitment, term_s, terms = at(timing.wall_s)
     low = at(timing.wall_s_p10)
     high = at(timing.wall_s_p90)
@@ -441,7 +460,7 @@ def price_amounts(
     else:
         total = commitment
     gpu_hours = hours * instances * pricing.exact(gpus_per_instance)
-    kwh = gpu_hours * pricing.exact(job.power_w_per_gpu) * pricing.exact(pue) / 1000
+    kwh = gpu_hours * pricing.exact(power_w_per_gpu) * pricing.exact(pue) / 1000
     co2 = kwh * pricing.exact(carbon_g_per_kwh) / 1000
     reserved = None
     if term in RESERVED_YEARS:
@@ -500,7 +519,15 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
         basis = f"hardware failures {options.failure_rate_per_gpu_hour:g} per GPU-hour"
     loss = pricing.goodput(rate_per_s, checkpoint_s, options.restart_s)
     carbon = offer.region_carbon_g_per_kwh
-    line = QuoteLine(
+    amounts = None
+    if loss.feasible:
+        amounts = price_amounts(
+            job=job, timing=timing, term=offer.term, gpus_per_instance=gpus,
+            rate=offer.price_per_instance_hour,
+            lost_fraction=loss.lost_fraction, interval_s=loss.interval_s, options=options,
+            carbon_g_per_kwh=carbon if carbon is not None else options.grid_gco2e_per_kwh,
+            pue=options.pue, on_demand_rate=offer.on_demand_rate)
+    return QuoteLine(
         provider=offer.provider, region=offer.region, zone=offer.zone,
         instance_type=offer.instance_type, term=offer.term,
         payment_option=offer.payment_option, accelerator=job.accelerator,
@@ -510,21 +537,13 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
         unit_price=offer.price_per_instance_hour, unit="instance-hour", offer_id=offer.offer_id,
         catalog_version=version_id, flags=_flags(offer, instances), goodput_basis=basis,
         timing_basis=timing.basis,
-        carbon_basis=None if carbon is None else "region", plan=job.plan,
+        carbon_basis=(None if carbon is None and amounts is None
+                      else "region" if carbon is not None else "request default"),
+        plan=job.plan,
         global_batch_seqs=job.global_batch_seqs, accounting=options.accounting,
-        amounts=None, infeasible_reason=loss.reason, onprem=None, price_as_of=offer.as_of,
+        amounts=amounts, infeasible_reason=loss.reason, onprem=None, price_as_of=offer.as_of,
         price_as_of_day=offer.as_of_day,
     )
-    if not loss.feasible:
-        return line
-    amounts = price_amounts(
-        job=job, timing=timing, term=offer.term, gpus_per_instance=gpus,
-        rate=offer.price_per_instance_hour,
-        lost_fraction=loss.lost_fraction, interval_s=loss.interval_s, options=options,
-        carbon_g_per_kwh=carbon if carbon is not None else options.grid_gco2e_per_kwh,
-        pue=options.pue, on_demand_rate=offer.on_demand_rate)
-    return replace(line, amounts=amounts, carbon_basis=(
-        "region" if carbon is not None else "request default"))
 
 
 def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,

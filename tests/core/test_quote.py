@@ -275,3 +275,52 @@ def test_owned_gpus_that_fail_faster_than_a_restart_are_an_infeasible_line_not_a
     line = q.onprem_line(job(num_gpus=64), inputs, options, "cv_000001")
     assert not line.feasible
     assert "cannot make progress" in (line.infeasible_reason or "")
+
+
+class TestMemoisedAmounts:
+    """price_amounts is memoised (issue 16): equal inputs that print differently must still
+    give their own text, whatever was priced before."""
+
+    @staticmethod
+    def fresh(o: PriceOffer, options: Options = NO_FAILURES) -> q.QuoteLine:
+        q._price_amounts.cache_clear()
+        return only_line(priced(o, options=options))
+
+    @pytest.mark.parametrize(("first", "second"), [
+        (Decimal("2.5"), Decimal("2.50")), (Decimal("2.50"), Decimal("2.5")),
+        (Decimal("40"), Decimal("40.000000")),
+    ])
+    def test_equal_rates_keep_their_own_representation(self, first: Decimal,
+                                                        second: Decimal) -> None:
+        def reserved(rate: Decimal) -> PriceOffer:
+            return offer(term=Term.RESERVED_1Y, payment_option="no_upfront",
+                         price_per_instance_hour=rate, on_demand_rate=rate * 2)
+
+        expected = self.fresh(reserved(second))
+        q._price_amounts.cache_clear()
+        only_line(priced(reserved(first)))      # primes the memo with the equal value
+        again = only_line(priced(reserved(second)))
+        assert again.amounts == expected.amounts
+        assert again.amounts is not None
+        assert expected.amounts is not None
+        assert again.amounts.reserved is not None
+        assert expected.amounts.reserved is not None
+        assert (str(again.amounts.reserved.break_even_utilisation_fraction)
+                == str(expected.amounts.reserved.break_even_utilisation_fraction))
+
+    def test_a_negative_zero_carbon_intensity_prints_as_zero_either_way(self) -> None:
+        zero = dataclasses.replace(NO_FAILURES, grid_gco2e_per_kwh=0.0)
+        negative_zero = dataclasses.replace(NO_FAILURES, grid_gco2e_per_kwh=-0.0)
+        first = self.fresh(offer(), negative_zero)
+        second = only_line(priced(offer(), options=zero))
+        assert first.amounts is not None
+        assert second.amounts is not None
+        assert str(first.amounts.co2e_kg) == str(second.amounts.co2e_kg) == "0.000"
+
+    def test_the_memo_serves_the_same_amounts_as_a_fresh_computation(self) -> None:
+        options = dataclasses.replace(NO_FAILURES, deadline_s=9 * DAY_S)
+        o = offer(price_per_instance_hour=Decimal("81.25"))
+        cold = self.fresh(o, options)
+        warm = only_line(priced(o, options=options))
+        assert q._price_amounts.cache_info().hits >= 1
+        assert warm.amounts == cold.amounts

@@ -20,11 +20,13 @@ from service.api.deps import (
     SessionDep,
     SettingsDep,
     commit_before_answer,
+    state_cache,
 )
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
 from service.api.quoting import (
     ESTIMATOR_VERSION,
+    OfferCache,
     price,
     quote_body,
     size_workload,
@@ -82,14 +84,26 @@ IdempotencyKey = Annotated[str | None, Header(
 
 def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCache,
                  version_id: str, budget: WorkBudget, workers: int, policy: Policy,
-                 now: dt.datetime, *, gated: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                 now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Everything of a quote that is computed (no id or timestamps), and every line; its
-    searches within ``budget``."""
+    searches within ``budget``. ``verify`` passes no ``offer_cache``: it reads the stored
+    version again."""
     if request.budget is not None:
         _check_currency(session, request.budget.currency, version_id)
     jobs = size_workload(request, cache, budget, workers)
-    computed = price(session, request, jobs, version_id, policy, now, gated=gated)
+    computed = price(session, request, jobs, version_id, policy, now, gated=gated,
+                     offer_cache=offer_cache)
     return quote_body(computed, request, all_lines=False)
+
+
+def offer_cache(request: Request) -> OfferCache | None:
+    """This replica's cache of quote offers by version and filters; none where the tests
+    override sessions (their versions live in transactions that are rolled back)."""
+    if state_cache(request) is None:
+        return None
+    cache: OfferCache = request.app.state.quote_offers
+    return cache
 
 
 def _check_currency(session: Session, currency: str, version_id: str) -> None:
@@ -176,7 +190,8 @@ def create_quote(
     computed, lines = compute_body(
         session, body, accelerators, version.id, request_budget(settings, gone),
         settings.search_workers, policy, now,
-        gated=_gated(body, bool(body.policy or settings.default_policy)))
+        gated=_gated(body, bool(body.policy or settings.default_policy)),
+        offer_cache=offer_cache(request))
     row = _new_quote(request, principal, idempotency_key, hash_, canonical, version.id,
                      version.content_hash, computed, lines, policy, now,
                      settings.quote_ttl_days, None)
@@ -393,7 +408,8 @@ def requote_quote(
     computed, lines = compute_body(
         session, body, accelerators, version.id, request_budget(settings, gone),
         settings.search_workers, policy, now,
-        gated=_gated(body, bool(body.policy or settings.default_policy or old.policy_name)))
+        gated=_gated(body, bool(body.policy or settings.default_policy or old.policy_name)),
+        offer_cache=offer_cache(request))
     row = _new_quote(request, principal, key, hash_, canonical, version.id,
                      version.content_hash, computed, lines, policy, now,
                      settings.quote_ttl_days, quote_id)

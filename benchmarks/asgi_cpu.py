@@ -8,9 +8,9 @@ what this service adds to each request. ``--profile PATH`` writes a cProfile of 
 requests (read it with ``python -m pstats PATH``; ``benchmarks/profile.md`` summarises one).
 
 Scenarios: ``estimates`` (the documented example body), ``offers`` (the load benchmark's
-filtered page, warm page cache) and ``quotes`` (the load benchmark's quote, unique
-Idempotency-Keys). ``offers`` and ``quotes`` use a fresh SQLite database, or PostgreSQL with
-``--database-url``.
+filtered page, warm page cache), ``offers-cold`` (the same page built every time) and
+``quotes`` (the load benchmark's quote, unique Idempotency-Keys). All run on a fresh SQLite
+database, or on PostgreSQL with ``--database-url`` (an empty database).
 """
 
 from __future__ import annotations
@@ -73,8 +73,10 @@ async def call(app: Asgi, method: str, path: str, body: bytes = b"",
 
 async def measure(app: Asgi, method: str, path: str, body: bytes, count: int,
                   headers: tuple[tuple[bytes, bytes], ...] = (),
-                  fresh_key: bool = False) -> tuple[list[float], int, int]:
-    """Process CPU seconds per request for ``count`` sequential requests, in batches."""
+                  fresh_key: bool = False, before: Callable[[], None] | None = None,
+                  ) -> tuple[list[float], int, int]:
+    """Process CPU seconds per request for ``count`` sequential requests, in batches
+    (``before`` runs ahead of each request, inside the measurement)."""
     per_request: list[float] = []
     status = 0
     size = 0
@@ -83,6 +85,8 @@ async def measure(app: Asgi, method: str, path: str, body: bytes, count: int,
         started = time.process_time()
         for _ in range(batch):
             extra = headers
+            if before is not None:
+                before()
             if fresh_key:
                 extra = (*headers, (b"idempotency-key", uuid.uuid4().hex.encode()))
             status, answer = await call(app, method, path, body, extra)
@@ -128,6 +132,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "estimates": ("POST", "/v1/estimates", json.dumps(ESTIMATE_EXAMPLE).encode(), (), False,
                       "POST", "/bare-async", b'{"a": 1}'),
         "offers": ("GET", OFFERS_PATH, b"", auth, False, "GET", "/bare-async", b""),
+        "offers-cold": ("GET", OFFERS_PATH, b"", auth, False, "GET", "/bare-async", b""),
         "quotes": ("POST", "/v1/quotes", json.dumps(QUOTE_BODY).encode(), auth, True,
                    "POST", "/bare-async", b'{"a": 1}'),
     }
@@ -136,14 +141,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for name in args.scenarios:
             method, path, body, headers, fresh, bare_method, bare_path, bare_body = \
                 scenarios[name]
-            count = args.count if name != "quotes" else max(20, args.count // 20)
-            await measure(app, method, path, body, max(5, count // 10), headers, fresh)
+            count = args.count if name in ("estimates", "offers") else max(20, args.count // 20)
+            # offers-cold: every request builds its page (the page cache is emptied first).
+            before = app.state.offer_pages._pages.clear if name == "offers-cold" else None
+            await measure(app, method, path, body, max(5, count // 10), headers, fresh, before)
             await measure(bare, bare_method, bare_path, bare_body, count // 10)
             profiler = cProfile.Profile() if args.profile else None
             if profiler:
                 profiler.enable()
             service, status, size = await measure(app, method, path, body, count, headers,
-                                                  fresh)
+                                                  fresh, before)
             if profiler:
                 profiler.disable()
                 profiler.dump_stats(f"{args.profile}.{name}")
@@ -162,16 +169,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                        help="estimates, offers, quotes (default: all three)")
+                        help="estimates, offers, offers-cold, quotes (default: all)")
     parser.add_argument("--count", type=int, default=2000, help="requests per scenario")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--profile", type=Path, default=None,
                         help="write cProfile stats to PATH.<scenario>")
     args = parser.parse_args(argv)
-    unknown = set(args.scenarios) - {"estimates", "offers", "quotes"}
+    unknown = set(args.scenarios) - {"estimates", "offers", "offers-cold", "quotes"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
-    args.scenarios = args.scenarios or ["estimates", "offers", "quotes"]
+    args.scenarios = args.scenarios or ["estimates", "offers", "offers-cold", "quotes"]
     print(json.dumps(asyncio.run(run(args))))
     return 0
 

@@ -53,14 +53,15 @@ def free_port() -> int:
 @contextmanager
 def server_process(env: dict[str, str], *, app: str = "service.main:create_app",
                    factory: bool = True, ready_path: str = "/livez", port: int | None = None,
-                   log_path: str | None = None) -> Iterator[ServerProcess]:
+                   log_path: str | None = None,
+                   extra_args: tuple[str, ...] = ()) -> Iterator[ServerProcess]:
     """A real uvicorn server in its own process (one event loop, as each replica runs), for
     load benchmarks and for faults that kill a replica. Stops it (kill -9 if need be)."""
     port = port or free_port()
     command = [sys.executable, "-m", "uvicorn", *(["--factory"] if factory else []), app,
                "--no-server-header",
                "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
-               "--log-level", "warning"]
+               "--log-level", "warning", *extra_args]
     log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed below
     process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log,  # noqa: S603
                                stderr=subprocess.STDOUT)

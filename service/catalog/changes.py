@@ -8,9 +8,10 @@ change made by any writer, on any replica, ends its use:
 - **PostgreSQL**: a trigger (migration 0006) sends ``NOTIFY cq_changes`` when a statement
   changes ``catalog_state`` or ``api_keys``; NOTIFY is delivered when the writing transaction
   commits. One thread per process listens and bumps the generation on each notification.
-  While it is not connected (start-up, a restart of the database, a network fault) the
-  generation is ``None`` and nothing is served from memory; after it reconnects it bumps the
-  generation once, since it may have missed notifications.
+  It counts as live only while it hears the ping it sends itself every second (decision 60).
+  While it is not live (start-up, a restart of the database, a network fault, a pooler that
+  does not carry LISTEN) the generation is ``None`` and nothing is served from memory; when
+  it is live again it bumps the generation once, since it may have missed notifications.
 - **SQLite** (one file, possibly several processes): ``PRAGMA data_version`` on a connection
   of its own changes whenever any other connection commits. Reading it is a local call of a
   few microseconds. It changes on every commit (quotes too), which can only make caching less
@@ -27,6 +28,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
@@ -38,6 +41,11 @@ logger = logging.getLogger(__name__)
 CHANNEL = "cq_changes"
 APPLICATION_NAME = "cq-change-feed"
 """The listener's ``application_name`` in ``pg_stat_activity``."""
+PING_S = 1.0
+"""The listener NOTIFYs its own channel this often; it is live only while it hears itself
+(decision 60: through a transaction-mode pooler a LISTEN can be connected and deaf)."""
+PING_TIMEOUT_S = 3.0
+"""Not hearing its own ping for this long ends the listener's liveness (and reconnects)."""
 POLL_S = 0.1
 """How long the listener waits for a notification before checking its connection and the
 stop flag: a shutdown waits at most this long for it (a NOTIFY wakes it at once)."""
@@ -47,6 +55,9 @@ RECONNECT_S = (0.5, 1.0, 2.0, 5.0)
 
 class ChangeFeed:
     """The generation number of this process's view of the database (module docstring)."""
+
+    ping_channel = CHANNEL
+    """Where the listener sends its pings (a test points it elsewhere to make it deaf)."""
 
     def __init__(self, database_url: str) -> None:
         self._url = make_url(database_url)
@@ -126,18 +137,30 @@ class ChangeFeed:
 
         conninfo = self._url.set(drivername="postgresql").render_as_string(
             hide_password=False)
+        ping = f"ping:{uuid.uuid4().hex}"
         attempt = 0
         while not self._stop.is_set():
             try:
                 with psycopg.connect(conninfo, autocommit=True, connect_timeout=5,
                                      application_name=APPLICATION_NAME) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
-                    self._set_live(True)
-                    attempt = 0
+                    sent = heard = time.monotonic() - PING_S  # ping at once
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=POLL_S):
-                            self.bump()
-                        conn.execute("SELECT 1")  # a dead connection raises here
+                        now = time.monotonic()
+                        if now - sent >= PING_S:
+                            conn.execute("SELECT pg_notify(%s, %s)",
+                                         (self.ping_channel, ping))
+                            sent = now
+                        for note in conn.notifies(timeout=POLL_S):
+                            if note.payload == ping:
+                                heard = time.monotonic()
+                                if not self.live:  # live once the channel is proven
+                                    self._set_live(True)
+                                    attempt = 0
+                            elif not note.payload.startswith("ping:"):
+                                self.bump()
+                        if time.monotonic() - heard > PING_TIMEOUT_S and self.live:
+                            raise ConnectionError("the listener stopped hearing its own pings")
             except Exception as exc:
                 if self.live:
                     logger.warning("change feed lost its connection: %s", type(exc).__name__)

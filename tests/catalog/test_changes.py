@@ -104,6 +104,24 @@ class TestFeed:
         assert eventually(lambda: feed.live)
         assert cache.get("current")[0] is False
 
+    def test_a_listener_that_cannot_hear_itself_is_never_live(self, database_url: str) -> None:
+        """Connected but deaf (a transaction-mode pooler does not carry LISTEN): simulated by
+        pinging another channel. Nothing may be served from memory then (decision 60)."""
+        if not database_url.startswith("postgresql"):
+            pytest.skip("SQLite has no listener")
+        deaf = ChangeFeed(database_url)
+        deaf.ping_channel = "cq_nobody_listens"
+        deaf.start()
+        try:
+            healthy = ChangeFeed(database_url)
+            healthy.start()
+            assert eventually(lambda: healthy.generation() is not None)  # the same database
+            healthy.stop()
+            time.sleep(0.5)
+            assert deaf.generation() is None
+        finally:
+            deaf.stop()
+
     def test_a_stopped_or_in_memory_feed_caches_nothing(self) -> None:
         memory = ChangeFeed("sqlite://")
         memory.start()

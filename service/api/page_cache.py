@@ -29,7 +29,7 @@ class PageCache(Generic[V]):
         self.misses = 0
 
     def get(self, key: Hashable) -> V | None:
-        """The cached page, or None (counted as a hit only when found)."""
+        """The cached value, or None (a miss is counted by ``get_or_build``)."""
         with self._lock:
             page = self._pages.get(key)
             if page is not None:
@@ -38,14 +38,12 @@ class PageCache(Generic[V]):
             return page
 
     def get_or_build(self, key: Hashable, build: Callable[[], V]) -> V:
+        page = self.get(key)
+        if page is not None:
+            return page
         with self._lock:
-            page = self._pages.get(key)
-            if page is not None:
-                self._pages.move_to_end(key)
-                self.hits += 1
-                return page
             self.misses += 1
-        page = build()  # outside the lock: two racing builders make the same bytes
+        page = build()  # outside the lock: two racing builders make the same value
         with self._lock:
             self._pages[key] = page
             self._pages.move_to_end(key)

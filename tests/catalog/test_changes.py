@@ -245,3 +245,40 @@ class TestReplicas:
         hits = cache.hits
         assert reader.get(path).status_code == 200
         assert cache.hits == hits  # nothing was served from memory
+
+
+def test_a_replica_reuses_a_versions_quote_offers_and_a_new_version_is_priced_at_once(
+    replicas: tuple[TestClient, TestClient], database_url: str
+) -> None:
+    """The quote-offer cache is keyed by the (immutable) version: a repeated quote reads no
+    offers, and a quote after an import prices the new version's offers."""
+    client, _ = replicas
+    _, headers = _key(database_url, "quotes:write", "catalog:write")
+    body = {"workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 1000,
+                                       "num_gpus": 8}},
+            "terms": ["on_demand"], "providers": ["acme", "aws"]}
+
+    def quote(key: str) -> dict[str, object]:
+        answer = client.post("/v1/quotes", json=body,
+                             headers={**headers, "Idempotency-Key": key})
+        assert answer.status_code == 201, answer.text
+        return answer.json()  # type: ignore[no-any-return]
+
+    cache = client.app.state.quote_offers  # type: ignore[attr-defined]
+    first = quote("q1")
+    hits = cache.hits
+    second = quote("q2")
+    assert cache.hits == hits + 1
+    assert second["lines"] == first["lines"]
+    assert all(line["provider"] == "aws" for line in first["lines"])  # type: ignore[index]
+    imported = client.post(
+        "/v1/catalog/imports", params={"mode": "patch"}, headers=headers,
+        json={"offers": [{
+            "provider": "acme", "region": "eu-1", "instance_type": "gpu-8x-h100",
+            "accelerator": "h100-sxm5-80gb", "gpus_per_instance": 8, "term": "on_demand",
+            "currency": "USD", "price_per_hour": "0.80", "source": "test",
+            "as_of": "2026-11-01", "indicative": False}]})
+    assert imported.status_code == 201, imported.text
+    third = quote("q3")
+    assert third["catalog_version"] == imported.json()["id"]
+    assert third["cheapest"]["provider"] == "acme"  # type: ignore[index]

@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
+import logging
+import secrets
+import threading
+import time
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 from fastapi import FastAPI
 
 from service import __version__
 from service.api.deps import AcceleratorCache
 from service.api.limits import BodySizeLimitMiddleware
-from service.api.observability import Metrics, RequestContextMiddleware, configure_logging
+from service.api.observability import (
+    WARM_UP_HEADER,
+    Metrics,
+    RequestContextMiddleware,
+    configure_logging,
+)
 from service.api.openapi import build_openapi, operation_id
 from service.api.page_cache import PageCache
 from service.api.problems import install_problem_handlers
@@ -28,6 +40,8 @@ from service.api.routes import (
     prices,
     quotes,
 )
+from service.api.schemas.estimate import ESTIMATE_EXAMPLE
+from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
 from service.api.shedding import LoadSheddingMiddleware
 from service.api.ui import router as ui_router
 from service.api.workers import prestart, set_memory_limit
@@ -35,6 +49,8 @@ from service.catalog.changes import ChangeFeed, GenerationCache, bump_on_commit
 from service.catalog.db import make_engine, make_session_factory
 from service.core.quote import PriceOffer
 from service.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 ComputeQuote answers: what will it take to train this large language model? How many GPUs,
@@ -73,7 +89,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     """At start-up, bring the search workers up in the background (issue 16: the first search
     after start-up waited for them); not at construction, so building an app has no side
     effect on processes."""
-    prestart(app.state.settings.search_workers)
+    futures = prestart(app.state.settings.search_workers)
     app.state.changes.start()
     # Everything built at start-up (the app, the catalogue and calibration tables, imported
     # modules) lives as long as the process: move it out of the collector's sight, so a full
@@ -82,12 +98,52 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Read the accelerator catalogue once in the background (the first request otherwise
     # pays the first query's compilation); a database that is not up yet is not an error
     # here: the first request reads it then.
-    warm = asyncio.create_task(asyncio.to_thread(_warm_accelerators, app))
+    if app.state.settings.warm_up:
+        app.state.warmed = threading.Event()
+        warm = asyncio.create_task(_warm_up(app, futures))
+    else:
+        warm = asyncio.create_task(asyncio.to_thread(_warm_accelerators, app))
     try:
         yield
     finally:
         warm.cancel()
         app.state.changes.stop()
+
+
+WARM_UP_TIMEOUT_S = 60.0
+"""Readiness waits at most this long for the warm-up; a failed or slow one is logged and the
+replica becomes ready anyway (a cold first request is slower, not wrong)."""
+
+
+async def _warm_up(app: FastAPI, futures: list[Future[None]]) -> None:
+    """The search workers' own warm-up, then one plan search and one estimate through the
+    whole app in process (routing, validation, the parent's side of the search, the
+    response), so the first real request runs warm code (issue 16: it took 1.8 x a warm
+    one). The requests carry the process's warm-up token: no metrics, no log line."""
+    headers = {WARM_UP_HEADER: app.state.warm_up_token}
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(WARM_UP_TIMEOUT_S):
+            await asyncio.to_thread(concurrent.futures.wait, futures)
+            await asyncio.to_thread(_warm_accelerators, app)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport,
+                                         base_url="http://warm-up") as client:
+                # One search per worker, at once, so each worker has run the example.
+                searches = max(1, app.state.settings.search_workers)
+                answers = await asyncio.gather(*(
+                    client.post("/v1/parallelism-plans", json=PLAN_SEARCH_EXAMPLE,
+                                headers=headers) for _ in range(searches)),
+                    client.post("/v1/estimates", json=ESTIMATE_EXAMPLE, headers=headers))
+                for answer in answers:
+                    if answer.status_code != 200:
+                        logger.warning("warm-up %s answered %s", answer.request.url.path,
+                                       answer.status_code)
+        logger.info("warm-up done in %.2f s", time.monotonic() - started)
+    except Exception as exc:
+        logger.warning("warm-up did not finish: %s", type(exc).__name__)
+    finally:
+        app.state.warmed.set()
 
 
 def _warm_accelerators(app: FastAPI) -> None:
@@ -124,6 +180,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         make_session_factory(cache_engine), settings.catalog_cache_ttl_s
     )
 
+    app.state.warmed = None  # an Event while a lifespan's warm-up runs (/readyz waits on it)
+    app.state.warm_up_token = secrets.token_hex(16)
     app.state.offer_pages = PageCache[bytes]()
     app.state.quote_offers = PageCache[list[PriceOffer]](max_entries=64)
     # The current catalogue version and verified API keys, held while no writer anywhere has
@@ -134,7 +192,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.state_cache = GenerationCache(app.state.changes)
     app.state.metrics = Metrics()
     install_problem_handlers(app)
-    app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
+    app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics,
+                       internal_token=app.state.warm_up_token)
     # Outside the request context, so a shed request costs as little as possible: no log
     # line, no latency histogram; it is counted in requests_shed_total.
     app.add_middleware(LoadSheddingMiddleware, max_in_flight=settings.max_in_flight,

@@ -54,6 +54,13 @@ class Settings(BaseSettings):
         default=2, ge=0, le=64,
         description="Worker processes for plan searches (0: run them in the request thread).",
     )
+    warm_up: bool = Field(
+        default=True,
+        description="At start-up, wait for the search workers, then send one plan search and "
+                    "one estimate through the app in process; /readyz answers 503 "
+                    "warming-up until that is done (at most 60 s), so the first real search "
+                    "is a warm one.",
+    )
     search_max_candidates: int = Field(
         default=50_000_000, ge=1, le=1_000_000_000,
         description="Largest search space accepted; bigger requests get 422 before any work.",

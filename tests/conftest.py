@@ -26,6 +26,10 @@ from service.catalog.seed import seed_catalog
 from service.main import create_app, dispose
 from service.settings import Settings
 
+# Apps and live servers in the tests skip the start-up warm-up (a plan search per app start,
+# and /readyz 503 until it is done); tests/api/test_warm_up.py turns it on.
+os.environ.setdefault("CQ_WARM_UP", "0")
+
 # No per-example deadline: Hypothesis' default 200 ms fails a correct property on a loaded
 # machine (seen: a pricing property under a concurrent suite), so speed never decides a test.
 hypothesis_settings.register_profile("computequote", deadline=None,

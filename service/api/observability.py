@@ -113,19 +113,27 @@ def _new_request_id() -> str:
     return f"{_ID_PREFIX}{next(_id_counter):016x}"
 
 
+WARM_UP_HEADER = "x-computequote-warm-up"
+"""Requests the process sends itself at start-up carry its random token here: they are not
+counted in the metrics nor logged (a client cannot know the token)."""
+
+
 class RequestContextMiddleware:
     """Sets ``request.state.request_id``, echoes ``X-Request-ID``, adds the security headers,
     logs and measures."""
 
-    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, internal_token: str = "") -> None:
         self.app = app
         self.metrics = metrics
+        self.internal = internal_token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
+        headers = dict(scope.get("headers", []))
+        given = headers.get(b"x-request-id", b"").decode("latin-1")
+        internal = bool(self.internal) and headers.get(WARM_UP_HEADER.encode()) == self.internal
         request_id = given if REQUEST_ID.match(given) else _new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
@@ -144,17 +152,21 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            elapsed = time.perf_counter() - started
-            path = scope.get("path", "")
-            route = getattr(scope.get("route"), "path", None) or (
-                "/static" if path.startswith("/static/") else "unmatched")
-            method = scope.get("method", "")
-            self.metrics.requests.labels(method, route, str(status)).inc()
-            self.metrics.latency.labels(method, route).observe(elapsed)
-            client = scope.get("client")
-            access_logger.info("request", extra={
-                "request_id": request_id, "method": method, "route": route,
-                "path": path, "status": status,
-                "duration_ms": round(elapsed * 1000, 2),
-                "client": client[0] if client else None,
-            })
+            if not internal:
+                self._record(scope, request_id, status, time.perf_counter() - started)
+
+    def _record(self, scope: Scope, request_id: str, status: int, elapsed: float) -> None:
+        """The request's metrics and its access-log line."""
+        path = scope.get("path", "")
+        route = getattr(scope.get("route"), "path", None) or (
+            "/static" if path.startswith("/static/") else "unmatched")
+        method = scope.get("method", "")
+        self.metrics.requests.labels(method, route, str(status)).inc()
+        self.metrics.latency.labels(method, route).observe(elapsed)
+        client = scope.get("client")
+        access_logger.info("request", extra={
+            "request_id": request_id, "method": method, "route": route,
+            "path": path, "status": status,
+            "duration_ms": round(elapsed * 1000, 2),
+            "client": client[0] if client else None,
+        })

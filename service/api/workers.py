@@ -106,15 +106,14 @@ def _warm() -> None:
         training=TrainingSpec(seq_len=4096, global_batch_seqs=64, tokens=1e9)), frozen_clock)
 
 
-def prestart(workers: int) -> None:
+def prestart(workers: int) -> list[Future[None]]:
     """Start the worker processes now, each importing the search, so that the first search
     after start-up does not wait for them (issue 16: it took 4.3 x a warm one). Returns at
-    once; the workers come up in the background."""
+    once, with a future per worker's warm-up; the workers come up in the background."""
     if workers <= 0:
-        return
+        return []
     executor = _executor(workers)
-    for _ in range(workers):
-        executor.submit(_warm)
+    return [executor.submit(_warm) for _ in range(workers)]
 
 
 def run_cpu_bound(workers: int, function: Callable[..., T], *args: Any,

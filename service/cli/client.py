@@ -92,8 +92,9 @@ def connect(api_url: str, api_key: str | None, local: bool) -> Iterator[Api]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
-    # Searches run in this process (no worker pool) and the access log stays quiet.
-    settings = Settings(search_workers=0, log_level="warning")
+    # Searches run in this process (no worker pool), no start-up warm-up (a one-off command
+    # would pay for it), and the access log stays quiet.
+    settings = Settings(search_workers=0, log_level="warning", warm_up=False)
     migrate_and_seed(settings.resolved_database_url)
     app = create_app(settings)
     if not api_key:

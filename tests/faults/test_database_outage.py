@@ -53,7 +53,8 @@ def test_outage_and_recovery(cluster: Cluster) -> None:
             "Authorization": f"Bearer {key}", "Idempotency-Key": uuid.uuid4().hex})
 
     with live_server(settings) as base, httpx.Client(base_url=base, timeout=10) as client:
-        assert client.get("/readyz").status_code == 200
+        ready = client.get("/readyz")
+        assert ready.status_code == 200, ready.text
         assert client.post("/v1/estimates", json=ESTIMATE_EXAMPLE).status_code == 200
         assert post_quote(client).status_code == 201
 

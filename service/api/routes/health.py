@@ -29,7 +29,15 @@ async def get_liveness() -> Health:
     responses=problem_responses(503),
 )
 def get_readiness(request: Request) -> Health | JSONResponse:
-    """200 when the database answers and its schema is at the revision this code expects."""
+    """200 when the start-up warm-up is done (``CQ_WARM_UP``), the database answers and its
+    schema is at the revision this code expects."""
+    warmed = getattr(request.app.state, "warmed", None)
+    if warmed is not None and not warmed.is_set():
+        return problem_response(
+            request, status=503, slug="warming-up", title="Warming up",
+            detail="the search workers and the first requests are being warmed up "
+                   "(CQ_WARM_UP); ready within a minute", headers={"Retry-After": "1"},
+        )
     try:
         revision = current_revision(request.app.state.engine)
     except Exception:

@@ -164,10 +164,45 @@ def _reserved_rows(on_demand: OfferContent) -> Iterator[dict[str, Any]]:
         yield row
 
 
+CARBON_FILE = "region_carbon_intensity.csv"
+"""Grid carbon intensity per provider region (``seed/prices/README.md``): GCP from Google's
+own yearly figures, AWS and Azure from Cloud Carbon Footprint's location-based factors."""
+
+
+def _year(text: str) -> int:
+    """The year a row's ``year`` column starts with (``"2020 (eGRID2020)"`` -> 2020); 0 when
+    it names none (``"unspecified"``)."""
+    return int(text[:4]) if text[:4].isdigit() else 0
+
+
+@cache
+def region_carbon() -> dict[tuple[str, str], tuple[str, str]]:
+    """(provider, region) -> (gCO2e per kWh, source with the figure's year), the newest year
+    where a region has several (GCP publishes 2024 and 2025)."""
+    newest: dict[tuple[str, str], dict[str, str]] = {}
+    for row in _rows(CARBON_FILE):
+        key = (row["provider"].lower(), row["region"])
+        if key not in newest or _year(row["year"]) > _year(newest[key]["year"]):
+            newest[key] = row
+    return {key: (row["gco2e_per_kwh"],
+                  f"{row['source']}; grid year {row['year']}; as of {row['as_of']}")
+            for key, row in newest.items()}
+
+
+def _with_carbon(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The row with its region's grid carbon intensity, where the table has the region."""
+    found = region_carbon().get((row["provider"], row.get("region") or ""))
+    if found is None:
+        return row
+    return {**row, "region_carbon_g_per_kwh": found[0], "region_carbon_source": found[1]}
+
+
 @cache
 def seed_offers(accelerator_ids: frozenset[str]) -> tuple[OfferContent, ...]:
-    """Every seed offer, validated like an import."""
-    rows: list[Mapping[str, Any]] = [*_skypilot_rows(), *_azure_rows(), *_capacity_block_rows()]
+    """Every seed offer, validated like an import; each carries its region's grid carbon
+    intensity where ``region_carbon_intensity.csv`` has the region (issue 17)."""
+    rows: list[Mapping[str, Any]] = [
+        _with_carbon(r) for r in (*_skypilot_rows(), *_azure_rows(), *_capacity_block_rows())]
     offers = parse_offers(rows, set(accelerator_ids))
     reserved = [r for o in offers if o.term is Term.ON_DEMAND for r in _reserved_rows(o)]
     return (*offers, *parse_offers(reserved, set(accelerator_ids)))

@@ -3,7 +3,9 @@
 
 What is left out, and why, is listed in ``SKIPPED_ACCELERATORS`` and ``docs/catalog.md``:
 rows whose accelerator has no datasheet row in the catalogue, and rows with no price at all.
-Indicative reserved offers are derived from every on-demand offer by ``RESERVED_DISCOUNTS``.
+Real GCP committed-use offers come from ``gcp_committed_use_prices.csv``; every other
+on-demand offer gets indicative reserved offers derived by ``RESERVED_DISCOUNTS`` (a source
+starting ``derived:``, so quotes flag them ``derived_price``).
 """
 
 from __future__ import annotations
@@ -197,6 +199,37 @@ def _with_carbon(row: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**row, "region_carbon_g_per_kwh": found[0], "region_carbon_source": found[1]}
 
 
+CUD_FILE = "gcp_committed_use_prices.csv"
+"""GCP committed-use (CUD) prices from the Cloud Billing Catalog (``seed/prices/README.md``)."""
+CUD_ACCELERATORS = {"A100 40GB": "a100-sxm4-40gb", "H100 80GB": "h100-sxm5-80gb",
+                    "H100 80GB Mega": "h100-sxm5-80gb"}
+CUD_TERMS = {Term.RESERVED_1Y: "cud_1y_usd_per_hour", Term.RESERVED_3Y: "cud_3y_usd_per_hour"}
+
+
+def _cud_rows(offered: set[tuple[str, str]]) -> Iterator[dict[str, Any]]:
+    """Real 1- and 3-year committed-use rows for the (machine type, region) pairs the seed
+    offers on demand (the CUD file lists every region with SKUs for all parts, which does
+    not prove the machine is offered there). Their prices include the local SSD that GCP
+    attaches to a3 machines, so they are a little above host + GPUs of the on-demand rows."""
+    for row in _rows(CUD_FILE):
+        if (row["machine_type"], row["region"]) not in offered:
+            continue
+        ssd = ("; includes the 6,000 GB local SSD bundled with a3 machines"
+               if row["machine_type"].startswith("a3") else "")
+        for term, column in CUD_TERMS.items():
+            yield {
+                "provider": "gcp", "region": row["region"],
+                "instance_type": row["machine_type"],
+                "accelerator": CUD_ACCELERATORS[row["accelerator"]],
+                "gpus_per_instance": row["accelerator_count"], "term": term.value,
+                "payment_option": PaymentOption.NO_UPFRONT.value, "currency": "USD",
+                "price_per_hour": row[column], "source": row["source"],
+                "as_of": row["as_of"], "indicative": "false",
+                "notes": "GCP committed-use discount, billed monthly for the term" + ssd
+                         + ". " + row["notes"],
+            }
+
+
 @cache
 def seed_offers(accelerator_ids: frozenset[str]) -> tuple[OfferContent, ...]:
     """Every seed offer, validated like an import; each carries its region's grid carbon
@@ -204,6 +237,13 @@ def seed_offers(accelerator_ids: frozenset[str]) -> tuple[OfferContent, ...]:
     rows: list[Mapping[str, Any]] = [
         _with_carbon(r) for r in (*_skypilot_rows(), *_azure_rows(), *_capacity_block_rows())]
     offers = parse_offers(rows, set(accelerator_ids))
-    reserved = [r for o in offers if o.term is Term.ON_DEMAND for r in _reserved_rows(o)]
-    return (*offers, *parse_offers(reserved, set(accelerator_ids)))
+    on_demand = [o for o in offers if o.term is Term.ON_DEMAND]
+    gcp = {(o.instance_type, o.region) for o in on_demand if o.provider == "gcp"}
+    real = parse_offers([_with_carbon(r) for r in _cud_rows(gcp)], set(accelerator_ids))
+    covered = {(o.provider, o.instance_type, o.region, o.term) for o in real}
+    # Synthetic reserved rows only where no real committed price exists (issue 17); they
+    # keep their "derived:" source, so quotes flag them derived_price.
+    derived = [r for o in on_demand for r in _reserved_rows(o)
+               if (o.provider, o.instance_type, o.region, r["term"]) not in covered]
+    return (*offers, *real, *parse_offers(derived, set(accelerator_ids)))
 

@@ -288,7 +288,7 @@ class QuoteLine:
     accounting: Accounting
     amounts: Amounts | None
     infeasible_reason: str | None
-    onprem: Mapping[str, str | int] | None
+    onprem: Mapping[str, str | int | None] | None
     price_as_of: str | None
     price_as_of_day: int | None
     rules: tuple[RuleResult, ...] = ()
@@ -825,5 +825,68 @@ def price_all(
             timing = timings.get((index, offer.fabric), job.timing)
             lines.append(cloud_line(job, timing, offer, options, version_id))
         if job.accelerator in onprem:
-            lines.append(onprem_line(job, onprem[job.accelerator], options, version_id))
+            owned = onprem_line(job, onprem[job.accelerator], options, version_id)
+            lines.append(with_break_even(owned, [x for x in lines if x.num_gpus == job.num_gpus
+                                                 and x.accelerator == job.accelerator],
+                                         options))
     return judge(lines, rejected, policy, options, today, gated=gated, misfits=misfits)
+
+
+HOURS_PER_MONTH = Decimal(pricing.HOURS_PER_YEAR) / 12
+"""730 hours: a month of continuous use (8,760 h / 12)."""
+
+
+def with_break_even(owned: QuoteLine, cloud: Sequence[QuoteLine],
+                    options: Options) -> QuoteLine:
+    """The on-premises line with its buy-versus-rent break-even (issue 17): the months of use
+    after which buying the GPUs costs less than renting them on the cheapest feasible
+    on-demand line of the same job, at the request's utilisation:
+
+        months = capex / (GPUs x (cloud rate - running rate) x 730 h x utilisation)
+
+    where capex is the purchase with its overhead (``onprem.capex_total``), the running rate
+    is the owned GPU-hour's energy and operations (``pricing.onprem_rate`` without its capex
+    share) and the cloud rate is the instance-hour price over the GPUs per instance (equal
+    rates: the lower offer id). When renting costs no more per GPU-hour than running owned
+    GPUs, buying never breaks even."""
+    facts = owned.onprem
+    if facts is None or owned.amounts is None:
+        return owned
+    rented = [x for x in cloud if x.term is Term.ON_DEMAND and x.amounts is not None
+              and x.unit_price is not None and x.gpus_per_instance > 0]
+    if not rented:
+        return replace(owned, onprem={**facts, "break_even_months": None,
+                                      "break_even_basis": "no feasible on-demand line to "
+                                                          "compare with"})
+
+    def per_gpu_hour(line: QuoteLine) -> Decimal:
+        assert line.unit_price is not None  # noqa: S101 - filtered above
+        return line.unit_price / pricing.exact(line.gpus_per_instance)
+
+    cheapest = min(rented, key=lambda x: (per_gpu_hour(x), x.offer_id or ""))
+    rate = per_gpu_hour(cheapest)
+    running = (Decimal(str(facts["energy_per_gpu_hour"]))
+               + Decimal(str(facts["operations_per_gpu_hour"])))
+    capex = Decimal(str(facts["capex_total"]))
+    utilisation = options.utilisation_fraction
+    saved_per_month = owned.num_gpus * (rate - running) * HOURS_PER_MONTH * utilisation
+    against: dict[str, str | int | None] = {
+        "break_even_offer_id": cheapest.offer_id, "break_even_provider": cheapest.provider,
+        "break_even_region": cheapest.region,
+        "break_even_instance_type": cheapest.instance_type,
+        "break_even_price_per_gpu_hour": str(rate.quantize(Decimal("0.000001")))}
+    if saved_per_month <= 0:
+        months = None
+        basis = (f"renting at {against['break_even_price_per_gpu_hour']} per GPU-hour costs no "
+                 "more than "
+                 f"running owned GPUs ({running.quantize(Decimal('0.000001'))}): buying never "
+                 "breaks even")
+    else:
+        months = str((capex / saved_per_month).quantize(Decimal("0.1")))
+        basis = (f"capex {capex} / ({owned.num_gpus} GPUs x "
+                 f"({against['break_even_price_per_gpu_hour']} "
+                 f"rented - {running.quantize(Decimal('0.000001'))} running) per GPU-hour x "
+                 f"730 h x utilisation {utilisation})")
+    return replace(owned, onprem={**facts, "break_even_months": months,
+                                  "break_even_utilisation_fraction": str(utilisation),
+                                  **against, "break_even_basis": basis})

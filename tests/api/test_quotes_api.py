@@ -280,3 +280,23 @@ def test_budget_plan_ranks_within_budget_and_before_deadline(
     totals = [Decimal(x["total"]) for x in cheapest]
     assert totals == sorted(totals)
     assert all(x["plan"] for x in soonest + cheapest)
+
+
+def test_the_onprem_line_states_its_break_even_against_the_cheapest_on_demand_line(
+    client: TestClient, writer: dict[str, str]
+) -> None:
+    body = {**GPU_HOURS_QUOTE, "providers": ["lambda", "aws", "onprem"],
+            "terms": ["on_demand", "onprem"]}
+    answer = post(client, writer, body)
+    assert answer.status_code == 201, answer.text
+    lines = all_lines(client, answer.json(), writer)
+    owned = [x for x in lines if x["term"] == "onprem"]
+    assert len(owned) == 1
+    facts = owned[0]["onprem"]
+    rented = [x for x in lines if x["term"] == "on_demand" and x["feasible"]]
+    cheapest = min(rented, key=lambda x: (  # ties go to the lower offer id, as documented
+        Decimal(x["unit_price"]) / Decimal(str(x["gpus_per_instance"])), x["offer_id"]))
+    assert facts["break_even_offer_id"] == cheapest["offer_id"]
+    assert Decimal(facts["capex_total"]) > 0
+    assert Decimal(facts["break_even_months"]) > 0
+    assert facts["break_even_utilisation_fraction"] == "1"

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import pytest
 
+from service.core import pricing
 from service.core import quote as q
 from service.core.quote import (
     Accounting,
@@ -324,3 +325,54 @@ class TestMemoisedAmounts:
         warm = only_line(priced(o, options=options))
         assert q._price_amounts.cache_info().hits >= 1
         assert warm.amounts == cold.amounts
+
+
+class TestBreakEven:
+    """Buy versus rent (issue 17): months of use after which owning is cheaper than the
+    cheapest feasible on-demand line of the same job."""
+
+    @staticmethod
+    def owned_line(cloud_price: str, options: Options = NO_FAILURES) -> q.QuoteLine:
+        inputs = q.OnPremInputs(
+            purchase_price_per_gpu=Decimal("20000"), basis="request",
+            tco=pricing.OnPremInputs(purchase_price_per_gpu=Decimal("20000"),
+                                     overhead_fraction=Decimal("0.10")))
+        result = q.price_all(
+            jobs=[job(num_gpus=64)],
+            offers=[offer(price_per_instance_hour=Decimal(cloud_price)),
+                    offer(offer_id="off_2", price_per_instance_hour=Decimal("999.00"))],
+            timings={}, onprem={"h100": inputs}, options=options, policy=q.DEFAULT_POLICY,
+            today=TODAY, version_id="cv_000001", gated=False)
+        owned = [x for x in result.lines if x.term is Term.ONPREM]
+        assert len(owned) == 1
+        return owned[0]
+
+    def test_the_months_follow_capex_over_the_monthly_saving(self) -> None:
+        line = self.owned_line("80.00")  # 10.00 per GPU-hour on 8-GPU instances
+        facts = line.onprem
+        assert facts is not None
+        assert facts["capex_total"] == "1408000.00"  # 64 x 20,000 x 1.10
+        running = (Decimal(str(facts["energy_per_gpu_hour"]))
+                   + Decimal(str(facts["operations_per_gpu_hour"])))
+        months = Decimal("1408000.00") / (64 * (Decimal("10") - running) * 730)
+        assert facts["break_even_months"] == str(months.quantize(Decimal("0.1")))
+        assert facts["break_even_offer_id"] == "off_1"  # the cheaper of the two lines
+        assert facts["break_even_price_per_gpu_hour"] == "10.000000"
+
+    def test_half_the_utilisation_takes_twice_as_long(self) -> None:
+        full = self.owned_line("80.00")
+        half = self.owned_line("80.00", dataclasses.replace(
+            NO_FAILURES, accounting=Accounting.AMORTISED, utilisation_fraction=Decimal("0.5")))
+        assert full.onprem is not None
+        assert half.onprem is not None
+        assert half.onprem["break_even_utilisation_fraction"] == "0.5"
+        months_full = Decimal(str(full.onprem["break_even_months"]))
+        months_half = Decimal(str(half.onprem["break_even_months"]))
+        assert months_full > 1
+        assert abs(months_half - 2 * months_full) <= Decimal("0.15")  # both rounded to 0.1
+
+    def test_renting_below_the_running_cost_never_breaks_even(self) -> None:
+        line = self.owned_line("0.08")  # 0.01 per GPU-hour: less than power alone
+        assert line.onprem is not None
+        assert line.onprem["break_even_months"] is None
+        assert "never breaks even" in str(line.onprem["break_even_basis"])

@@ -54,6 +54,12 @@ class Settings(BaseSettings):
         default=2, ge=0, le=64,
         description="Worker processes for plan searches (0: run them in the request thread).",
     )
+    stale_after_days: int = Field(
+        default=180, ge=1, le=36_500,
+        description="An offer whose as_of is more than this many days before today (UTC) is "
+                    "listed with stale: true (the built-in quote policy's max_price_age_s is "
+                    "the same 180 days).",
+    )
     warm_up: bool = Field(
         default=True,
         description="At start-up, wait for the search workers, then send one plan search and "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from decimal import Decimal
 from typing import Annotated, Any, Literal
@@ -10,7 +11,13 @@ from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Resp
 from fastapi.concurrency import run_in_threadpool
 
 from service.api.auth import Principal, read_access, require
-from service.api.deps import SessionDep, commit_before_answer, request_session, state_cache
+from service.api.deps import (
+    SessionDep,
+    SettingsDep,
+    commit_before_answer,
+    request_session,
+    state_cache,
+)
 from service.api.etags import expected_revision
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
@@ -238,7 +245,10 @@ async def list_offers(
     # generation cache (service/catalog/changes.py) and the page from the page cache.
     # Either miss reads the database in the thread pool.
     version_id = await _version_id(request, version)
-    key = (version_id, accelerator, provider, region, term, page_size, page_token)
+    # Staleness is relative to today, so a page is cached per day as well.
+    today = dt.datetime.now(dt.UTC).date()
+    stale_after = request.app.state.settings.stale_after_days
+    key = (version_id, accelerator, provider, region, term, page_size, page_token, today)
     after: tuple[int, str] | None = None
     if (token := decode_token(page_token)) is not None:
         price, _sep, offer_id = token.partition(":")
@@ -254,7 +264,9 @@ async def list_offers(
                                    term=term),
                 limit=page_size + 1, after=after,
             )
-            items = [OfferOut.from_row(r, version_id) for r in rows[:page_size]]
+            items = [OfferOut.from_row(r, version_id, today=today,
+                                       stale_after_days=stale_after)
+                     for r in rows[:page_size]]
         next_token = None
         if len(rows) > page_size:
             last = rows[page_size - 1]
@@ -310,14 +322,15 @@ def _etag(revision_id: int) -> str:
         **problem_responses(401, 403, 404, 422)},
 )
 def get_offer(
-    response: Response, session: SessionDep, _: CatalogRead, offer_id: OfferId,
-    version: VersionQuery = None,
+    response: Response, session: SessionDep, settings: SettingsDep, _: CatalogRead,
+    offer_id: OfferId, version: VersionQuery = None,
 ) -> OfferOut:
     """One offer as a version (default current) holds it, with an ``ETag`` for edits."""
     version_id = prices.resolve_version_id(session, version)
     row = prices.get_offer(session, offer_id, version_id)
     response.headers["ETag"] = _etag(row.id)
-    return OfferOut.from_row(row, version_id)
+    return OfferOut.from_row(row, version_id, today=dt.datetime.now(dt.UTC).date(),
+                             stale_after_days=settings.stale_after_days)
 
 
 @router.put(
@@ -327,8 +340,8 @@ def get_offer(
         **problem_responses(401, 403, 404, 412, 422, 428)},
 )
 def update_offer(
-    response: Response, session: SessionDep, principal: CatalogWrite, offer_id: OfferId,
-    update: OfferUpdate,
+    response: Response, session: SessionDep, settings: SettingsDep, principal: CatalogWrite,
+    offer_id: OfferId, update: OfferUpdate,
     if_match: Annotated[str | None, Header(max_length=200, description="The offer's ETag.")] = None,
 ) -> OfferOut:
     """Change one offer of the current version; this creates a new version. Needs the
@@ -339,7 +352,8 @@ def update_offer(
         session, offer_id, expected_revision_id=expected, changes=update.changes(),
         created_by=principal.name, note=update.note,
     )
-    answer = OfferOut.from_row(row, version.id)
+    answer = OfferOut.from_row(row, version.id, today=dt.datetime.now(dt.UTC).date(),
+                               stale_after_days=settings.stale_after_days)
     commit_before_answer(session)
     response.headers["ETag"] = _etag(row.id)
     return answer

@@ -46,7 +46,8 @@ OFFER_EXAMPLE: dict[str, Any] = {
     "price_per_gpu_hour": "6.880000", "interruption_rate_per_hour": None,
     "interruption_rate_source": None, "region_carbon_g_per_kwh": None,
     "region_carbon_source": None, "source": "SkyPilot catalog v8 aws/vms.csv",
-    "as_of": "2026-10-27", "indicative": False, "notes": "", "quality_flags": [],
+    "as_of": "2026-10-27", "age_days": 28, "stale": False, "indicative": False, "notes": "",
+    "quality_flags": [],
 }
 
 
@@ -93,14 +94,21 @@ class OfferOut(BaseModel):
     region_carbon_source: str | None
     source: str
     as_of: dt.date
+    age_days: int = Field(description="Days from as_of to today (UTC) when answered.")
+    stale: bool = Field(description="age_days is over CQ_STALE_AFTER_DAYS (default 180): "
+                                    "re-check the price before relying on it.")
     indicative: bool = Field(description="True when the price is an estimate, not a list "
                                          "price (derived reserved rates, third-party quotes).")
     notes: str
     quality_flags: list[QualityFlagOut]
 
     @classmethod
-    def from_row(cls, row: OfferRevision, version_id: str) -> OfferOut:
+    def from_row(cls, row: OfferRevision, version_id: str, *, today: dt.date,
+                 stale_after_days: int) -> OfferOut:
+        """The stored revision as answered on ``today`` (its age and staleness)."""
+        age_days = (today - row.as_of).days
         return cls(
+            age_days=age_days, stale=age_days > stale_after_days,
             id=row.offer_id, catalog_version=version_id, revision=row.id,
             provider=row.provider_id, region=row.region, zone=row.zone,
             instance_type=row.instance_type, accelerator=row.accelerator_id,

@@ -35,6 +35,9 @@ MAX_IMPORT_ROWS = 20_000
 MIN_GPUS_PER_INSTANCE = 0.0625
 """The smallest GPU share sold: 1/16 (Azure NVv4 sells 1/8 of an MI25, AWS g6f 1/4 of an L4);
 a smaller value is a unit error, and 1e-300 overflowed the per-GPU price (issue 14)."""
+MAX_GPUS_PER_INSTANCE = 16_384
+"""Largest instance: a TPU slice is one instance, and the largest single-ICI slice we know of is
+a TPU v5p pod of 8,960 chips (Google Cloud TPU v5p system architecture page)."""
 
 
 E = TypeVar("E", bound=StrEnum)
@@ -391,14 +394,14 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
     if accelerator is not None and accelerator not in accelerators:
         p.fail("accelerator", "is not an accelerator id of the catalogue (GET /v1/accelerators)",
                "unknown_accelerator")
-    gpus = p.number("gpus_per_instance", required=True, low=MIN_GPUS_PER_INSTANCE, high=1024,
-                    low_inclusive=True)
+    gpus = p.number("gpus_per_instance", required=True, low=MIN_GPUS_PER_INSTANCE,
+                    high=MAX_GPUS_PER_INSTANCE, low_inclusive=True)
     vcpus = p.number("vcpus", required=False, low=0, high=100_000)
     memory_gib = p.number("memory_gib", required=False, low=0, high=1_000_000)
     gpu_memory_gib = p.number("gpu_memory_gib", required=False, low=0, high=10_000)
     interconnect = p.text("interconnect", required=False, max_length=2000)
-    nvlink_domain = p.number("nvlink_domain", required=False, low=1, high=1024,
-                             low_inclusive=True)
+    nvlink_domain = p.number("nvlink_domain", required=False, low=1,
+                             high=MAX_GPUS_PER_INSTANCE, low_inclusive=True)
     if nvlink_domain is not None and nvlink_domain != int(nvlink_domain):
         p.fail("nvlink_domain", "must be a whole number of GPUs", "int_from_float")
     inter_node = p.number("inter_node_gbps", required=False, low=0, high=1_000_000,

@@ -199,6 +199,61 @@ def _with_carbon(row: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**row, "region_carbon_g_per_kwh": found[0], "region_carbon_source": found[1]}
 
 
+TPU_FILE = "tpu_prices_gcp.csv"
+"""GCP Cloud TPU prices per chip-hour, from the same SkyPilot snapshot as the GPU rows."""
+TPU_SLICE_NAME = {"tpu-v4": ("v4-{}", 2), "tpu-v5p": ("v5p-{}", 2),
+                  "tpu-v5e": ("v5litepod-{}", 1), "tpu-v6e": ("v6e-{}", 1)}
+"""Slice names: v4 and v5p count TensorCores (2 per chip), v5e and v6e count chips (Google
+Cloud TPU docs, "TPU types and topologies"; seed/prices/README.md)."""
+
+
+def _tpu_slices(smallest: int, pod: int) -> list[int]:
+    """Slice sizes in chips: powers of two from the smallest slice the price file names to
+    the largest that fits the pod, and the whole pod."""
+    sizes = []
+    chips = smallest
+    while chips <= pod:
+        sizes.append(chips)
+        chips *= 2
+    return sizes if sizes[-1] == pod else [*sizes, pod]
+
+
+def _tpu_rows(pods: Mapping[str, tuple[int, str]]) -> Iterator[dict[str, Any]]:
+    """One offer per TPU slice shape, region and term (on-demand, spot): the slice is the
+    instance, its chips the "GPUs" and its ICI the fast domain. Per-chip prices are flat
+    across slice sizes in the source (checked smallest against largest), so a slice costs
+    chips x the per-chip price. Multislice jobs (DCN between slices) are not offered: the
+    data-centre network between slices is not documented in the sources here, so a job
+    larger than one pod has no TPU line. ``pods``: accelerator id -> (chips, datasheet)."""
+    seen: set[tuple[str, str, str]] = set()
+    for row in _rows(TPU_FILE):
+        accelerator = row["tpu_version"]
+        if accelerator not in pods or accelerator not in TPU_SLICE_NAME:
+            continue
+        pod, datasheet = pods[accelerator]
+        name, cores_per_chip = TPU_SLICE_NAME[accelerator]
+        for term, column in (("on_demand", "price_per_chip_hour_usd"),
+                             ("spot", "spot_price_per_chip_hour_usd")):
+            per_chip = row[column].strip()
+            key = (accelerator, row["region"], term)
+            if not per_chip or key in seen:
+                continue  # v6e placeholders (no price); duplicate zones of one region
+            seen.add(key)
+            for chips in _tpu_slices(int(row["basis_slice_chips"]), pod):
+                yield {
+                    "provider": "gcp", "region": row["region"],
+                    "instance_type": name.format(chips * cores_per_chip),
+                    "accelerator": accelerator, "gpus_per_instance": str(chips),
+                    "nvlink_domain": str(chips),
+                    "fabric_source": f"{datasheet}: one slice's chips share the ICI torus",
+                    "term": term, "currency": "USD",
+                    "price_per_hour": str(Decimal(per_chip) * chips),
+                    "source": row["source"] + " (per-chip price x chips in the slice)",
+                    "as_of": SKYPILOT_AS_OF.isoformat(), "indicative": "false",
+                    "notes": f"{SKYPILOT_NOTE}; {row['notes']}",
+                }
+
+
 CUD_FILE = "gcp_committed_use_prices.csv"
 """GCP committed-use (CUD) prices from the Cloud Billing Catalog (``seed/prices/README.md``)."""
 CUD_ACCELERATORS = {"A100 40GB": "a100-sxm4-40gb", "H100 80GB": "h100-sxm5-80gb",
@@ -234,8 +289,12 @@ def _cud_rows(offered: set[tuple[str, str]]) -> Iterator[dict[str, Any]]:
 def seed_offers(accelerator_ids: frozenset[str]) -> tuple[OfferContent, ...]:
     """Every seed offer, validated like an import; each carries its region's grid carbon
     intensity where ``region_carbon_intensity.csv`` has the region (issue 17)."""
+    pods = {r["id"]: (int(r["scaleup_domain_size"]), r["source"].split(" (")[0])
+            for r in seed_rows("accelerators.csv")
+            if r["id"] in accelerator_ids and r["id"].startswith("tpu-")}
     rows: list[Mapping[str, Any]] = [
-        _with_carbon(r) for r in (*_skypilot_rows(), *_azure_rows(), *_capacity_block_rows())]
+        _with_carbon(r) for r in (*_skypilot_rows(), *_azure_rows(), *_capacity_block_rows(),
+                                  *_tpu_rows(pods))]
     offers = parse_offers(rows, set(accelerator_ids))
     on_demand = [o for o in offers if o.term is Term.ON_DEMAND]
     gcp = {(o.instance_type, o.region) for o in on_demand if o.provider == "gcp"}

@@ -256,6 +256,7 @@ def options_for(request: QuoteRequest | BudgetPlanRequest) -> Options:
         restart_s=request.reliability.restart_s,
         checkpoint_bytes_per_s=request.reliability.checkpoint_bytes_per_s,
         pue=request.energy.pue, grid_gco2e_per_kwh=request.energy.grid_gco2e_per_kwh,
+        rank_by=core_quote.RankBy(getattr(request, "rank_by", "total")),
     )
 
 

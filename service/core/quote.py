@@ -64,6 +64,16 @@ class Accounting(StrEnum):
     AMORTISED = "amortised"
 
 
+class RankBy(StrEnum):
+    """What orders a quote's lines and picks its recommendation among lines of the same policy
+    outcome: the money (``total``) or the run's emissions (``co2e``, energy × PUE × the
+    region's grid intensity: a carbon-aware comparison of regions). ``cheapest`` and
+    ``cheapest_per_term`` stay the cheapest either way."""
+
+    TOTAL = "total"
+    CO2E = "co2e"
+
+
 CAPACITY_BLOCK_MAX_DAYS = 182
 """AWS EC2 Capacity Blocks for ML: 1 to 14 days in 1-day steps, then 7-day steps up to 182 days
 (Amazon EC2 User Guide, 'Capacity Blocks for ML', durations)."""
@@ -179,6 +189,7 @@ class Options:
     checkpoint_bytes_per_s: float = pricing.DEFAULT_CHECKPOINT_BYTES_PER_S
     pue: float = 1.2
     grid_gco2e_per_kwh: float = 480.0
+    rank_by: RankBy = RankBy.TOTAL
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -309,6 +320,11 @@ class QuoteLine:
         return (a is None, a.total if a else Decimal(0), a.wall_clock_s if a else 0.0,
                 self.provider, self.region or "", self.zone or "", self.instance_type or "",
                 self.term.value, self.payment_option or "", self.num_gpus, self.accelerator)
+
+    def carbon_key(self) -> tuple[object, ...]:
+        """Lowest CO2e first, then as ``sort_key`` (``RankBy.CO2E``)."""
+        a = self.amounts
+        return (a is None, a.co2e_kg if a else Decimal(0), *self.sort_key()[1:])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -750,8 +766,9 @@ def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
 def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy: Policy,
           options: Options, today: int, *, gated: bool,
           misfits: Mapping[int, str] | None = None) -> QuoteResult:
-    """Judge every line, sort by ``total`` (the request's accounting), recommend the line with
-    the best policy outcome and then the lowest total, and give the verdict on it."""
+    """Judge every line, sort by ``total`` (the request's accounting) or, with
+    ``RankBy.CO2E``, by CO2e, recommend the line with the best policy outcome and then the
+    first in that order, and give the verdict on it."""
     misfits = misfits or {}
     judged: list[QuoteLine] = []
     for index, line in enumerate(lines):
@@ -765,11 +782,15 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
                             else a is not None and a.wall_clock_s <= options.deadline_s)))
     judged.sort(key=QuoteLine.sort_key)
     feasible = [x for x in judged if x.feasible]
-    recommended = min(feasible, key=lambda x: (OUTCOME_RANK[x.outcome], x.sort_key()),
-                      default=None)
+    cheapest = feasible[0] if feasible else None
     per_term: dict[str, QuoteLine] = {}
     for line in feasible:
         per_term.setdefault(line.term.value, line)
+    rank = QuoteLine.carbon_key if options.rank_by is RankBy.CO2E else QuoteLine.sort_key
+    if options.rank_by is RankBy.CO2E:
+        judged.sort(key=rank)
+    recommended = min(feasible, key=lambda x: (OUTCOME_RANK[x.outcome], rank(x)),
+                      default=None)
     fastest = min(feasible, key=lambda x: (x.amounts.wall_clock_s if x.amounts else 0.0,
                                            x.sort_key()), default=None)
     verdict: Verdict | None = None
@@ -791,7 +812,7 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
             verdict = Verdict.REJECT if outcome is Outcome.FAIL else Verdict.APPROVE
     return QuoteResult(
         lines=tuple(judged), rejected=tuple(rejected), recommended=recommended,
-        cheapest=feasible[0] if feasible else None, fastest=fastest, cheapest_per_term=per_term,
+        cheapest=cheapest, fastest=fastest, cheapest_per_term=per_term,
         verdict=verdict, reasons=reasons, policy=policy, policy_outcome=outcome,
         summary_totals=tuple(x.amounts.total for x in feasible if x.amounts),
     )

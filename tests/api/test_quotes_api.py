@@ -300,3 +300,26 @@ def test_the_onprem_line_states_its_break_even_against_the_cheapest_on_demand_li
     assert Decimal(facts["capex_total"]) > 0
     assert Decimal(facts["break_even_months"]) > 0
     assert facts["break_even_utilisation_fraction"] == "1"
+
+
+def test_rank_by_co2e_compares_regions_by_carbon_and_keeps_the_cheapest(
+    client: TestClient, writer: dict[str, str]
+) -> None:
+    body = {"workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 20_000,
+                                       "num_gpus": 64}},
+            "providers": ["gcp"], "terms": ["on_demand"]}
+    by_money = post(client, writer, body).json()
+    by_carbon = post(client, writer, {**body, "rank_by": "co2e"}).json()
+    money = [x for x in all_lines(client, by_money, writer) if x["feasible"]]
+    carbon = [x for x in all_lines(client, by_carbon, writer) if x["feasible"]]
+    assert len({x["region"] for x in carbon}) > 3  # one request, many regions
+    co2e = [Decimal(x["co2e_kg"]) for x in carbon]
+    assert co2e == sorted(co2e)
+    assert len(set(co2e)) > 1  # the regions' grids differ
+    totals = [Decimal(x["total"]) for x in money]
+    assert totals == sorted(totals)
+    # The cheapest stays the cheapest; the recommendation is the lowest CO2e of its outcome.
+    assert by_carbon["cheapest"]["total"] == by_money["cheapest"]["total"]
+    outcome = by_carbon["recommended"]["policy_outcome"]
+    same = [Decimal(x["co2e_kg"]) for x in carbon if x["policy_outcome"] == outcome]
+    assert Decimal(by_carbon["recommended"]["co2e_kg"]) == min(same)

@@ -376,3 +376,23 @@ class TestBreakEven:
         assert line.onprem is not None
         assert line.onprem["break_even_months"] is None
         assert "never breaks even" in str(line.onprem["break_even_basis"])
+
+
+def test_rank_by_co2e_recommends_the_cleaner_grid_and_keeps_the_cheapest() -> None:
+    dirty = offer(offer_id="off_dirty", region="dirty-1", region_carbon_g_per_kwh=800.0)
+    clean = offer(offer_id="off_clean", region="clean-1", region_carbon_g_per_kwh=50.0,
+                  price_per_instance_hour=Decimal("90.00"))
+    results = {
+        rank: q.price_all(jobs=[job()], offers=[dirty, clean], timings={}, onprem={},
+                          options=dataclasses.replace(NO_FAILURES, rank_by=rank),
+                          policy=q.DEFAULT_POLICY, today=TODAY, version_id="cv_000001",
+                          gated=True)
+        for rank in q.RankBy}
+    by_total, by_carbon = results[q.RankBy.TOTAL], results[q.RankBy.CO2E]
+    assert by_total.recommended is not None
+    assert by_carbon.recommended is not None
+    assert by_total.recommended.offer_id == "off_dirty"   # cheaper
+    assert by_carbon.recommended.offer_id == "off_clean"  # 16x less CO2e
+    assert [x.offer_id for x in by_carbon.lines] == ["off_clean", "off_dirty"]
+    assert by_carbon.cheapest is not None
+    assert by_carbon.cheapest.offer_id == "off_dirty"

@@ -154,6 +154,12 @@ class QuoteRequest(RequestModel):
     policy: PolicyField = None
     onprem: OnPremIn = Field(default_factory=OnPremIn)
     energy: EnergyIn = Field(default_factory=EnergyIn)
+    rank_by: Literal["total", "co2e"] = Field(
+        default="total",
+        description="What orders the lines and picks the recommendation among lines of the "
+                    "same policy outcome: total money, or CO2e (energy × PUE × each region's "
+                    "grid intensity, else energy.grid_gco2e_per_kwh): one request compares "
+                    "regions by carbon. cheapest and cheapest_per_term stay the cheapest.")
 
     @model_validator(mode="after")
     def _checks(self) -> Self:

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
 from fastapi import Depends, Request
-from starlette.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
 
-from service.api.deps import request_session, state_cache
+from service.api.deps import held
 from service.catalog.errors import AuthError
 from service.catalog.keys import authenticate, grants, key_digest
 
@@ -25,12 +26,14 @@ class Principal:
     team: str | None = None
 
 
-def _verify(request: Request, token: str, pepper: str) -> Principal | None:
-    with request_session(request) as session:
+def _verify(token: str, pepper: str) -> Callable[[Session], Principal | None]:
+    def read(session: Session) -> Principal | None:
         row = authenticate(session, token, pepper)
         if row is None:
             return None
         return Principal(name=row.name, scopes=tuple(row.scopes.split()), team=row.team)
+
+    return read
 
 
 async def caller(request: Request) -> Principal | None:
@@ -49,16 +52,11 @@ async def caller(request: Request) -> Principal | None:
     if scheme.lower() != "bearer" or not token:
         raise AuthError("Authorization must be 'Bearer <API key>'", status=401)
     pepper = request.app.state.settings.api_key_pepper.get_secret_value()
-    cache = state_cache(request)
-    key = ("api-key", key_digest(token, pepper))
-    found, principal, generation = cache.get(key) if cache else (False, None, None)
-    if not found:
-        principal = await run_in_threadpool(_verify, request, token, pepper)
-        if principal is not None and cache is not None:
-            cache.put(key, principal, generation)
+    principal = await held(request, ("api-key", key_digest(token, pepper)),
+                           _verify(token, pepper), keep=lambda found: found is not None)
     if principal is None:
         raise AuthError("the API key is unknown or revoked", status=401)
-    return cast(Principal, principal)
+    return principal
 
 
 CallerDep = Annotated[Principal | None, Depends(caller)]

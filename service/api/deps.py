@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, cast
+from typing import Annotated, TypeVar, cast
 
 from fastapi import Depends, Request
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
 from service.catalog.changes import GenerationCache
 from service.catalog.db import unit_of_work
@@ -21,6 +22,8 @@ from service.catalog.repository import list_accelerators
 from service.core.errors import InvalidSpecError
 from service.core.specs import AcceleratorSpec
 from service.settings import Settings
+
+T = TypeVar("T")
 
 
 class AcceleratorCache:
@@ -131,6 +134,27 @@ def state_cache(request: Request) -> GenerationCache | None:
         return None
     cache: GenerationCache = request.app.state.state_cache
     return cache
+
+
+async def held(request: Request, key: Hashable, read: Callable[[Session], T], *,
+               keep: Callable[[T], bool] = lambda _: True) -> T:
+    """``read(session)``, answered from the state cache while no writer has changed the
+    catalogue state or the API keys since it was read (``service/catalog/changes.py``); a miss
+    reads in the thread pool and stores what ``keep`` accepts, under the generation taken
+    before the read."""
+    cache = state_cache(request)
+    found, value, generation = cache.get(key) if cache else (False, None, None)
+    if found:
+        return cast(T, value)
+
+    def run() -> T:
+        with request_session(request) as session:
+            return read(session)
+
+    fresh = await run_in_threadpool(run)
+    if cache is not None and keep(fresh):
+        cache.put(key, fresh, generation)
+    return fresh
 
 
 def commit_before_answer(session: Session) -> None:

@@ -429,39 +429,31 @@ def rejected_json(computed: Computed) -> dict[str, Any]:
     }
 
 
-_line_json = line_json  # quote_body's own json_of reuses what it built
-
-
 def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool) -> tuple[
         dict[str, Any], list[dict[str, Any]]]:
     """(the answer, every line): the answer holds the best line per provider and term unless
     ``all_lines``; every line is stored for ``GET /v1/quotes/{id}/lines`` and ``verify``."""
     result = computed.result
     fraction = computed.request_fraction
-    every = [_line_json(x, fraction) for x in result.lines]
-    # The shown, cheapest, fastest and recommended lines are lines of ``result.lines``: their
-    # JSON is built once (read-only from here on: it is only serialised).
+    every = [line_json(x, fraction) for x in result.lines]
+    # The shown, cheapest, fastest and recommended lines are lines of ``result.lines``: each
+    # one's JSON is built once above (read-only from here on: it is only serialised).
     built = {id(x): j for x, j in zip(result.lines, every, strict=True)}
     shown = result.lines if all_lines else best_per_provider_term(result.lines)
     totals = sorted(result.summary_totals)
 
-    def json_of(line: QuoteLine, fraction: Decimal) -> dict[str, Any]:
-        found = built.get(id(line))
-        return found if found is not None else _line_json(line, fraction)
-
     def one(line: QuoteLine | None) -> dict[str, Any] | None:
-        return None if line is None else json_of(line, fraction)
+        return None if line is None else built[id(line)]
 
     policy = result.policy
     body = {
         "accounting": computed.options.accounting.value,
-        "lines": [json_of(x, fraction) for x in shown],
+        "lines": [built[id(x)] for x in shown],
         "lines_total": len(result.lines),
         "lines_shown": "all" if all_lines else "best_per_provider_term",
         "rejected_offers": rejected_json(computed),
         "cheapest": one(result.cheapest),
-        "cheapest_per_term": {k: json_of(v, fraction)
-                              for k, v in result.cheapest_per_term.items()},
+        "cheapest_per_term": {k: built[id(v)] for k, v in result.cheapest_per_term.items()},
         "fastest": one(result.fastest),
         "recommended": one(result.recommended),
         "summary": {

@@ -830,6 +830,7 @@ def price_all(
     rejected: list[RejectedOffer] = []
     misfits: dict[int, str] = {}
     for index, job in enumerate(jobs):
+        first = len(lines)
         for offer in offers:
             if offer.accelerator != job.accelerator:
                 continue
@@ -847,9 +848,7 @@ def price_all(
             lines.append(cloud_line(job, timing, offer, options, version_id))
         if job.accelerator in onprem:
             owned = onprem_line(job, onprem[job.accelerator], options, version_id)
-            lines.append(with_break_even(owned, [x for x in lines if x.num_gpus == job.num_gpus
-                                                 and x.accelerator == job.accelerator],
-                                         options))
+            lines.append(with_break_even(owned, lines[first:], options))  # this job's lines
     return judge(lines, rejected, policy, options, today, gated=gated, misfits=misfits)
 
 

@@ -15,8 +15,8 @@ from service.api.deps import (
     SessionDep,
     SettingsDep,
     commit_before_answer,
+    held,
     request_session,
-    state_cache,
 )
 from service.api.etags import expected_revision
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
@@ -286,20 +286,8 @@ async def list_offers(
 async def _version_id(request: Request, version: str | None) -> str:
     """The id of ``version`` (None: the current one), from memory while no writer has changed
     the catalogue state; otherwise one read in the thread pool."""
-    cache = state_cache(request)
-    key = ("catalog-version", version)
-    found, version_id, generation = cache.get(key) if cache else (False, None, None)
-    if found:
-        return str(version_id)
-
-    def read() -> str:
-        with request_session(request) as session:
-            return prices.resolve_version_id(session, version)
-
-    version_id = await run_in_threadpool(read)
-    if cache is not None:
-        cache.put(key, version_id, generation)
-    return str(version_id)
+    return await held(request, ("catalog-version", version),
+                      lambda session: prices.resolve_version_id(session, version))
 
 
 ETAG_HEADER: dict[str, Any] = {

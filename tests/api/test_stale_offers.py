@@ -64,3 +64,25 @@ def test_the_portal_says_when_the_price_it_used_is_stale(strict: TestClient) -> 
     assert "the cheapest on-demand offer" in html
     assert "stale:" in html
     assert "re-check the price" in html
+
+
+def test_an_offer_exactly_at_the_threshold_is_not_stale_and_a_day_older_is(
+    strict: TestClient, api_key: object
+) -> None:
+    """The boundary of ``age_days > CQ_STALE_AFTER_DAYS`` (1 day here), on one edited offer."""
+    headers = api_key("catalog:write")  # type: ignore[operator]
+    offer = strict.get("/v1/offers", params={"page_size": 1}).json()["items"][0]
+    for age, stale in ((1, False), (2, True)):
+        etag = strict.get(f"/v1/offers/{offer['id']}").headers["etag"]
+        today = _today()
+        as_of = (today - dt.timedelta(days=age)).isoformat()
+        edit = strict.put(f"/v1/offers/{offer['id']}", headers={**headers, "If-Match": etag},
+                          json={"price_per_hour": offer["price_per_hour"], "source": "test",
+                                "as_of": as_of, "indicative": False})
+        assert edit.status_code == 200, edit.text
+        listed = strict.get("/v1/offers", params={"page_size": 200}).json()["items"]
+        if _today() != today:
+            continue  # midnight (UTC) passed during the step: the ages moved on by a day
+        assert edit.json()["age_days"] == age
+        assert edit.json()["stale"] is stale
+        assert {o["id"]: o["stale"] for o in listed}[offer["id"]] is stale

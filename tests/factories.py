@@ -65,3 +65,45 @@ def seeded_database_with_key(url: str, *, name: str, scopes: list[str]) -> str:
     finally:
         engine.dispose()
     return key
+
+
+def date_offers(session: Any, *, as_of: str | None = None,
+                providers: tuple[str, ...] = ("aws", "gcp", "lambda", "nebius", "azure")) -> str:
+    """An operator's refresh: the current version's undated offers of ``providers`` imported
+    again with a date (default today, UTC), as a price-list import would date them. The seed's
+    SkyPilot rows carry no date (issue 17), so a quote that must approve under the default
+    policy's max_price_age_s needs this first. Returns the new version id; flushes only."""
+    import datetime as dt
+
+    from service.catalog.prices import (
+        ImportMode,
+        current_version_id,
+        import_offers,
+        revision_content,
+        version_revisions,
+    )
+
+    day = as_of or dt.datetime.now(dt.UTC).date().isoformat()
+    current = current_version_id(session)
+    rows = [{**offer.canonical(), "as_of": day}
+            for offer in (revision_content(r) for r in version_revisions(session, current))
+            if offer.as_of is None and offer.provider in providers]
+    version = import_offers(session, rows, mode=ImportMode.PATCH, created_by="test-refresh",
+                            note="test: the undated seed prices, dated as a refresh would")
+    return version.id
+
+
+def date_offers_at(url: str, **kwargs: Any) -> str:
+    """``date_offers`` on the database at ``url``, committed."""
+    from sqlalchemy.orm import Session
+
+    from service.catalog.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        with Session(engine) as session:
+            version = date_offers(session, **kwargs)
+            session.commit()
+    finally:
+        engine.dispose()
+    return version

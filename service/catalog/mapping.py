@@ -71,7 +71,7 @@ class OfferRow(Protocol):
     interruption_rate_per_hour: float | None
     interruption_rate_source: str | None
     region_carbon_g_per_kwh: float | None
-    as_of: dt.date
+    as_of: dt.date | None
     indicative: bool
     source: str
     quality_flags: list[dict[str, Any]]
@@ -119,8 +119,9 @@ def offer_to_price(row: OfferRow, on_demand_rate: Decimal | None) -> PriceOffer:
         interruption_rate_source=row.interruption_rate_source,
         interruption_rate_assumed=row.term == Term.SPOT.value and is_assumed(
             row.interruption_rate_source),
-        region_carbon_g_per_kwh=row.region_carbon_g_per_kwh, as_of=row.as_of.isoformat(),
-        as_of_day=row.as_of.toordinal(),
+        region_carbon_g_per_kwh=row.region_carbon_g_per_kwh,
+        as_of=None if row.as_of is None else row.as_of.isoformat(),
+        as_of_day=None if row.as_of is None else row.as_of.toordinal(),
         indicative=row.indicative, derived=row.source.startswith("derived:"),
         quality_flags=tuple(f["code"] for f in row.quality_flags),
         on_demand_rate=on_demand_rate,

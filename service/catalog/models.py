@@ -150,7 +150,8 @@ class OfferRevision(Base):
     region_carbon_g_per_kwh: Mapped[float | None] = mapped_column(Float)
     region_carbon_source: Mapped[str | None] = mapped_column(Text)
     source: Mapped[str] = mapped_column(Text)
-    as_of: Mapped[dt.date] = mapped_column(Date)
+    as_of: Mapped[dt.date | None] = mapped_column(Date, nullable=True)
+    """NULL when the source gives no date (shown as ``unknown``)."""
     indicative: Mapped[bool] = mapped_column(Boolean)
     notes: Mapped[str] = mapped_column(Text)
     quality_flags: Mapped[list[dict[str, str]]] = mapped_column(JSON)

@@ -152,7 +152,9 @@ class OfferContent:
     region_carbon_g_per_kwh: float | None
     region_carbon_source: str | None
     source: str
-    as_of: dt.date
+    as_of: dt.date | None
+    """The date the price held; None when its source gives none (written ``unknown``, never a
+    stand-in date; issue 17)."""
     indicative: bool
     notes: str
 
@@ -182,8 +184,11 @@ class OfferContent:
 
     def canonical(self) -> dict[str, str]:
         """The content columns as canonical strings: the basis of hashes and CSV exports."""
-        return {name: _text(getattr(self, _attr(name))) if not name.endswith(_MONEY_SUFFIXES)
-                else micros_to_text(getattr(self, _attr(name))) for name in CONTENT_COLUMNS}
+        values = {name: _text(getattr(self, _attr(name))) if not name.endswith(_MONEY_SUFFIXES)
+                  else micros_to_text(getattr(self, _attr(name))) for name in CONTENT_COLUMNS}
+        if self.as_of is None:
+            values["as_of"] = UNKNOWN_DATE
+        return values
 
     @property
     def content_hash(self) -> str:
@@ -193,6 +198,8 @@ class OfferContent:
 
 
 _MONEY_SUFFIXES = ("price_per_hour", "upfront_fee")
+UNKNOWN_DATE = "unknown"
+"""What ``as_of`` says when the source gives no date (import, export and the API)."""
 
 
 def _attr(column: str) -> str:
@@ -355,7 +362,7 @@ class _RowParser:
         try:
             return dt.date.fromisoformat(value)
         except ValueError:
-            self.fail(name, "must be a date YYYY-MM-DD", "date_parsing")
+            self.fail(name, f"must be a date YYYY-MM-DD or {UNKNOWN_DATE}", "date_parsing")
             return None
 
 
@@ -423,7 +430,8 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
                       low_inclusive=True)
     carbon_source = p.text("region_carbon_source", required=False, max_length=2000)
     source = p.text("source", required=True, max_length=2000)
-    as_of = p.date("as_of")
+    as_of_text = p.text("as_of", required=True, max_length=10)
+    as_of = None if as_of_text in (None, UNKNOWN_DATE) else p.date("as_of")
     indicative = p.boolean("indicative")
     notes = p.text("notes", required=False, max_length=4000) or ""
 
@@ -451,7 +459,8 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
                "missing")
     if (p.errors or provider is None or region is None or instance_type is None
             or accelerator is None or gpus is None or term is None or currency is None
-            or price is None or source is None or as_of is None or indicative is None):
+            or price is None or source is None or as_of_text is None
+            or (as_of is None and as_of_text != UNKNOWN_DATE) or indicative is None):
         raise ImportRejectedError(p.errors)
     offer = with_sourced_facts(OfferContent(
         provider=provider, region=region, zone=zone, instance_type=instance_type,

@@ -10,7 +10,6 @@ starting ``derived:``, so quotes flag them ``derived_price``).
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator, Mapping
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import cache
@@ -25,10 +24,10 @@ from service.catalog.offers import (
 )
 from service.catalog.seed_facts import seed_rows
 
-SKYPILOT_AS_OF = dt.date(2026, 10, 27)
-"""The SkyPilot snapshot carries no fetch date. Its content is from late 2025 or later, and
-the first client reading schema v8 was published on 2026-10-27; that date is used, and every
-row's notes say the true date is unknown."""
+SKYPILOT_AS_OF = "unknown"
+"""The SkyPilot snapshot carries no fetch date (its content is from late 2025 or later), so
+its rows say ``unknown`` and quotes flag them ``undated_price`` (issue 17: never a stand-in
+date; decision 67). An import from the provider's own price list dates them."""
 SKYPILOT_NOTE = "snapshot date unknown (late 2025 to 2026); re-pull before relying on it"
 
 RESERVED_DISCOUNTS: dict[Term, tuple[Decimal, str]] = {
@@ -103,7 +102,7 @@ def _skypilot_rows() -> Iterator[dict[str, Any]]:
                 "gpus_per_instance": row["AcceleratorCount"], "vcpus": row["vCPUs"],
                 "memory_gib": row["MemoryGiB"], "gpu_memory_gib": _mib_to_gib(row["GpuMemoryMiB"]),
                 "currency": "USD", "source": SOURCES[provider],
-                "as_of": SKYPILOT_AS_OF.isoformat(), "indicative": "false", "notes": notes,
+                "as_of": SKYPILOT_AS_OF, "indicative": "false", "notes": notes,
             }
             key = (row["InstanceType"], row["Region"])
             if row["Price"] and key not in seen_on_demand:
@@ -114,21 +113,71 @@ def _skypilot_rows() -> Iterator[dict[str, Any]]:
                        "zone": row.get("AvailabilityZone", "")}
 
 
+AZURE_FILE = "gpu_prices_azure.csv"
+"""Azure GPU VMs from SkyPilot's v6/v5 Azure catalogs (Azure Retail Prices API, US regions;
+``seed/prices/README.md``). Their commit dates are unknown, so every row's ``as_of`` is
+``unknown`` (issue 17: never a stand-in date) and the date evidence is in its notes."""
+AZURE_ACCELERATORS: dict[str, str] = {
+    "Standard_ND96isr_H100_v5": "h100-sxm5-80gb", "Standard_ND96is_H100_v5": "h100-sxm5-80gb",
+    "Standard_NC40ads_H100_v5": "h100-nvl-94gb", "Standard_NC80adis_H100_v5": "h100-nvl-94gb",
+    "Standard_ND96amsr_A100_v4": "a100-sxm4-80gb", "Standard_ND96asr_v4": "a100-sxm4-40gb",
+    "Standard_ND40rs_v2": "v100-sxm2-32gb",
+}
+"""Azure VM types whose GPU has a datasheet row. Left out (no row in the catalogue): K80, M60,
+T4, A10 (and its fractional NVadsA10 sizes), Radeon MI25 and PRO V620, the PCIe V100 16 GB
+of NCv3, the PCIe A100 80 GB of NC A100 v4 and the confidential NCC H100 v5, whose source
+row names no accelerator. Microsoft Learn's size pages give the GPU of each."""
+AZURE_GPU_COUNT_FIX = {"Standard_ND96isr_H100_v5": 8, "Standard_ND96is_H100_v5": 8}
+"""The source says 12; ND H100 v5 VMs have 8 H100 (Microsoft Learn, ND-H100-v5 sizes)."""
+
+
 def _azure_rows() -> Iterator[dict[str, Any]]:
+    """Real Azure list prices. Spot equal to on-demand is no spot price (the source recorded
+    no discount), so no spot offer is made from it; the indicative third-party figures are
+    kept only where no real row covers the same VM, region and term."""
+    covered: set[tuple[str, str, str]] = set()
+    for row in _rows(AZURE_FILE):
+        accelerator = AZURE_ACCELERATORS.get(row["InstanceType"])
+        if accelerator is None or not row["Price"]:
+            continue
+        notes = [f"as_of unknown: {row['as_of']}", row["notes"]]
+        count = row["AcceleratorCount"]
+        if row["InstanceType"] in AZURE_GPU_COUNT_FIX:
+            count = str(AZURE_GPU_COUNT_FIX[row["InstanceType"]])
+            notes.append(f"GPU count {row['AcceleratorCount']} in the source corrected to "
+                         f"{count}")
+        spot_is_price = row["SpotPrice"] == row["Price"]
+        if spot_is_price:
+            notes.append("no spot offer: the source's spot price equals on-demand")
+        common = {
+            "provider": "azure", "region": row["Region"], "instance_type": row["InstanceType"],
+            "accelerator": accelerator, "gpus_per_instance": count, "vcpus": row["vCPUs"],
+            "memory_gib": row["MemoryGiB"], "currency": "USD",
+            "source": f"{row['source']}; Azure Retail Prices API (Linux consumption and "
+                      "spot meters)",
+            "as_of": "unknown", "indicative": "false",
+            "notes": "; ".join(n for n in notes if n)[:4000],
+        }
+        covered.add((row["InstanceType"].removeprefix("Standard_"), row["Region"], "on_demand"))
+        yield {**common, "term": "on_demand", "price_per_hour": row["Price"]}
+        if row["SpotPrice"] and not spot_is_price:
+            covered.add((row["InstanceType"].removeprefix("Standard_"), row["Region"], "spot"))
+            yield {**common, "term": "spot", "price_per_hour": row["SpotPrice"]}
     for row in _rows("gpu_prices_azure_indicative.csv"):
         price = row["Price"] or row["SpotPrice"]
-        if not price:
-            continue  # ND96asr_v4: VM facts only, no price in any reachable source
-        stated = row["AsOf"]  # "2026-06" or "2026": the first day of the stated period
-        as_of = stated + "-01-01"[len(stated) - 4:] if len(stated) < 10 else stated
-        date_note = "" if len(stated) == 10 else f"; the source dates it only as {stated}"
+        if not price or (row["InstanceType"], row["Region"], row["Term"]) in covered:
+            continue  # no price in any reachable source, or a real list price exists
+        stated = row["AsOf"]  # "2026-06" or "2026": a period, not a date
+        exact = len(stated) == 10
         yield {
             "provider": "azure", "region": row["Region"], "instance_type": row["InstanceType"],
             "accelerator": ACCELERATORS["azure"][row["AcceleratorName"]],
             "gpus_per_instance": row["AcceleratorCount"], "gpu_memory_gib": row["GpuMemoryGiB"],
             "term": row["Term"], "currency": "USD", "price_per_hour": price,
-            "source": row["Source"], "as_of": as_of, "indicative": "true",
-            "notes": row["Notes"] + date_note,
+            "source": row["Source"], "as_of": stated if exact else "unknown",
+            "indicative": "true",
+            "notes": row["Notes"] + ("" if exact else f"; as_of unknown: the source dates it only "
+                                                     f"as {stated}"),
         }
 
 
@@ -249,7 +298,7 @@ def _tpu_rows(pods: Mapping[str, tuple[int, str]]) -> Iterator[dict[str, Any]]:
                     "term": term, "currency": "USD",
                     "price_per_hour": str(Decimal(per_chip) * chips),
                     "source": row["source"] + " (per-chip price x chips in the slice)",
-                    "as_of": SKYPILOT_AS_OF.isoformat(), "indicative": "false",
+                    "as_of": SKYPILOT_AS_OF, "indicative": "false",
                     "notes": f"{SKYPILOT_NOTE}; {row['notes']}",
                 }
 

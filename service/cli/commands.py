@@ -647,7 +647,8 @@ def register(app: typer.Typer) -> None:
             for o in page["items"]:
                 table.add_row(o["id"], o["provider"], o["region"], o["instance_type"],
                               o["accelerator"], str(o["gpus_per_instance"]), o["term"],
-                              fmt.money(o["price_per_hour"], o["currency"]), o["as_of"],
+                              fmt.money(o["price_per_hour"], o["currency"]),
+                              o["as_of"] or "unknown",
                               ", ".join(f["flag"] if isinstance(f, dict) else str(f)
                                         for f in o.get("quality_flags") or []))
             out.print(table)

@@ -125,9 +125,9 @@ class PriceOffer:
     interruption_rate_source: str | None
     interruption_rate_assumed: bool
     region_carbon_g_per_kwh: float | None
-    as_of: str
-    """ISO date the price held."""
-    as_of_day: int
+    as_of: str | None
+    """ISO date the price held; None when the source gives no date (flag ``undated_price``)."""
+    as_of_day: int | None
     """The same date as a proleptic Gregorian ordinal (``date.toordinal()``): the core reads
     no clock and keeps no date type, so ages are differences of ordinals."""
     indicative: bool
@@ -509,6 +509,8 @@ def _flags(offer: PriceOffer, instances: int) -> tuple[str, ...]:
         flags.append("indicative_price")
     if offer.derived:
         flags.append("derived_price")
+    if offer.as_of is None:
+        flags.append("undated_price")
     flags.extend(offer.quality_flags)
     if offer.term is Term.SPOT:
         if offer.interruption_rate_assumed:
@@ -729,7 +731,11 @@ def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
         add("forbid_quarantined", False, "quarantined_price",
             f"{where}: the price is quarantined by data-quality checks "
             f"({', '.join(quarantined)})", soft=not policy.forbid_quarantined)
-    if policy.max_price_age_s is not None and line.price_as_of_day is not None:
+    if policy.max_price_age_s is not None and "undated_price" in line.flags:
+        add("max_price_age_s", False, "undated_price",
+            f"{where}: the price's source gives no date, so it cannot be shown to be within "
+            f"the policy's {_days(policy.max_price_age_s)}")
+    elif policy.max_price_age_s is not None and line.price_as_of_day is not None:
         age_s = (today - line.price_as_of_day) * SECONDS_PER_DAY
         if age_s > policy.max_price_age_s:
             add("max_price_age_s", False, "stale_price",

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
 from service.api.schemas.quotes import BUDGET_PLAN_EXAMPLE, QUOTE_EXAMPLE
 from tests.api.test_estimates import assert_problem
+from tests.factories import date_offers
 
 KeyMaker = Callable[..., dict[str, str]]
 
@@ -133,7 +135,8 @@ class TestBudget:
         (Decimal("-0.01"), False, "reject"),    # budget one cent under the total
     ])
     def test_boundaries(self, client: TestClient, writer: dict[str, str], delta: Decimal,
-                        within: bool, verdict: str) -> None:
+                        within: bool, verdict: str, db_session: Session) -> None:
+        date_offers(db_session, providers=("aws",))  # approvable: the prices are dated
         total = self._total(client, writer)
         body = {**GPU_HOURS_QUOTE, "providers": ["aws"], "terms": ["on_demand"],
                 "budget": {"amount": str(total + delta), "currency": "USD"}}
@@ -265,8 +268,9 @@ def test_twenty_quotes_of_every_workload_kind_verify_exactly(
 
 
 def test_budget_plan_ranks_within_budget_and_before_deadline(
-    client: TestClient, api_key: KeyMaker
+    client: TestClient, api_key: KeyMaker, db_session: Session
 ) -> None:
+    date_offers(db_session)  # "within budget" needs lines no rule fails: dated prices
     response = client.post("/v1/budget-plans", json=BUDGET_PLAN_EXAMPLE)
     assert response.status_code == 200, response.text
     result = response.json()

@@ -12,9 +12,11 @@ from typing import Any, ClassVar
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
 from tests.api.test_estimates import assert_problem
 from tests.api.test_quotes_api import all_lines
+from tests.factories import date_offers
 
 KeyMaker = Callable[..., dict[str, str]]
 
@@ -186,8 +188,9 @@ class TestPolicies:
             assert_problem(response, 422, None)
 
     def test_a_lenient_policy_warns_and_verify_reproduces_it_after_a_revision(
-        self, client: TestClient, writer: dict[str, str],
+        self, client: TestClient, writer: dict[str, str], db_session: Session,
     ) -> None:
+        date_offers(db_session, providers=("aws",))
         rules = {"forbid_indicative": False, "forbid_unverified_spot_capacity": False}
         assert client.post("/v1/policies", json={"name": "lenient", "rules": rules},
                            headers=writer).status_code == 201
@@ -248,8 +251,9 @@ class TestBudgetPlans:
     }
 
     def test_a_reservation_committing_more_than_the_budget_is_never_within_it(
-        self, client: TestClient,
+        self, client: TestClient, db_session: Session,
     ) -> None:
+        date_offers(db_session)
         body = {**self.BODY, "budget": {"amount": "1000000.00", "currency": "USD"}}
         body.pop("policy")
         plan = client.post("/v1/budget-plans", json=body)
@@ -268,8 +272,9 @@ class TestBudgetPlans:
         assert "nothing fits the budget" in answer["explanation"]
 
     def test_the_largest_compute_optimal_model_within_budget_and_deadline(
-        self, client: TestClient,
+        self, client: TestClient, db_session: Session,
     ) -> None:
+        date_offers(db_session)
         body = {k: v for k, v in self.BODY.items() if k not in ("model", "policy")}
         body.update({"objective": "largest_model", "tokens_per_param": 20.0,
                      "candidate_models": ["llama3.1-8b", "llama3.1-70b", "llama3.1-405b"],

@@ -42,18 +42,22 @@ def test_every_listed_offer_states_its_age_and_whether_it_is_stale(client: TestC
     after = _today()
     assert items
     for item in items:
+        if item["as_of"] is None:  # the source gives no date: stale, with no age
+            assert (item["age_days"], item["stale"]) == (None, True)
+            continue
         as_of = dt.date.fromisoformat(item["as_of"])
         assert item["age_days"] in {(before - as_of).days, (after - as_of).days}
         assert item["stale"] == (item["age_days"] > 180)
+    assert any(i["as_of"] is None for i in items)
     # The AWS capacity-block prices are dated 2024-12-31: stale by now.
     blocks = client.get("/v1/offers", params={"term": "capacity_block"}).json()["items"]
     assert blocks
-    assert all(b["stale"] for b in blocks)
+    assert all(b["stale"] and b["age_days"] > 180 for b in blocks)
 
 
 def test_the_threshold_is_the_setting(strict: TestClient) -> None:
     listed = strict.get("/v1/offers", params={"page_size": 50}).json()["items"]
-    assert all(o["stale"] == (o["age_days"] > 1) for o in listed)
+    assert all(o["stale"] == (o["age_days"] is None or o["age_days"] > 1) for o in listed)
     assert any(o["stale"] for o in listed)
     one = strict.get(f"/v1/offers/{listed[0]['id']}").json()
     assert one["stale"] == listed[0]["stale"]
@@ -86,3 +90,30 @@ def test_an_offer_exactly_at_the_threshold_is_not_stale_and_a_day_older_is(
         assert edit.json()["age_days"] == age
         assert edit.json()["stale"] is stale
         assert {o["id"]: o["stale"] for o in listed}[offer["id"]] is stale
+
+
+def test_an_undated_price_is_never_approved_under_a_price_age_limit(
+    client: TestClient, api_key: object, db_session: Session
+) -> None:
+    """The seed's SkyPilot prices carry no date (issue 17): under the default policy's
+    max_price_age_s a quote on them fails undated_price and is not approved, however large
+    the budget; the same offers dated by a refresh approve."""
+    from tests.factories import date_offers
+
+    headers = {**api_key("quotes:write"), "Idempotency-Key": "undated-1"}  # type: ignore[operator]
+    body = {"workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 1000,
+                                       "num_gpus": 8}},
+            "providers": ["aws"], "terms": ["on_demand"],
+            "budget": {"amount": "100000000.00", "currency": "USD"}}
+    quote = client.post("/v1/quotes", json=body, headers=headers).json()
+    assert quote["verdict"] == "reject"
+    line = quote["cheapest"]
+    assert "undated_price" in line["flags"]
+    assert line["price_as_of"] is None
+    assert any(r["code"] == "undated_price" and r["outcome"] == "fail" for r in line["rules"])
+    date_offers(db_session, providers=("aws",))
+    dated = client.post("/v1/quotes", json=body,
+                        headers={**headers, "Idempotency-Key": "undated-2"}).json()
+    assert dated["verdict"] == "approve"
+    assert "undated_price" not in dated["cheapest"]["flags"]
+    assert dated["cheapest"]["price_as_of"] == _today().isoformat()

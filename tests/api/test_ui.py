@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from markupsafe import escape
+from sqlalchemy.orm import Session
 
 from service.api import presentation as fmt
+from tests.factories import date_offers
 
 FORM = {"model": "llama3.1-70b", "tokens": "2e12", "seq_len": "8192", "global_batch": "512",
         "accelerator": "h100-sxm5-80gb", "gpus": "256", "tp": "8", "pp": "4", "cp": "1",
@@ -344,7 +346,9 @@ def _headers(table: str) -> list[str]:
     return re.findall(r'<th scope="col"[^>]*>([^<]*)</th>', table)
 
 
-def test_budget_plan_shows_both_lists_commitment_first(client: TestClient) -> None:
+def test_budget_plan_shows_both_lists_commitment_first(client: TestClient,
+                                                       db_session: Session) -> None:
+    date_offers(db_session)
     api = client.post("/v1/budget-plans", json=PLAN_BODY).json()
     assert api["soonest_within_budget"]
     assert api["cheapest_before_deadline"]
@@ -395,7 +399,8 @@ def test_a_tiny_budget_plan_explains_the_empty_list(client: TestClient) -> None:
 
 
 def test_largest_model_shows_the_model_its_line_and_the_models_tried(
-        client: TestClient) -> None:
+        client: TestClient, db_session: Session) -> None:
+    date_offers(db_session)
     response = client.post("/ui", data={**LARGEST_FORM, "action": "largest_model"})
     assert response.status_code == 200, response.text[:800]
     html = response.text

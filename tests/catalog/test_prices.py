@@ -184,7 +184,14 @@ class TestSeedVersion:
         rows = prices.version_revisions(db_session, version.id)
         assert len(rows) == version.offer_count > 1000
         assert {r.provider_id for r in rows} == {"aws", "gcp", "lambda", "nebius", "azure"}
-        assert all(r.source and r.as_of for r in rows)
+        assert all(r.source for r in rows)
+        # A price whose source gives no date says so (NULL, shown "unknown"), never a stand-in
+        # date (issue 17): the SkyPilot snapshots and everything derived from them.
+        undated = [r for r in rows if r.as_of is None]
+        assert undated
+        assert all("unknown" in r.notes or "unknown" in r.source for r in undated
+                   if not r.source.startswith("derived:"))
+        assert {r.provider_id for r in rows if r.as_of is not None} >= {"gcp", "aws"}
         assert sum(r.term == "capacity_block" for r in rows) == 5
 
     def test_derived_reserved_rates_follow_the_documented_discount(

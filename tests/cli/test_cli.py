@@ -26,7 +26,7 @@ from service.catalog.migrate import migrate_and_seed
 from service.cli import app
 from service.main import create_app, dispose
 from service.settings import Settings
-from tests.factories import seeded_database_with_key
+from tests.factories import date_offers_at, seeded_database_with_key
 from tests.live_server import free_port, live_server
 
 runner = CliRunner()
@@ -39,6 +39,7 @@ ESTIMATE_FLAGS = ["--model", "llama3.1-70b", "--accelerator", "h100-sxm5-80gb", 
 def local_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('cli')}/local.sqlite3"
     migrate_and_seed(url)
+    date_offers_at(url)  # a refreshed catalogue: the seed's SkyPilot prices carry no date
     return url
 
 

@@ -93,10 +93,14 @@ class OfferOut(BaseModel):
     region_carbon_g_per_kwh: float | None
     region_carbon_source: str | None
     source: str
-    as_of: dt.date
-    age_days: int = Field(description="Days from as_of to today (UTC) when answered.")
-    stale: bool = Field(description="age_days is over CQ_STALE_AFTER_DAYS (default 180): "
-                                    "re-check the price before relying on it.")
+    as_of: dt.date | None = Field(description=(
+        "The date the price held; null when its source gives no date (imported as "
+        "\"unknown\"). An undated offer is stale and fails a policy's max_price_age_s."))
+    age_days: int | None = Field(description="Days from as_of to today (UTC) when answered; "
+                                              "null when as_of is unknown.")
+    stale: bool = Field(description="age_days is over CQ_STALE_AFTER_DAYS (default 180), or "
+                                    "as_of is unknown: re-check the price before relying on "
+                                    "it.")
     indicative: bool = Field(description="True when the price is an estimate, not a list "
                                          "price (derived reserved rates, third-party quotes).")
     notes: str
@@ -106,9 +110,9 @@ class OfferOut(BaseModel):
     def from_row(cls, row: OfferRevision, version_id: str, *, today: dt.date,
                  stale_after_days: int) -> OfferOut:
         """The stored revision as answered on ``today`` (its age and staleness)."""
-        age_days = (today - row.as_of).days
+        age_days = None if row.as_of is None else (today - row.as_of).days
         return cls(
-            age_days=age_days, stale=age_days > stale_after_days,
+            age_days=age_days, stale=age_days is None or age_days > stale_after_days,
             id=row.offer_id, catalog_version=version_id, revision=row.id,
             provider=row.provider_id, region=row.region, zone=row.zone,
             instance_type=row.instance_type, accelerator=row.accelerator_id,
@@ -149,8 +153,11 @@ class OfferUpdate(RequestModel):
     region_carbon_g_per_kwh: float | None = Field(default=None, ge=0, le=2000, strict=True)
     region_carbon_source: str | None = Field(default=None, max_length=2000)
     source: str = Field(min_length=1, max_length=2000)
-    as_of: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", examples=["2026-11-20"],
-                       description="Date the price held, YYYY-MM-DD.")
+    as_of: str | None = Field(pattern=r"^(\d{4}-\d{2}-\d{2}|unknown)$",
+                              examples=["2026-11-20"],
+                              description="Date the price held, YYYY-MM-DD; \"unknown\" or "
+                                          "null when the source gives none (never a stand-in "
+                                          "date).")
     indicative: bool = Field(strict=True)
     notes: str = Field(default="", max_length=4000)
     note: str = Field(default="", max_length=1000, pattern=NO_CONTROL_CHARACTERS,
@@ -162,6 +169,7 @@ class OfferUpdate(RequestModel):
         values = self.model_dump(exclude={"note"})
         values["indicative"] = "true" if self.indicative else "false"
         values["upfront_fee"] = self.upfront_fee or "0"
+        values["as_of"] = self.as_of or "unknown"
         return values
 
 

@@ -265,7 +265,7 @@ class RuleOut(BaseModel):
         "amortised_accounting, deadline_met, deadline_missed, estimate_uncertain, "
         "commitment_over_policy_limit, job_cost_over_policy_limit, term_not_allowed, "
         "provider_not_allowed, region_not_allowed, indicative_price, derived_price, "
-        "quarantined_price, stale_price, duration_over_limit, "
+        "quarantined_price, stale_price, undated_price, duration_over_limit, "
         "success_probability_below_minimum, no_offer_fits_plan, spot_capacity_unverified, "
         "assumed_interruption_rate, infeasible, no_feasible_offer."))
     severity: Literal["info", "warning", "error"]
@@ -347,7 +347,9 @@ class QuoteLineOut(BaseModel):
     policy_outcome: Literal["pass", "warn", "fail"]
     rules: list[RuleOut] = Field(description="Every rule that warned or failed on this line.")
     uncertainty: UncertaintyOut | None
-    price_as_of: dt.date | None
+    price_as_of: dt.date | None = Field(description=(
+        "The date the line's price held; null for on-prem lines and for prices whose source "
+        "gives no date (those lines carry the flag undated_price)."))
     reserved: ReservedOut | None
     onprem: dict[str, Any] | None
     offer_id: str | None

@@ -279,10 +279,12 @@ async def run_estimate(request: Request, outcome: Outcome) -> None:
     elif offer is not None:
         price = Decimal(offer["price_per_gpu_hour"])
         basis = (f"the cheapest on-demand offer: {offer['provider']} {offer['region']} at "
-                 f"{price:.4f} {offer['currency']} per GPU-hour, as of {offer['as_of']}")
+                 f"{price:.4f} {offer['currency']} per GPU-hour, as of "
+                 f"{offer['as_of'] or 'an unknown date'}")
         if offer.get("stale"):
-            basis += (f" (stale: {offer['age_days']} days old; re-check the price before "
-                      "relying on it)")
+            age = ("its source gives no date" if offer["age_days"] is None
+                   else f"{offer['age_days']} days old")
+            basis += f" (stale: {age}; re-check the price before relying on it)"
     else:
         return  # no price given and no on-demand offer for this accelerator: no cost shown
     gpu_hours = Decimal(str(answer["time"]["gpu_hours"]))

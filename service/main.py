@@ -34,6 +34,7 @@ from service.api.routes import (
     catalog,
     docs,
     estimates,
+    fx,
     health,
     plans,
     policies,
@@ -202,10 +203,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # request may take an in-flight slot, so slow clients cannot hold every slot.
     app.add_middleware(
         BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes,
-        path_limits={"/v1/catalog/imports": settings.max_import_bytes},
+        path_limits={"/v1/catalog/imports": settings.max_import_bytes,
+                     "/v1/fx-rates/imports": settings.max_import_bytes},
         body_timeout_s=settings.body_timeout_s,
     )
-    for module in (estimates, plans, quotes, policies, catalog, prices, health, docs):
+    for module in (estimates, plans, quotes, policies, catalog, prices, fx, health, docs):
         app.include_router(module.router)
     app.include_router(ui_router)
     app.mount("/static", docs.static_files(), name="static")

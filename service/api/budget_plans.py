@@ -12,10 +12,18 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.api.deps import AcceleratorCache
-from service.api.quoting import Computed, line_json, optimised_jobs, price
+from service.api.quoting import (
+    Computed,
+    budget_conversion,
+    line_json,
+    optimised_jobs,
+    price,
+)
 from service.api.schemas.estimate import ModelIn
+from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.quotes import BudgetPlanOut, BudgetPlanRequest
 from service.api.work import WorkBudget
+from service.catalog.fx import Conversion
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.params import count_parameters
 from service.core.quote import Outcome, Policy, QuoteLine
@@ -26,10 +34,11 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
                 settings: Settings, version_id: str, policy: Policy,
                 now: dt.datetime, budget: WorkBudget) -> BudgetPlanOut:
     """The answer, for either objective; every search within ``budget``."""
+    conversion = budget_conversion(session, body, version_id, now)
     extra: dict[str, Any] = {"objective": body.objective}
     if body.objective == "largest_model":
         computed, tried, largest = _largest_model(body, session, accelerators, settings,
-                                                  version_id, policy, now, budget)
+                                                  version_id, policy, now, budget, conversion)
         extra["models_tried"] = tried
         extra["largest_model"] = largest
     else:
@@ -37,7 +46,8 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
         jobs = optimised_jobs(accelerators, body.model, body.training, body.clusters,
                               body.constraints, body.energy.to_core(), "",
                               settings.search_workers, budget)
-        computed = price(session, body, jobs, version_id, policy, now, gated=True)
+        computed = price(session, body, jobs, version_id, policy, now, gated=True,
+                         conversion=conversion)
     within, in_time = _plan_lists(computed)
     fraction = computed.request_fraction
     return BudgetPlanOut.model_validate({
@@ -47,6 +57,8 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
         "deadline_s": body.deadline_s, "accounting": body.accounting,
         "policy": {"name": policy.name, "revision": policy.revision},
         "explanation": _explain(computed, within, in_time), **extra,
+        "fx": (None if conversion is None else FxConversionOut.from_conversion(
+            conversion, body.fx_date or now.date()).model_dump(mode="json")),
     })
 
 
@@ -70,7 +82,7 @@ compute-optimal token ratio)."""
 def _largest_model(
     body: BudgetPlanRequest, session: Session, accelerators: AcceleratorCache,
     settings: Settings, version_id: str, policy: Policy, now: dt.datetime,
-    budget: WorkBudget,
+    budget: WorkBudget, conversion: Conversion | None,
 ) -> tuple[Computed, list[dict[str, Any]], dict[str, Any] | None]:
     """Try candidate models from the smallest up, each on tokens_per_param × its parameters;
     stop at the first that has no line within the budget and deadline (a larger one costs
@@ -99,7 +111,8 @@ def _largest_model(
                           "lines_within": 0, "note": "does not fit in memory on any "
                                                      "candidate cluster"})
             break
-        computed = price(session, body, jobs, version_id, policy, now, gated=True)
+        computed = price(session, body, jobs, version_id, policy, now, gated=True,
+                         conversion=conversion)
         last = computed
         ok = [x for x in computed.result.lines if x.feasible and x.outcome is not Outcome.FAIL]
         tried.append({"preset": name, "params": params, "tokens": tokens,

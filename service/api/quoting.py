@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from decimal import Decimal
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service import __version__
@@ -25,6 +26,10 @@ from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTra
 from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest
 from service.api.work import WorkBudget
 from service.api.workers import run_cpu_bound
+from service.catalog import fx
+from service.catalog.errors import NotFoundError
+from service.catalog.fx import Conversion
+from service.catalog.models import CatalogVersionOffer, OfferRevision
 from service.catalog.quoting import load_offers, onprem_inputs
 from service.core import calibration as calibration_module
 from service.core import memory as memory_module
@@ -33,7 +38,7 @@ from service.core import quote as core_quote
 from service.core import timing as timing_module
 from service.core import units as units_module
 from service.core.calibration import DEFAULT_CALIBRATION
-from service.core.errors import CoreError, NoFeasiblePlanError
+from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
 from service.core.params import count_parameters
 from service.core.quote import (
@@ -242,13 +247,58 @@ class Computed:
     request_fraction: Decimal
 
 
-def options_for(request: QuoteRequest | BudgetPlanRequest) -> Options:
+def budget_conversion(session: Session, request: QuoteRequest | BudgetPlanRequest,
+                      version_id: str, now: dt.datetime, fx_version: str | None = None,
+                      ) -> Conversion | None:
+    """The budget in USD at the ECB rates of ``request.fx_date`` (default the quote's date,
+    UTC) from FX table ``fx_version`` (default the request's, else the newest), when the
+    catalogue version has no offers in the budget's currency; None when no conversion is
+    needed. A currency the table lacks is invalid input naming budget.currency."""
+    budget = request.budget
+    if budget is None or budget.currency == PRICING_CURRENCY or _prices_in(
+            session, budget.currency, version_id):
+        return None
+    wanted = fx_version or request.fx_version
+    try:
+        table = fx.get_fx_version(session, wanted)
+    except NotFoundError:
+        raise InvalidSpecError(f"fx_version {wanted} is not a version of the FX table "
+                               "(GET /v1/fx-rates)", field="fx_version") from None
+    day = request.fx_date or now.date()
+    try:
+        fixing, rates = fx.rates_on(session, {budget.currency, PRICING_CURRENCY}, day, table)
+    except NotFoundError as exc:
+        raise InvalidSpecError(
+            f"budget.currency {budget.currency}: the catalogue prices in "
+            f"{PRICING_CURRENCY} and {exc} (import rates: POST /v1/fx-rates/imports)",
+            field="budget.currency") from None
+    return fx.convert(Decimal(budget.amount), budget.currency, PRICING_CURRENCY, rates,
+                      fixing, table.id)
+
+
+PRICING_CURRENCY = "USD"
+"""The currency a budget is converted into when the catalogue has no offers in its own."""
+
+
+def _prices_in(session: Session, currency: str, version_id: str) -> bool:
+    return session.scalar(
+        select(OfferRevision.id)
+        .join(CatalogVersionOffer, CatalogVersionOffer.revision_id == OfferRevision.id)
+        .where(CatalogVersionOffer.version_id == version_id,
+               OfferRevision.currency == currency).limit(1)) is not None
+
+
+def options_for(request: QuoteRequest | BudgetPlanRequest,
+                conversion: Conversion | None = None) -> Options:
     budget = request.budget
     amortised = request.accounting == Accounting.AMORTISED.value
     fraction = request.reservation_utilisation_fraction
     return Options(
-        currency=budget.currency if budget is not None else "USD",
-        budget=Decimal(budget.amount) if budget is not None else None,
+        currency=(conversion.into if conversion is not None
+                  else budget.currency if budget is not None else "USD"),
+        budget=(conversion.converted if conversion is not None
+                else Decimal(budget.amount) if budget is not None else None),
+        budget_basis=conversion.describe() if conversion is not None else None,
         deadline_s=request.deadline_s,
         accounting=Accounting(request.accounting),
         utilisation_fraction=Decimal(fraction) if amortised and fraction else Decimal(1),
@@ -267,11 +317,12 @@ def price(
     session: Session, request: QuoteRequest | BudgetPlanRequest,
     jobs: Sequence[tuple[SizedJob, Plan | None]], version_id: str, policy: Policy,
     now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
+    conversion: Conversion | None = None,
 ) -> Computed:
     """Load the offers, time each job on each fabric, price and judge. The offers of a
     version are a pure function of the version id and the filters (versions are immutable),
     so ``offer_cache`` may hold them (issue 16: loading was a quarter of a quote's CPU)."""
-    options = options_for(request)
+    options = options_for(request, conversion)
     accelerators = frozenset(j.accelerator for j, _ in jobs)
 
     def load() -> list[PriceOffer]:

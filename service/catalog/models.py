@@ -258,3 +258,40 @@ class PolicyRevision(Base):
     created_by: Mapped[str] = mapped_column(String(128))
     description: Mapped[str] = mapped_column(Text)
     rules: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class FxVersion(Base):
+    """One append-only version of the FX reference-rate table (``service/catalog/fx.py``):
+    version N holds every rate imported by versions 1..N."""
+
+    __tablename__ = "fx_versions"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[str] = mapped_column(String(128))
+    note: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(Text)
+    added: Mapped[int] = mapped_column(Integer)
+    """Rates this version added."""
+    rate_count: Mapped[int] = mapped_column(Integer)
+    """Rates in the whole table at this version."""
+    first_date: Mapped[dt.date] = mapped_column(Date)
+    last_date: Mapped[dt.date] = mapped_column(Date)
+
+
+class FxRateRow(Base):
+    """One published reference rate: units of ``currency`` per 1 EUR on ``date``, exact as
+    published (text, so both backends keep every digit)."""
+
+    __tablename__ = "fx_rates"
+    __table_args__ = (
+        UniqueConstraint("date", "currency"),
+        Index("ix_fx_rates_currency_date", "currency", "date"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    version_number: Mapped[int] = mapped_column(ForeignKey("fx_versions.number"))
+    date: Mapped[dt.date] = mapped_column(Date)
+    currency: Mapped[str] = mapped_column(String(3))
+    rate_per_eur: Mapped[str] = mapped_column(String(40))

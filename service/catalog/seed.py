@@ -5,10 +5,13 @@ version; later price changes are imports or edits, each a new version."""
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, fields
 
 from sqlalchemy.orm import Session
 
+from service.catalog.fx import SEED_FILE as FX_SEED_FILE
+from service.catalog.fx import seed_fx
 from service.catalog.models import Accelerator
 from service.catalog.offers import MICROS, with_sourced_facts
 from service.catalog.prices import (
@@ -19,6 +22,7 @@ from service.catalog.prices import (
     version_revisions,
 )
 from service.catalog.seed_data import AcceleratorSeed, accelerator_seeds
+from service.catalog.seed_facts import seed_rows
 from service.catalog.seed_prices import seed_offers
 
 
@@ -71,6 +75,7 @@ def seed_catalog(session: Session) -> SeedReport:
         version = commit_version(session, prices, created_by="seed", kind="seed",
                                  note="seed: research price snapshot (seed/prices/README.md)")
         version_id, offers = version.id, version.offer_count
+    seed_fx(session, seed_rows(FX_SEED_FILE), dt.datetime.now(dt.UTC))
     return SeedReport(inserted=inserted, updated=updated, unchanged=unchanged,
                       price_version=version_id, offers=offers,
                       facts_version=None if version_id else _add_missing_facts(session))

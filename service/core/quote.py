@@ -180,6 +180,9 @@ class Options:
 
     currency: str = "USD"
     budget: Decimal | None = None
+    budget_basis: str | None = None
+    """How ``budget`` was made from the request's, when converted (the rate, its date and
+    the FX table version); quoted beside the budget in every budget message."""
     deadline_s: float | None = None
     accounting: Accounting = Accounting.COMMITMENT
     utilisation_fraction: Decimal = Decimal(1)
@@ -677,10 +680,12 @@ def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
         label = "amortised cost" if amortised else "commitment"
         code = "job_cost_over_budget" if amortised else "commitment_over_budget"
         over = a.total - options.budget
+        stated = _money(options.budget, cur) + (
+            f" ({options.budget_basis})" if options.budget_basis else "")
         add("budget", over <= 0, code if over > 0 else "within_budget",
             f"{where}: {label} {_money(a.total, cur)} "
-            + (f"exceeds the budget of {_money(options.budget, cur)} by {_money(over, cur)}"
-               if over > 0 else f"is within the budget of {_money(options.budget, cur)}"))
+            + (f"exceeds the budget of {stated} by {_money(over, cur)}"
+               if over > 0 else f"is within the budget of {stated}"))
         high = a.commitment_band.p90 if not amortised else a.job_cost_band.p90
         if over <= 0 and isinstance(high, Decimal) and high > options.budget:
             add("budget", False, "estimate_uncertain",

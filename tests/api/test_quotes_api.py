@@ -105,9 +105,13 @@ class TestLines:
         assert line["instances"] == 32
         assert Decimal(line["total"]) == expected
 
-    def test_unknown_currency_is_422(self, client: TestClient, writer: dict[str, str]) -> None:
-        body = {**GPU_HOURS_QUOTE, "budget": {"amount": "100.00", "currency": "EUR"}}
-        assert_problem(post(client, writer, body), 422, None)
+    def test_a_currency_without_offers_or_fx_rate_is_422(self, client: TestClient,
+                                                          writer: dict[str, str]) -> None:
+        # ZAR: no offer prices in it and the ECB table has no rate for it (EUR converts:
+        # tests/api/test_fx.py).
+        body = {**GPU_HOURS_QUOTE, "budget": {"amount": "100.00", "currency": "ZAR"}}
+        problem = assert_problem(post(client, writer, body), 422, "budget.currency")
+        assert "ZAR" in problem["detail"]
 
     def test_spot_line_that_cannot_progress_is_infeasible_with_the_reason(
         self, client: TestClient, writer: dict[str, str]

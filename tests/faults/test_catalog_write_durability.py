@@ -30,6 +30,15 @@ BACKENDS = [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.p
 SCOPES = ["catalog:write", "policies:write"]
 
 
+FX_IMPORT = b"Date,USD,\n2025-06-02,1.1444,\n"
+
+
+def _fx_fixing(client: httpx.Client | TestClient) -> str:
+    answer = client.get("/v1/fx-rates", params={"date": "2025-06-30", "currency": ["USD"]})
+    fixing: str = answer.json()["fixing_date"]
+    return fixing
+
+
 def _edit(price: str) -> dict[str, Any]:
     return {"price_per_hour": price, "source": "durability test", "as_of": "2026-11-20",
             "indicative": False}
@@ -113,6 +122,8 @@ def test_a_failure_at_commit_is_503_and_stores_nothing(failing_app: tuple[Any, s
                 **auth, "content-type": "application/json"},
                 content=b'{"offers": []}'),
             client.post("/v1/policies", json={"name": "lost", "rules": {}}, headers=auth),
+            client.post("/v1/fx-rates/imports", content=FX_IMPORT,
+                        headers={**auth, "content-type": "text/csv"}),
         ]
         app.state.session_factory = good
         assert answers[0].status_code == 503, answers[0].text
@@ -123,6 +134,8 @@ def test_a_failure_at_commit_is_503_and_stores_nothing(failing_app: tuple[Any, s
         assert client.get(f"/v1/offers/{offer_id}").json() == before
         assert len(client.get("/v1/catalog/versions").json()["items"]) == versions
         assert client.get("/v1/policies/lost").status_code == 404
+        assert answers[3].status_code == 503, answers[3].text
+        assert _fx_fixing(client) == "2025-05-09"  # the seed's last fixing: nothing stored
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -152,3 +165,20 @@ def test_a_replica_killed_at_the_first_byte_of_the_answer_loses_nothing(
             assert Decimal(got.json()["price_per_hour"]) == price, f"write {i} lost"
             assert got.headers["etag"] == acknowledged[offer_id][1]
     print(f"kill -9 at the first byte ({backend}): 1 acknowledged, 0 lost")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_fx_import_killed_at_the_first_byte_of_its_answer_is_kept(
+    database_url_factory: Callable[[str], str], backend: str,
+) -> None:
+    url = database_url_factory(backend)
+    key = seeded_database_with_key(url, name="writer", scopes=SCOPES)
+    env = {"CQ_DATABASE_URL": url, "CQ_SEARCH_WORKERS": "0", "CQ_LOG_LEVEL": "warning"}
+    with server_process(env) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        with client.stream("POST", "/v1/fx-rates/imports", content=FX_IMPORT, headers={
+                "Authorization": f"Bearer {key}", "content-type": "text/csv"}) as response:
+            status = response.status_code
+            server.kill9()
+        assert status == 201
+    with server_process(env) as again, httpx.Client(base_url=again.url, timeout=30) as client:
+        assert _fx_fixing(client) == "2025-06-02"

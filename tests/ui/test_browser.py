@@ -20,7 +20,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from service.api import presentation as fmt
 from service.settings import Settings
-from tests.factories import seeded_database_with_key
+from tests.factories import date_offers_at, seeded_database_with_key
 from tests.live_server import live_server
 
 CHROMIUM = Path(os.environ.get("CQ_CHROMIUM", "/usr/bin/chromium"))
@@ -32,6 +32,7 @@ LAPTOP = {"width": 1366, "height": 768}
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     url = f"sqlite:///{tmp_path_factory.mktemp('ui')}/ui.sqlite3"
     key = seeded_database_with_key(url, name="portal", scopes=["quotes:write", "quotes:read"])
+    date_offers_at(url)  # a refreshed catalogue: budget plans list lines no rule fails
     with live_server(Settings(database_url=url, search_workers=0, log_level="warning")) as base:
         yield base, key
 

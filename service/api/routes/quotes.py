@@ -9,7 +9,6 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.api.auth import CallerDep, Principal, check_scope, read_access, require
@@ -27,11 +26,13 @@ from service.api.problems import problem_responses
 from service.api.quoting import (
     ESTIMATOR_VERSION,
     OfferCache,
+    budget_conversion,
     price,
     quote_body,
     size_workload,
 )
 from service.api.schemas.common import Page
+from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.prices import as_utc
 from service.api.schemas.quotes import (
     BUDGET_PLAN_EXAMPLE,
@@ -48,7 +49,8 @@ from service.api.work import ClientGoneDep, WorkBudget, request_budget
 from service.catalog import policies
 from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
-from service.catalog.models import CatalogVersionOffer, OfferRevision, Quote
+from service.catalog.fx import Conversion
+from service.catalog.models import Quote
 from service.catalog.prices import get_version
 from service.core.errors import InvalidSpecError
 from service.core.quote import Policy
@@ -85,16 +87,24 @@ IdempotencyKey = Annotated[str | None, Header(
 def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCache,
                  version_id: str, budget: WorkBudget, workers: int, policy: Policy,
                  now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
+                 fx_version: str | None = None,
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Everything of a quote that is computed (no id or timestamps), and every line; its
     searches within ``budget``. ``verify`` passes no ``offer_cache``: it reads the stored
-    version again."""
-    if request.budget is not None:
-        _check_currency(session, request.budget.currency, version_id)
+    version again, and it passes the stored quote's FX table version."""
+    conversion = budget_conversion(session, request, version_id, now, fx_version)
     jobs = size_workload(request, cache, budget, workers)
     computed = price(session, request, jobs, version_id, policy, now, gated=gated,
-                     offer_cache=offer_cache)
-    return quote_body(computed, request, all_lines=False)
+                     offer_cache=offer_cache, conversion=conversion)
+    body, lines = quote_body(computed, request, all_lines=False)
+    body["fx"] = fx_json(conversion, request.fx_date or now.date())
+    return body, lines
+
+
+def fx_json(conversion: Conversion | None, requested: dt.date) -> dict[str, Any] | None:
+    if conversion is None:
+        return None
+    return FxConversionOut.from_conversion(conversion, requested).model_dump(mode="json")
 
 
 def offer_cache(request: Request) -> OfferCache | None:
@@ -104,19 +114,6 @@ def offer_cache(request: Request) -> OfferCache | None:
         return None
     cache: OfferCache = request.app.state.quote_offers
     return cache
-
-
-def _check_currency(session: Session, currency: str, version_id: str) -> None:
-    if currency != "USD":
-        found = session.scalar(
-            select(OfferRevision.id)
-            .join(CatalogVersionOffer, CatalogVersionOffer.revision_id == OfferRevision.id)
-            .where(CatalogVersionOffer.version_id == version_id,
-                   OfferRevision.currency == currency).limit(1))
-        if found is None:
-            raise InvalidSpecError(
-                f"budget.currency {currency} differs from the catalogue's offer currency (USD); "
-                "there is no currency conversion", field="budget.currency")
 
 
 def _policy(session: Session, name: str | None, default: str | None,
@@ -327,7 +324,8 @@ def _differences(stored: dict[str, Any], stored_lines: list[dict[str, Any]],
             if old.get(name) != new.get(name):
                 found.append({"path": f"lines.{i}.{name}", "stored": old.get(name),
                               "recomputed": new.get(name)})
-    for name in ("verdict", "summary", "reason_details", "policy_result", "rejected_offers"):
+    for name in ("verdict", "summary", "reason_details", "policy_result", "rejected_offers",
+                 "fx"):
         if stored.get(name) != fresh.get(name):
             found.append({"path": name, "stored": stored.get(name), "recomputed": fresh.get(name)})
     return found
@@ -349,7 +347,8 @@ def verify_quote(
     named = stored.get("policy_result", {}).get("builtin") is False or bool(row.policy_name)
     fresh, fresh_lines = compute_body(
         session, request, accelerators, row.catalog_version_id, request_budget(settings, gone),
-        settings.search_workers, policy, as_utc(row.created_at), gated=_gated(request, named))
+        settings.search_workers, policy, as_utc(row.created_at), gated=_gated(request, named),
+        fx_version=(stored.get("fx") or {}).get("version"))
     differences = _differences(
         stored, _stored_lines(row), QuoteOut.model_validate({**stored, **fresh}).model_dump(
             mode="json"), fresh_lines)
@@ -430,7 +429,6 @@ def plan_budget(
     commitment by default) is within the budget, soonest first, and the lines that meet the
     deadline, cheapest first; lines a policy rule fails are left out of both."""
     version = _version_in_body(session, body.catalog_version)
-    _check_currency(session, body.budget.currency, version.id)
     policy = _policy(session, body.policy, settings.default_policy)
     return budget_plan(body, session, accelerators, settings, version.id, policy,
                        dt.datetime.now(dt.UTC), request_budget(settings, gone))

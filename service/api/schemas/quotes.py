@@ -14,6 +14,7 @@ from service.api.schemas.estimate import (
     EstimateRequest,
     ModelIn,
 )
+from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.prices import DecimalString
 from service.catalog.currencies import is_currency
@@ -145,6 +146,13 @@ class QuoteRequest(RequestModel):
                                      description="Wall-clock limit for the run, seconds.")
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$",
                                         description="Default: the current version.")
+    fx_date: dt.date | None = Field(
+        default=None, description="When the budget's currency is not one the catalogue "
+                                  "prices in: the day whose ECB reference rates convert it "
+                                  "(the latest fixing on or before it). Default: the quote's "
+                                  "date (UTC).")
+    fx_version: str | None = Field(default=None, pattern=r"^fx_\d{6}$",
+                                   description="FX table version; default the newest.")
     reliability: ReliabilityIn = Field(default_factory=ReliabilityIn)
     reserved_utilisation_fraction: Fraction = Field(
         default="1", description="Deprecated: shapes only reserved.amortised_total; use "
@@ -215,6 +223,13 @@ class BudgetPlanRequest(RequestModel):
     providers: list[Slug] = Field(default_factory=list, max_length=32)
     regions: list[Slug] = Field(default_factory=list, max_length=64)
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$")
+    fx_date: dt.date | None = Field(
+        default=None, description="When the budget's currency is not one the catalogue "
+                                  "prices in: the day whose ECB reference rates convert it "
+                                  "(the latest fixing on or before it). Default: the quote's "
+                                  "date (UTC).")
+    fx_version: str | None = Field(default=None, pattern=r"^fx_\d{6}$",
+                                   description="FX table version; default the newest.")
     reliability: ReliabilityIn = Field(default_factory=ReliabilityIn)
     reserved_utilisation_fraction: Fraction = "1"
     accounting: AccountingField = "commitment"
@@ -421,6 +436,10 @@ class QuoteOut(BaseModel):
     reasons: list[str] = Field(description="reason_details' messages.")
     reason_details: list[RuleOut]
     policy_result: PolicyResultOut
+    fx: FxConversionOut | None = Field(
+        default=None, description="How a budget in another currency was converted (null when "
+                                  "none was): the rate, its ECB fixing date and FX table "
+                                  "version; verify reproduces it.")
 
 
 class QuoteSummaryOut(BaseModel):
@@ -469,6 +488,9 @@ class BudgetPlanOut(BaseModel):
         default=None, description="objective 'largest_model': the largest candidate with a "
                                   "line within the budget and deadline (the lists are its).")
     models_tried: list[ModelTriedOut] = Field(default_factory=list)
+    fx: FxConversionOut | None = Field(
+        default=None, description="How a budget in another currency was converted (null when "
+                                  "none was).")
 
 
 class ModelTriedOut(BaseModel):

@@ -32,6 +32,7 @@ from service.api.page_cache import PageCache
 from service.api.problems import install_problem_handlers
 from service.api.routes import (
     catalog,
+    discounts,
     docs,
     estimates,
     fx,
@@ -40,6 +41,7 @@ from service.api.routes import (
     policies,
     prices,
     quotes,
+    refreshes,
 )
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
 from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
@@ -204,10 +206,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes,
         path_limits={"/v1/catalog/imports": settings.max_import_bytes,
-                     "/v1/fx-rates/imports": settings.max_import_bytes},
+                     "/v1/fx-rates/imports": settings.max_import_bytes,
+                     "/v1/catalog/refreshes": settings.max_import_bytes,
+                     # A discount book of up to 2,000 entries (about 0.8 MB at most).
+                     "/v1/discount-books": settings.max_import_bytes,
+                     "/v1/discount-books/": settings.max_import_bytes},
         body_timeout_s=settings.body_timeout_s,
     )
-    for module in (estimates, plans, quotes, policies, catalog, prices, fx, health, docs):
+    for module in (estimates, plans, quotes, policies, catalog, prices, fx, discounts, refreshes,
+                   health, docs):
         app.include_router(module.router)
     app.include_router(ui_router)
     app.mount("/static", docs.static_files(), name="static")

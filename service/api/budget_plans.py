@@ -15,6 +15,7 @@ from service.api.deps import AcceleratorCache
 from service.api.quoting import (
     Computed,
     budget_conversion,
+    discount_book,
     line_json,
     optimised_jobs,
     price,
@@ -24,6 +25,7 @@ from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.quotes import BudgetPlanOut, BudgetPlanRequest
 from service.api.work import WorkBudget
 from service.catalog.fx import Conversion
+from service.core.discounts import DiscountBook
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.params import count_parameters
 from service.core.quote import Outcome, Policy, QuoteLine
@@ -35,10 +37,12 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
                 now: dt.datetime, budget: WorkBudget) -> BudgetPlanOut:
     """The answer, for either objective; every search within ``budget``."""
     conversion = budget_conversion(session, body, version_id, now)
+    book = discount_book(session, body.discount_book)
     extra: dict[str, Any] = {"objective": body.objective}
     if body.objective == "largest_model":
         computed, tried, largest = _largest_model(body, session, accelerators, settings,
-                                                  version_id, policy, now, budget, conversion)
+                                                  version_id, policy, now, budget, conversion,
+                                                  book)
         extra["models_tried"] = tried
         extra["largest_model"] = largest
     else:
@@ -47,7 +51,7 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
                               body.constraints, body.energy.to_core(), "",
                               settings.search_workers, budget)
         computed = price(session, body, jobs, version_id, policy, now, gated=True,
-                         conversion=conversion)
+                         conversion=conversion, book=book)
     within, in_time = _plan_lists(computed)
     fraction = computed.request_fraction
     return BudgetPlanOut.model_validate({
@@ -82,7 +86,7 @@ compute-optimal token ratio)."""
 def _largest_model(
     body: BudgetPlanRequest, session: Session, accelerators: AcceleratorCache,
     settings: Settings, version_id: str, policy: Policy, now: dt.datetime,
-    budget: WorkBudget, conversion: Conversion | None,
+    budget: WorkBudget, conversion: Conversion | None, book: DiscountBook | None,
 ) -> tuple[Computed, list[dict[str, Any]], dict[str, Any] | None]:
     """Try candidate models from the smallest up, each on tokens_per_param × its parameters;
     stop at the first that has no line within the budget and deadline (a larger one costs
@@ -112,7 +116,7 @@ def _largest_model(
                                                      "candidate cluster"})
             break
         computed = price(session, body, jobs, version_id, policy, now, gated=True,
-                         conversion=conversion)
+                         conversion=conversion, book=book)
         last = computed
         ok = [x for x in computed.result.lines if x.feasible and x.outcome is not Outcome.FAIL]
         tried.append({"preset": name, "params": params, "tokens": tokens,

@@ -63,16 +63,22 @@ class BodySizeLimitMiddleware:
         self, app: ASGIApp, *, max_body_bytes: int, body_timeout_s: float,
         path_limits: dict[str, int] | None = None,
     ) -> None:
+        """``path_limits``: a larger limit for an exact path, or for every path under a key
+        that ends with ``/``."""
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.path_limits = path_limits or {}
+        self.path_limits = {k: v for k, v in (path_limits or {}).items()
+                            if not k.endswith("/")}
+        self.prefix_limits = [(k, v) for k, v in (path_limits or {}).items() if k.endswith("/")]
         self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.path_limits.get(scope.get("path", ""), self.max_body_bytes)
+        path = scope.get("path", "")
+        limit = self.path_limits.get(path) or next(
+            (v for k, v in self.prefix_limits if path.startswith(k)), self.max_body_bytes)
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:

@@ -26,6 +26,7 @@ from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTra
 from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest
 from service.api.work import WorkBudget
 from service.api.workers import run_cpu_bound
+from service.catalog import discounts as discount_books
 from service.catalog import fx
 from service.catalog.errors import NotFoundError
 from service.catalog.fx import Conversion
@@ -38,6 +39,7 @@ from service.core import quote as core_quote
 from service.core import timing as timing_module
 from service.core import units as units_module
 from service.core.calibration import DEFAULT_CALIBRATION
+from service.core.discounts import DiscountBook, apply_book
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
 from service.core.params import count_parameters
@@ -276,6 +278,21 @@ def budget_conversion(session: Session, request: QuoteRequest | BudgetPlanReques
                       fixing, table.id)
 
 
+def discount_book(session: Session, name: str | None,
+                  revision: int | None = None) -> DiscountBook | None:
+    """The book a request names (its newest revision, or ``revision`` for verify); an
+    unknown name is invalid input naming discount_book."""
+    if name is None:
+        return None
+    try:
+        row = (discount_books.get_revision(session, name, revision) if revision
+               else discount_books.latest(session, name))
+    except NotFoundError:
+        raise InvalidSpecError(f"discount_book {name!r} is not a discount book: create it "
+                               "with POST /v1/discount-books", field="discount_book") from None
+    return discount_books.to_core(row)
+
+
 PRICING_CURRENCY = "USD"
 """The currency a budget is converted into when the catalogue has no offers in its own."""
 
@@ -317,7 +334,7 @@ def price(
     session: Session, request: QuoteRequest | BudgetPlanRequest,
     jobs: Sequence[tuple[SizedJob, Plan | None]], version_id: str, policy: Policy,
     now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
-    conversion: Conversion | None = None,
+    conversion: Conversion | None = None, book: DiscountBook | None = None,
 ) -> Computed:
     """Load the offers, time each job on each fabric, price and judge. The offers of a
     version are a pure function of the version id and the filters (versions are immutable),
@@ -333,6 +350,8 @@ def price(
     key = (version_id, accelerators, tuple(sorted(request.terms)),
            tuple(sorted(request.providers)), tuple(sorted(request.regions)), options.currency)
     offers = load() if offer_cache is None else offer_cache.get_or_build(key, load)
+    if book is not None:
+        offers = apply_book(book, offers, now.date().toordinal())
     timings: dict[tuple[int, Fabric], JobTiming] = {}
     for index, (job, plan) in enumerate(jobs):
         if plan is None:
@@ -412,6 +431,9 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal) -> dict[str, Any]:
         "billed_hours": str(a.billed_hours.quantize(Decimal("0.0001"))) if a else None,
         "gpu_hours": str(a.gpu_hours.quantize(Decimal("0.0001"))) if a else None,
         "unit_price": str(line.unit_price) if line.unit_price is not None else None,
+        "list_unit_price": (str(line.list_unit_price) if line.list_unit_price is not None
+                            else None),
+        "discount": line.discount,
         "unit": line.unit, "accounting": line.accounting.value,
         "commitment_total": _money(a.commitment_total) if a else None,
         "job_cost_total": _money(a.job_cost_total) if a else None,

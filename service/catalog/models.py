@@ -295,3 +295,17 @@ class FxRateRow(Base):
     date: Mapped[dt.date] = mapped_column(Date)
     currency: Mapped[str] = mapped_column(String(3))
     rate_per_eur: Mapped[str] = mapped_column(String(40))
+
+
+class DiscountBookRevision(Base):
+    """One immutable revision of an organisation's discount book (``core/discounts.py``);
+    the newest revision is the book, and a quote names the revision it priced with."""
+
+    __tablename__ = "discount_book_revisions"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[str] = mapped_column(String(128))
+    description: Mapped[str] = mapped_column(Text)
+    entries: Mapped[list[dict[str, Any]]] = mapped_column(JSON)

@@ -9,6 +9,7 @@ when the verdict is reject, 4 when the policy warned (see ``service/cli/report.p
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import sys
@@ -26,7 +27,14 @@ from rich.table import Table
 
 from service.api import presentation as fmt
 from service.cli import report
-from service.cli.client import DEFAULT_API_URL, Api, ApiProblemError, CliError, connect
+from service.cli.client import (
+    DEFAULT_API_URL,
+    Api,
+    ApiProblemError,
+    CliError,
+    _httpx,
+    connect,
+)
 from service.cli.report import FailOn, OutputFormat
 
 ApiUrl = Annotated[str, typer.Option("--api", envvar="CQ_API_URL", show_default=True,
@@ -748,6 +756,127 @@ def register_catalog(catalog_app: typer.Typer) -> None:
                       f"({v.get('offer_count', '?')} offers)")
 
         _emit(answer, as_json, render)
+
+    @catalog_app.command("refresh")
+    @handled
+    def refresh(
+        provider: Annotated[str, typer.Option(help="aws, azure, or (with --format skypilot) "
+                                              "the cloud of a SkyPilot vms.csv.")],
+        from_file: Annotated[Path | None, typer.Option(
+            "--from-file", exists=True, dir_okay=False, readable=True,
+            help="A downloaded price document; without it, fetch live (azure: the Retail "
+                 "Prices API; skypilot: the catalog's vms.csv on GitHub).")] = None,
+        source_format: Annotated[str | None, typer.Option(
+            "--format", help="aws, azure or skypilot (default: the provider's own).")] = None,
+        as_of: Annotated[str | None, typer.Option(
+            help="YYYY-MM-DD the prices held (default: the document's own date, or today "
+                 "for a live fetch).")] = None,
+        threshold: Annotated[str, typer.Option(help="Flag price moves over this fraction.")]
+        = "0.20",
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Report only.")] = False,
+        hold_on_moves: Annotated[bool, typer.Option(
+            "--hold-on-moves", help="Store nothing, and exit 4, when a price moves by more "
+                                    "than the threshold: a person reviews it first.")] = False,
+        api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None, local: Local = False,
+        as_json: AsJson = False,
+    ) -> None:
+        """Replace one provider's offers with its current public prices, as one new catalogue
+        version, and print the diff: added, changed, removed, and price moves to review."""
+        kind = source_format or provider
+        if kind not in ("aws", "azure", "skypilot"):
+            raise typer.BadParameter("use --format skypilot for this provider's SkyPilot "
+                                     "catalog, or aws/azure", param_hint="--provider")
+        if from_file is not None:
+            body = from_file.read_bytes()
+        else:
+            body = fetch_live(kind, provider)
+            as_of = as_of or dt.date.today().isoformat()
+        params: dict[str, Any] = {"format": kind, "threshold": threshold,
+                                  "dry_run": str(dry_run).lower()}
+        if kind == "skypilot":
+            params["provider"] = provider
+        if as_of:
+            params["as_of"] = as_of
+        media = "text/csv" if kind == "skypilot" else "application/json"
+        held = False
+        with connect(api, api_key, local) as client:
+            if hold_on_moves and not dry_run:
+                answer = client.call("POST", "/v1/catalog/refreshes", content=body,
+                                     params={**params, "dry_run": "true"},
+                                     headers={"Content-Type": media}).json()
+                held = bool(answer["moves_over_threshold"])
+            if not held:
+                answer = client.call("POST", "/v1/catalog/refreshes", content=body,
+                                     params=params, headers={"Content-Type": media}).json()
+
+        def render(r: dict[str, Any]) -> None:
+            if held:
+                out.print("[bold]held[/]: prices moved over the threshold; nothing stored")
+            where = (f"catalogue version [bold]{r['version_id']}[/]" if r["version_id"]
+                     else "dry run, nothing stored")
+            out.print(f"{r['provider']}: {where}: +{r['added']} added, ~{r['changed']} "
+                      f"changed, -{r['removed']} removed, {r['unchanged']} unchanged")
+            for reason, count in sorted(r["skipped"].items()):
+                out.print(f"  skipped {count}: {reason}")
+            if r["moves_over_threshold"]:
+                table = Table("offer", "instance", "region", "term", "before", "after",
+                              "change", title=f"Price moves over {r['threshold_fraction']}",
+                              title_justify="left")
+                for m in r["moves_over_threshold"]:
+                    table.add_row(m["offer_id"], m["instance_type"], m["region"], m["term"],
+                                  m["before"], m["after"],
+                                  f"{float(m['change_fraction']):+.1%}")
+                out.print(table)
+
+        _emit(answer, as_json, render)
+        if held:
+            raise typer.Exit(4)
+
+
+LIVE_SOURCES = {
+    "skypilot": "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/"
+                "catalogs/v8/{provider}/vms.csv",
+    "azure": "https://prices.azure.com/api/retail/prices",
+}
+AZURE_FILTER = ("serviceName eq 'Virtual Machines' and priceType ne 'DevTestConsumption' and "
+                "(startswith(armSkuName, 'Standard_ND') or startswith(armSkuName, "
+                "'Standard_NC'))")
+MAX_LIVE_PAGES = 200
+
+
+def fetch_live(kind: str, provider: str) -> bytes:
+    """The provider's current public document (network permitting). AWS's regional offer
+    files are hundreds of megabytes: download one and pass --from-file."""
+    if kind == "aws":
+        raise typer.BadParameter(
+            "download the region's offer file (https://pricing.us-east-1.amazonaws.com/offers/"
+            "v1.0/aws/AmazonEC2/current/<region>/index.json) and pass --from-file",
+            param_hint="--from-file")
+    httpx = _httpx()
+    try:
+        return _fetch(httpx, kind, provider)
+    except httpx.HTTPError as exc:
+        raise CliError(f"could not fetch {kind} prices live ({exc}); download the document "
+                       "and pass --from-file") from None
+
+
+def _fetch(httpx: Any, kind: str, provider: str) -> bytes:
+    with httpx.Client(timeout=60, follow_redirects=True) as web:
+        if kind == "skypilot":
+            answer = web.get(LIVE_SOURCES["skypilot"].format(provider=provider))
+            answer.raise_for_status()
+            content: bytes = answer.content
+            return content
+        pages: list[Any] = []
+        url: str | None = LIVE_SOURCES["azure"]
+        params: dict[str, str] | None = {"$filter": AZURE_FILTER}
+        while url and len(pages) < MAX_LIVE_PAGES:
+            answer = web.get(url, params=params)
+            answer.raise_for_status()
+            page = answer.json()
+            pages.append(page)
+            url, params = page.get("NextPageLink"), None
+        return json.dumps(pages).encode()
 
 
 QuoteId = Annotated[str, typer.Argument(help="A stored quote's id (q_...).")]

@@ -136,6 +136,11 @@ class PriceOffer:
     quality_flags: tuple[str, ...]
     on_demand_rate: Decimal | None = None
     """The on-demand rate of the same instance and region (break-even figures)."""
+    list_price_per_instance_hour: Decimal | None = None
+    """The seller's list price when a discount book set ``price_per_instance_hour`` to the
+    organisation's net price (``service/core/discounts.py``)."""
+    discount: str | None = None
+    """Which book entry gave the net price."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -305,6 +310,9 @@ class QuoteLine:
     onprem: Mapping[str, str | int | None] | None
     price_as_of: str | None
     price_as_of_day: int | None
+    list_unit_price: Decimal | None = None
+    """The list price per unit when a discount book priced the line (unit_price is net)."""
+    discount: str | None = None
     rules: tuple[RuleResult, ...] = ()
     within_budget: bool | None = None
     meets_deadline: bool | None = None
@@ -563,7 +571,8 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
         plan=job.plan,
         global_batch_seqs=job.global_batch_seqs, accounting=options.accounting,
         amounts=amounts, infeasible_reason=loss.reason, onprem=None, price_as_of=offer.as_of,
-        price_as_of_day=offer.as_of_day,
+        price_as_of_day=offer.as_of_day, list_unit_price=offer.list_price_per_instance_hour,
+        discount=offer.discount,
     )
 
 

@@ -519,3 +519,34 @@ def test_quotes_over_http(local_url: str, local: str) -> None:
                   answer["id"])
         assert diff.exit_code == 0, diff.output
         assert json.loads(diff.stdout)["counts"]["changed"] == 0
+
+
+def test_catalog_refresh_dry_run_reports_the_diff_without_storing(local: str) -> None:
+    sample = Path(__file__).resolve().parents[1] / "data/importers/azure_retail_prices.json"
+    before = json.loads(cq("catalog", "versions", "--local", "--json").stdout)["items"][0]
+    result = cq("catalog", "refresh", "--local", "--provider", "azure", "--from-file",
+                str(sample), "--as-of", "2026-11-20", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "azure: dry run, nothing stored: +2 added, ~1 changed" in result.stdout
+    assert "skipped 1: Windows" in result.stdout
+    after = json.loads(cq("catalog", "versions", "--local", "--json").stdout)["items"][0]
+    assert after["id"] == before["id"]
+
+
+def test_catalog_refresh_of_aws_needs_a_downloaded_file(local: str) -> None:
+    result = cq("catalog", "refresh", "--local", "--provider", "aws")
+    assert result.exit_code != 0
+    assert "--from-file" in result.output
+
+
+def test_catalog_refresh_holds_a_price_move_for_review(local: str) -> None:
+    sample = Path(__file__).resolve().parents[1] / "data/importers/aws_ec2_offer.json"
+    before = json.loads(cq("catalog", "versions", "--local", "--json").stdout)["items"][0]
+    # The file's p5 1-year rate (33.00) is 9 % above the seed's derived one (30.272).
+    held = cq("catalog", "refresh", "--local", "--provider", "aws", "--from-file", str(sample),
+              "--threshold", "0.05", "--hold-on-moves")
+    assert held.exit_code == 4, held.output
+    assert "held" in held.stdout
+    assert "p5.48xlarge" in held.stdout
+    after = json.loads(cq("catalog", "versions", "--local", "--json").stdout)["items"][0]
+    assert after["id"] == before["id"]

@@ -144,3 +144,26 @@ def test_compose_has_postgres_a_one_shot_migration_and_the_app() -> None:
     assert services["migrate"]["command"][-1] == "service.catalog.migrate"
     assert services["app"]["depends_on"]["migrate"]["condition"] == (
         "service_completed_successfully")
+
+
+def test_the_price_refresh_cronjob_validates_and_runs_a_real_command() -> None:
+    """deploy/k8s/optional/price-refresh-cronjob.yaml: schema-valid, and its command line is
+    one the CLI accepts (every option it passes exists)."""
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    doc = yaml.safe_load((DEPLOY / "k8s/optional/price-refresh-cronjob.yaml").read_text())
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    spec = doc["spec"]["jobTemplate"]["spec"]
+    assert doc["spec"]["concurrencyPolicy"] == "Forbid"
+    assert spec["activeDeadlineSeconds"] <= 3600
+    container = spec["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[:3] == ["cq", "catalog", "refresh"]
+    assert "--hold-on-moves" in command
+    help_text = CliRunner().invoke(app, ["catalog", "refresh", "--help"],
+                                   env={"COLUMNS": "200"}).output
+    for option in (c for c in command[3:] if c.startswith("--")):
+        assert option in help_text, option
+    assert container["envFrom"] == [{"secretRef": {"name": "computequote-refresh"}}]

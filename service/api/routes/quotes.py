@@ -27,6 +27,7 @@ from service.api.quoting import (
     ESTIMATOR_VERSION,
     OfferCache,
     budget_conversion,
+    discount_book,
     price,
     quote_body,
     size_workload,
@@ -87,17 +88,20 @@ IdempotencyKey = Annotated[str | None, Header(
 def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCache,
                  version_id: str, budget: WorkBudget, workers: int, policy: Policy,
                  now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
-                 fx_version: str | None = None,
+                 fx_version: str | None = None, book_revision: int | None = None,
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Everything of a quote that is computed (no id or timestamps), and every line; its
     searches within ``budget``. ``verify`` passes no ``offer_cache``: it reads the stored
     version again, and it passes the stored quote's FX table version."""
     conversion = budget_conversion(session, request, version_id, now, fx_version)
+    book = discount_book(session, request.discount_book, book_revision)
     jobs = size_workload(request, cache, budget, workers)
     computed = price(session, request, jobs, version_id, policy, now, gated=gated,
-                     offer_cache=offer_cache, conversion=conversion)
+                     offer_cache=offer_cache, conversion=conversion, book=book)
     body, lines = quote_body(computed, request, all_lines=False)
     body["fx"] = fx_json(conversion, request.fx_date or now.date())
+    body["discount_book"] = (None if book is None
+                             else {"name": book.name, "revision": book.revision})
     return body, lines
 
 
@@ -325,7 +329,7 @@ def _differences(stored: dict[str, Any], stored_lines: list[dict[str, Any]],
                 found.append({"path": f"lines.{i}.{name}", "stored": old.get(name),
                               "recomputed": new.get(name)})
     for name in ("verdict", "summary", "reason_details", "policy_result", "rejected_offers",
-                 "fx"):
+                 "fx", "discount_book"):
         if stored.get(name) != fresh.get(name):
             found.append({"path": name, "stored": stored.get(name), "recomputed": fresh.get(name)})
     return found
@@ -348,7 +352,8 @@ def verify_quote(
     fresh, fresh_lines = compute_body(
         session, request, accelerators, row.catalog_version_id, request_budget(settings, gone),
         settings.search_workers, policy, as_utc(row.created_at), gated=_gated(request, named),
-        fx_version=(stored.get("fx") or {}).get("version"))
+        fx_version=(stored.get("fx") or {}).get("version"),
+        book_revision=(stored.get("discount_book") or {}).get("revision"))
     differences = _differences(
         stored, _stored_lines(row), QuoteOut.model_validate({**stored, **fresh}).model_dump(
             mode="json"), fresh_lines)

@@ -153,6 +153,11 @@ class QuoteRequest(RequestModel):
                                   "date (UTC).")
     fx_version: str | None = Field(default=None, pattern=r"^fx_\d{6}$",
                                    description="FX table version; default the newest.")
+    discount_book: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        description="A discount book (POST /v1/discount-books) whose entries turn list prices "
+                    "into the organisation's net prices; its newest revision is used and "
+                    "named in the answer.")
     reliability: ReliabilityIn = Field(default_factory=ReliabilityIn)
     reserved_utilisation_fraction: Fraction = Field(
         default="1", description="Deprecated: shapes only reserved.amortised_total; use "
@@ -230,6 +235,11 @@ class BudgetPlanRequest(RequestModel):
                                   "date (UTC).")
     fx_version: str | None = Field(default=None, pattern=r"^fx_\d{6}$",
                                    description="FX table version; default the newest.")
+    discount_book: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        description="A discount book (POST /v1/discount-books) whose entries turn list prices "
+                    "into the organisation's net prices; its newest revision is used and "
+                    "named in the answer.")
     reliability: ReliabilityIn = Field(default_factory=ReliabilityIn)
     reserved_utilisation_fraction: Fraction = "1"
     accounting: AccountingField = "commitment"
@@ -335,6 +345,11 @@ class QuoteLineOut(BaseModel):
     billed_hours: str | None
     gpu_hours: str | None
     unit_price: str | None
+    list_unit_price: str | None = Field(
+        default=None, description="The seller's list price per unit when a discount book "
+                                  "priced the line; unit_price and every amount are net.")
+    discount: str | None = Field(default=None,
+                                 description="The discount book entry that gave the net price.")
     unit: str
     accounting: AccountingName
     commitment_total: str | None = Field(
@@ -440,6 +455,9 @@ class QuoteOut(BaseModel):
         default=None, description="How a budget in another currency was converted (null when "
                                   "none was): the rate, its ECB fixing date and FX table "
                                   "version; verify reproduces it.")
+    discount_book: dict[str, Any] | None = Field(
+        default=None, description="The discount book and revision the lines were priced "
+                                  "with ({name, revision}); null when none.")
 
 
 class QuoteSummaryOut(BaseModel):

@@ -1,0 +1,369 @@
+"""Refresh prices from the providers' own public formats (issue 17, decision 70).
+
+Each importer turns one public price document into rows of the offer import format
+(``docs/catalog.md``); ``refresh_provider`` lands them as one new catalogue version through
+the same all-or-nothing validation as ``POST /v1/catalog/imports``: the provider's offers are
+replaced by the imported ones, every other provider's stay, and a diff report says what was
+added, changed and removed, and which prices moved by more than a threshold.
+
+Formats (each documented by its publisher; the tests use small hand-made samples in exactly
+these shapes, ``tests/data/importers/``):
+- ``skypilot``: SkyPilot's catalog ``vms.csv`` (schema v5-v8: InstanceType, AcceleratorName,
+  AcceleratorCount, vCPUs, MemoryGiB, Price, SpotPrice, Region, AvailabilityZone, ...), as
+  in github.com/skypilot-org/skypilot-catalog;
+- ``azure``: the Azure Retail Prices API answer (https://prices.azure.com/api/retail/prices,
+  "Azure Retail Prices overview", Microsoft Learn): ``{"Items": [...], "NextPageLink": ...}``,
+  items with ``armSkuName``, ``armRegionName``, ``retailPrice``, ``currencyCode``, ``type``
+  (Consumption, Reservation), ``skuName`` (" Spot" / " Low Priority"), ``productName``
+  (Windows excluded), ``unitOfMeasure`` and ``reservationTerm``; a reservation's price is the
+  whole term's, divided here by the term's hours;
+- ``aws``: the AWS Price List bulk offer file for AmazonEC2 (JSON; "Price List file
+  formats", AWS documentation): ``products`` (sku -> attributes: instanceType, regionCode,
+  operatingSystem, tenancy, preInstalledSw, capacitystatus) and ``terms`` (OnDemand and
+  Reserved, with priceDimensions in USD per ``Hrs``, an up-front ``Quantity`` fee, and
+  termAttributes LeaseContractLength / PurchaseOption / OfferingClass); ``publicationDate``
+  dates every row.
+
+Which accelerator an instance type carries comes from the seed's sourced tables (the
+SkyPilot rows' accelerator names, ``AZURE_ACCELERATORS``); an instance type whose
+accelerator the catalogue has no datasheet for is skipped and counted, never guessed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from functools import cache
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.catalog.offers import OfferContent, parse_offers
+from service.catalog.prices import (
+    accelerator_ids,
+    commit_version,
+    current_version_id,
+    lock_catalog,
+    revision_content,
+    version_revisions,
+)
+from service.catalog.seed_facts import seed_rows
+from service.catalog.seed_prices import (
+    ACCELERATORS,
+    AZURE_ACCELERATORS,
+    SKIPPED_ACCELERATORS,
+)
+
+PROVIDERS = ("aws", "azure", "gcp", "lambda", "nebius", "skypilot")
+HOURS_PER_YEAR = Decimal(8760)
+"""AWS and Azure spread a term's price over 365 × 24 hours per year (AWS Reserved Instance
+pricing; Azure reservation cost = term price / term hours)."""
+DEFAULT_MOVE_THRESHOLD = Decimal("0.20")
+"""A price that moves by more than 20 % in one refresh is listed for review (GPU list prices
+moved 10-45 % in 2024-2025, seed/prices/README.md; larger single moves are usually a unit or
+mapping error)."""
+
+
+class ImporterError(ValueError):
+    """The document is not in the importer's format (names what is wrong)."""
+
+
+@dataclass(slots=True)
+class Imported:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+@cache
+def instance_accelerators(provider: str) -> dict[str, str]:
+    """Instance type -> catalogue accelerator id, from the seed's sourced price rows."""
+    if provider == "azure":
+        return dict(AZURE_ACCELERATORS)
+    files = {"aws": "gpu_prices_aws.csv", "gcp": "gpu_prices_gcp_instance_totals.csv",
+             "lambda": "gpu_prices_lambda.csv", "nebius": "gpu_prices_nebius.csv"}
+    if provider not in files:
+        return {}
+    table: dict[str, str] = {}
+    for row in seed_rows(f"prices/{files[provider]}"):
+        name = row["AcceleratorName"]
+        if name in SKIPPED_ACCELERATORS or name not in ACCELERATORS[provider]:
+            continue
+        accelerator = ACCELERATORS[provider][name]
+        if accelerator == "h100-sxm5-80gb" and "pcie" in row["InstanceType"]:
+            accelerator = "h100-pcie-80gb"
+        table[row["InstanceType"]] = accelerator
+    return table
+
+
+def _decimal(text: Any, what: str) -> Decimal:
+    try:
+        value = Decimal(str(text))
+    except InvalidOperation:
+        raise ImporterError(f"{what}: {str(text)[:40]!r} is not a number") from None
+    if not value.is_finite() or value < 0:
+        raise ImporterError(f"{what}: {value} is not a finite price >= 0")
+    return value
+
+
+def _text(value: Decimal) -> str:
+    return f"{value.quantize(Decimal('0.000001')):f}"
+
+
+# -- SkyPilot ---------------------------------------------------------------------------------
+
+def from_skypilot_csv(text: str, *, provider: str, as_of: str, source: str) -> Imported:
+    """SkyPilot ``vms.csv`` rows of one cloud (``provider``): on-demand and spot offers."""
+    reader = csv.DictReader(io.StringIO(text))
+    needed = {"InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "SpotPrice",
+              "Region"}
+    missing = needed - set(reader.fieldnames or ())
+    if missing:
+        raise ImporterError(f"not a SkyPilot vms.csv: no column {sorted(missing)[0]}")
+    known = instance_accelerators(provider)
+    out = Imported()
+    seen: set[tuple[str, str, str, str]] = set()
+    for row in reader:
+        instance = row["InstanceType"]
+        accelerator = known.get(instance)
+        if accelerator is None:
+            out.skipped["instance type without a catalogued accelerator"] += 1
+            continue
+        common = {"provider": provider, "region": row["Region"], "instance_type": instance,
+                  "accelerator": accelerator, "gpus_per_instance": row["AcceleratorCount"],
+                  "vcpus": row.get("vCPUs", ""), "memory_gib": row.get("MemoryGiB", ""),
+                  "currency": "USD", "source": source, "as_of": as_of,
+                  "indicative": "false", "notes": ""}
+        if row["Price"]:
+            key = (instance, row["Region"], "", "on_demand")
+            if key not in seen:
+                seen.add(key)
+                out.rows.append({**common, "term": "on_demand",
+                                 "price_per_hour": _text(_decimal(row["Price"], instance))})
+        else:
+            out.skipped["no on-demand price"] += 1
+        spot = row.get("SpotPrice") or ""
+        zone = row.get("AvailabilityZone") or ""
+        same = bool(spot and row["Price"]) and _decimal(spot, instance) == _decimal(
+            row["Price"], instance)
+        if spot and not same:
+            key = (instance, row["Region"], zone, "spot")
+            if key not in seen:
+                seen.add(key)
+                out.rows.append({**common, "term": "spot", "zone": zone,
+                                 "price_per_hour": _text(_decimal(spot, instance))})
+        elif spot:
+            out.skipped["spot equal to on-demand (no spot price)"] += 1
+    return out
+
+
+# -- Azure Retail Prices API ------------------------------------------------------------------
+
+AZURE_TERMS = {"1 Year": ("reserved_1y", 1), "3 Years": ("reserved_3y", 3)}
+
+
+def from_azure_retail(pages: Iterable[Mapping[str, Any]], *, as_of: str,
+                      source: str) -> Imported:
+    """Linux VM prices of GPU instance types the catalogue knows, from one or more pages of
+    the Retail Prices API: consumption (on-demand), spot, and 1- and 3-year reservations."""
+    known = instance_accelerators("azure")
+    gpus = {r["InstanceType"]: r["AcceleratorCount"] for r in seed_rows(
+        "prices/gpu_prices_azure.csv")}
+    gpus.update({"Standard_ND96isr_H100_v5": "8", "Standard_ND96is_H100_v5": "8"})
+    out = Imported()
+    for page in pages:
+        items = page.get("Items")
+        if not isinstance(items, list):
+            raise ImporterError("not a Retail Prices API answer: no Items list")
+        for item in items:
+            if not isinstance(item, Mapping):
+                raise ImporterError("an Items entry is not an object")
+            if item.get("serviceName") != "Virtual Machines":
+                out.skipped["not a virtual machine"] += 1
+                continue
+            sku = str(item.get("armSkuName", ""))
+            accelerator = known.get(sku)
+            if accelerator is None:
+                out.skipped["instance type without a catalogued accelerator"] += 1
+                continue
+            if "Windows" in str(item.get("productName", "")):
+                out.skipped["Windows"] += 1
+                continue
+            if item.get("unitOfMeasure") not in ("1 Hour", "1 Hours"):
+                out.skipped["unit is not one hour"] += 1
+                continue
+            price = _decimal(item.get("retailPrice"), sku)
+            kind, sku_name = item.get("type"), str(item.get("skuName", ""))
+            common = {"provider": "azure", "region": str(item.get("armRegionName", "")),
+                      "instance_type": sku, "accelerator": accelerator,
+                      "gpus_per_instance": gpus.get(sku, "1"),
+                      "currency": str(item.get("currencyCode", "")), "source": source,
+                      "as_of": as_of, "indicative": "false",
+                      "notes": f"Azure meter {item.get('meterId', '')}; effective "
+                               f"{str(item.get('effectiveStartDate', ''))[:10]}"}
+            if kind == "Consumption" and "Low Priority" in sku_name:
+                out.skipped["low priority (retired)"] += 1
+            elif kind == "Consumption":
+                term = "spot" if sku_name.endswith(" Spot") else "on_demand"
+                out.rows.append({**common, "term": term, "price_per_hour": _text(price)})
+            elif kind == "Reservation" and item.get("reservationTerm") in AZURE_TERMS:
+                term, years = AZURE_TERMS[str(item["reservationTerm"])]
+                hourly = price / (years * HOURS_PER_YEAR)
+                out.rows.append({**common, "term": term, "payment_option": "all_upfront",
+                                 "price_per_hour": _text(hourly),
+                                 "notes": common["notes"] + f"; term price {price} / "
+                                          f"{years * 8760} h"})
+            else:
+                out.skipped[f"price type {kind}"] += 1
+    return out
+
+
+# -- AWS Price List bulk offer file ------------------------------------------------------------
+
+AWS_PURCHASE = {"No Upfront": "no_upfront", "Partial Upfront": "partial_upfront",
+                "All Upfront": "all_upfront"}
+AWS_LEASE = {"1yr": ("reserved_1y", 1), "3yr": ("reserved_3y", 3)}
+
+
+def from_aws_offer(document: Mapping[str, Any], *, source: str) -> Imported:
+    """Linux, shared-tenancy, no-software EC2 prices of GPU instance types the catalogue
+    knows: on-demand and standard Reserved Instances (hourly plus up-front fee)."""
+    products, terms = document.get("products"), document.get("terms")
+    if document.get("offerCode") != "AmazonEC2" or not isinstance(products, Mapping) \
+            or not isinstance(terms, Mapping):
+        raise ImporterError("not an AmazonEC2 bulk offer file (offerCode, products, terms)")
+    as_of = str(document.get("publicationDate", ""))[:10] or "unknown"
+    known = instance_accelerators("aws")
+    gpus = {r["InstanceType"]: r["AcceleratorCount"] for r in seed_rows(
+        "prices/gpu_prices_aws.csv")}
+    out = Imported()
+    for sku, product in products.items():
+        attributes = product.get("attributes", {}) if isinstance(product, Mapping) else {}
+        instance = str(attributes.get("instanceType", ""))
+        accelerator = known.get(instance)
+        if accelerator is None:
+            out.skipped["instance type without a catalogued accelerator"] += 1
+            continue
+        if (attributes.get("operatingSystem"), attributes.get("tenancy"),
+                attributes.get("preInstalledSw"), attributes.get("capacitystatus")) != (
+                "Linux", "Shared", "NA", "Used"):
+            out.skipped["not Linux, shared, no software, used capacity"] += 1
+            continue
+        common = {"provider": "aws", "region": str(attributes.get("regionCode", "")),
+                  "instance_type": instance, "accelerator": accelerator,
+                  "gpus_per_instance": str(attributes.get("gpu") or gpus.get(instance, "")),
+                  "currency": "USD", "source": source, "as_of": as_of, "indicative": "false",
+                  "notes": f"AWS sku {sku}"}
+        for offer in (terms.get("OnDemand", {}).get(sku) or {}).values():
+            for dimension in offer.get("priceDimensions", {}).values():
+                if dimension.get("unit") == "Hrs":
+                    price = _decimal(dimension["pricePerUnit"].get("USD"), instance)
+                    if price > 0:
+                        out.rows.append({**common, "term": "on_demand",
+                                         "price_per_hour": _text(price)})
+        for offer in (terms.get("Reserved", {}).get(sku) or {}).values():
+            attrs = offer.get("termAttributes", {})
+            if attrs.get("OfferingClass") != "standard" or attrs.get(
+                    "LeaseContractLength") not in AWS_LEASE or attrs.get(
+                    "PurchaseOption") not in AWS_PURCHASE:
+                out.skipped["convertible or unknown reserved term"] += 1
+                continue
+            term, _ = AWS_LEASE[attrs["LeaseContractLength"]]
+            hourly, upfront = Decimal(0), Decimal(0)
+            for dimension in offer.get("priceDimensions", {}).values():
+                value = _decimal(dimension["pricePerUnit"].get("USD"), instance)
+                if dimension.get("unit") == "Hrs":
+                    hourly = value
+                elif dimension.get("unit") == "Quantity":
+                    upfront = value
+            out.rows.append({**common, "term": term,
+                             "payment_option": AWS_PURCHASE[attrs["PurchaseOption"]],
+                             "price_per_hour": _text(hourly), "upfront_fee": _text(upfront)})
+    return out
+
+
+# -- landing a refresh -------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PriceMove:
+    offer_id: str
+    instance_type: str
+    region: str
+    term: str
+    before: str
+    after: str
+    change_fraction: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefreshReport:
+    provider: str
+    version_id: str | None
+    """None for a dry run."""
+    added: int
+    changed: int
+    removed: int
+    unchanged: int
+    skipped: dict[str, int]
+    moves_over_threshold: list[PriceMove]
+    threshold_fraction: str
+
+
+def refresh_provider(session: Session, provider: str, imported: Imported, *, created_by: str,
+                     note: str, threshold: Decimal = DEFAULT_MOVE_THRESHOLD,
+                     dry_run: bool = False) -> RefreshReport:
+    """Replace ``provider``'s offers with ``imported`` as one new version (all or nothing;
+    flushes only). Derived reserved rows of the provider go too: they were derived from the
+    old prices."""
+    if not imported.rows:
+        raise ImporterError("the document holds no offer the catalogue can use")
+    lock_catalog(session)
+    offers = parse_offers(imported.rows, accelerator_ids(session))
+    if any(o.provider != provider for o in offers):
+        raise ImporterError(f"every imported offer must be {provider}'s")
+    current = current_version_id(session)
+    old = [revision_content(r) for r in version_revisions(session, current)] if current else []
+    before = {o.offer_id: o for o in old if o.provider == provider}
+    after = {o.offer_id: o for o in offers}
+    moves = _moves(before, after, threshold)
+    changed = sum(1 for k, o in after.items()
+                  if k in before and before[k].content_hash != o.content_hash)
+    report = RefreshReport(
+        provider=provider, version_id=None, added=len(set(after) - set(before)),
+        changed=changed, removed=len(set(before) - set(after)),
+        unchanged=len(set(after) & set(before)) - changed, skipped=dict(imported.skipped),
+        moves_over_threshold=moves, threshold_fraction=str(threshold))
+    if dry_run:
+        return report
+    kept: Sequence[OfferContent] = [o for o in old if o.provider != provider]
+    version = commit_version(
+        session, [*kept, *sorted(after.values(), key=lambda o: o.offer_id)],
+        created_by=created_by, kind="refresh",
+        note=note or f"refresh {provider}: +{report.added} ~{report.changed} "
+                     f"-{report.removed}, {len(moves)} moves over {threshold:%}")
+    return RefreshReport(**{**_fields(report), "version_id": version.id})
+
+
+def _fields(report: RefreshReport) -> dict[str, Any]:
+    return {name: getattr(report, name) for name in report.__dataclass_fields__}
+
+
+def _moves(before: Mapping[str, OfferContent], after: Mapping[str, OfferContent],
+           threshold: Decimal) -> list[PriceMove]:
+    moves: list[PriceMove] = []
+    for key, new in sorted(after.items()):
+        old = before.get(key)
+        if old is None or old.price_per_hour_micros == 0:
+            continue
+        change = (Decimal(new.price_per_hour_micros) - old.price_per_hour_micros) / Decimal(
+            old.price_per_hour_micros)
+        if abs(change) > threshold:
+            moves.append(PriceMove(
+                offer_id=key, instance_type=new.instance_type, region=new.region,
+                term=new.term.value, before=_text(Decimal(old.price_per_hour_micros) / 10**6),
+                after=_text(Decimal(new.price_per_hour_micros) / 10**6),
+                change_fraction=f"{change:.4f}"))
+    return moves

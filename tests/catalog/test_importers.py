@@ -1,0 +1,146 @@
+"""Price importers (issue 17): each public format, read from a small hand-made sample in that
+exact format (tests/data/importers), becomes the right offers; a refresh lands them as one
+all-or-nothing version that replaces only that provider's offers, with a diff report."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.catalog import importers
+
+DATA = Path(__file__).resolve().parents[1] / "data/importers"
+
+
+def _by(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {(r["instance_type"], r["term"], r.get("zone", "")): r for r in rows}
+
+
+def test_skypilot_rows_become_on_demand_and_spot_offers() -> None:
+    out = importers.from_skypilot_csv((DATA / "skypilot_aws_vms.csv").read_text(),
+                                      provider="aws", as_of="unknown", source="test")
+    rows = _by(out.rows)
+    assert set(rows) == {("p5.48xlarge", "on_demand", ""), ("p5.48xlarge", "spot", "use1-az4"),
+                         ("p4d.24xlarge", "on_demand", ""),
+                         ("p4d.24xlarge", "spot", "use1-az1")}
+    assert rows[("p5.48xlarge", "on_demand", "")]["price_per_hour"] == "55.040000"
+    assert rows[("p5.48xlarge", "on_demand", "")]["accelerator"] == "h100-sxm5-80gb"
+    assert rows[("p4d.24xlarge", "spot", "use1-az1")]["price_per_hour"] == "2.465500"
+    assert out.skipped == {"instance type without a catalogued accelerator": 1,
+                           "spot equal to on-demand (no spot price)": 1,
+                           "no on-demand price": 1}
+
+
+def test_azure_retail_items_become_linux_offers_and_reservations_per_hour() -> None:
+    page = json.loads((DATA / "azure_retail_prices.json").read_text())
+    out = importers.from_azure_retail([page], as_of="2026-11-20", source="test")
+    rows = _by(out.rows)
+    sku = "Standard_ND96isr_H100_v5"
+    assert set(rows) == {(sku, "on_demand", ""), (sku, "spot", ""), (sku, "reserved_1y", "")}
+    assert rows[(sku, "on_demand", "")]["price_per_hour"] == "98.320000"
+    assert rows[(sku, "on_demand", "")]["gpus_per_instance"] == "8"
+    assert rows[(sku, "spot", "")]["price_per_hour"] == "39.328000"
+    # A reservation's retailPrice is the whole term: 516,744 / 8,760 h = 58.989041 per hour.
+    reserved = rows[(sku, "reserved_1y", "")]
+    assert Decimal(reserved["price_per_hour"]) == (Decimal("516744") / 8760).quantize(
+        Decimal("0.000001"))
+    assert reserved["payment_option"] == "all_upfront"
+    assert out.skipped == {"Windows": 1, "instance type without a catalogued accelerator": 1,
+                           "not a virtual machine": 1}
+
+
+def test_aws_offer_file_gives_on_demand_and_standard_reserved_with_upfront_fees() -> None:
+    document = json.loads((DATA / "aws_ec2_offer.json").read_text())
+    out = importers.from_aws_offer(document, source="test")
+    rows = {(r["instance_type"], r["term"], r.get("payment_option", "")): r for r in out.rows}
+    assert set(rows) == {("p5.48xlarge", "on_demand", ""), ("p4d.24xlarge", "on_demand", ""),
+                         ("p5.48xlarge", "reserved_1y", "no_upfront"),
+                         ("p5.48xlarge", "reserved_3y", "partial_upfront")}
+    assert all(r["as_of"] == "2025-11-20" for r in out.rows)  # the publicationDate
+    partial = rows[("p5.48xlarge", "reserved_3y", "partial_upfront")]
+    assert (partial["price_per_hour"], partial["upfront_fee"]) == ("15.200000",
+                                                                    "400000.000000")
+    assert out.skipped == {"not Linux, shared, no software, used capacity": 1,
+                           "instance type without a catalogued accelerator": 1,
+                           "convertible or unknown reserved term": 1}
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: importers.from_skypilot_csv("a,b\n1,2\n", provider="aws", as_of="unknown",
+                                         source="t"), "no column"),
+    (lambda: importers.from_azure_retail([{"items": []}], as_of="unknown", source="t"),
+     "Items"),
+    (lambda: importers.from_aws_offer({"offerCode": "AmazonS3"}, source="t"), "AmazonEC2"),
+])
+def test_a_document_in_another_format_is_refused_with_the_reason(call: Any,
+                                                                 message: str) -> None:
+    with pytest.raises(importers.ImporterError, match=message):
+        call()
+
+
+def _refresh(client: TestClient, headers: dict[str, str], fmt: str, body: bytes,
+             **params: Any) -> Any:
+    media = "text/csv" if fmt == "skypilot" else "application/json"
+    return client.post("/v1/catalog/refreshes", content=body,
+                       params={"format": fmt, **params},
+                       headers={**headers, "Content-Type": media})
+
+
+def test_a_refresh_replaces_only_that_providers_offers_and_reports_the_diff(
+        client: TestClient, api_key: Any) -> None:
+    headers = api_key("catalog:write")
+    current = client.get("/v1/catalog/versions", params={"page_size": 1}).json()["items"][0]
+    before = client.get(f"/v1/catalog/versions/{current['id']}").json()
+    body = (DATA / "aws_ec2_offer.json").read_bytes()
+    dry = _refresh(client, headers, "aws", body, dry_run="true", threshold="0.2")
+    assert dry.status_code == 200, dry.text
+    assert dry.json()["version_id"] is None
+    assert client.get("/v1/catalog/versions", params={"page_size": 1}).json()["items"][0][
+        "id"] == before["id"]
+    done = _refresh(client, headers, "aws", body, threshold="0.05")
+    assert done.status_code == 201, done.text
+    report = done.json()
+    # p5 and p4d on-demand and p5's 1-year no-upfront reservation replace the seed's
+    # (undated, or derived) offers with the same ids; the 3-year partial-upfront one is new.
+    assert (report["added"], report["changed"]) == (1, 3)
+    assert report["removed"] == before["by_provider"]["aws"] - 3
+    # The seed's derived 1-year rate was 55.04 x 0.55 = 30.272; the file says 33.00 (+9 %).
+    moves = {m["instance_type"] + "/" + m["term"]: m for m in report["moves_over_threshold"]}
+    assert set(moves) == {"p5.48xlarge/reserved_1y"}
+    assert (moves["p5.48xlarge/reserved_1y"]["before"],
+            moves["p5.48xlarge/reserved_1y"]["after"]) == ("30.272000", "33.000000")
+    version = client.get(f"/v1/catalog/versions/{report['version_id']}").json()
+    assert version["by_provider"]["aws"] == 4
+    assert {k: v for k, v in version["by_provider"].items() if k != "aws"} == {
+        k: v for k, v in before["by_provider"].items() if k != "aws"}
+    offers = client.get("/v1/offers", params={"provider": "aws", "page_size": 10}).json()
+    assert {o["as_of"] for o in offers["items"]} == {"2025-11-20"}
+
+
+def test_a_move_over_the_threshold_is_listed(client: TestClient, api_key: Any) -> None:
+    headers = api_key("catalog:write")
+    text = (DATA / "skypilot_aws_vms.csv").read_text().replace("21.957642,2.465500",
+                                                              "32.000000,2.465500")
+    report = _refresh(client, headers, "skypilot", text.encode(), provider="aws",
+                      dry_run="true").json()
+    moves = {m["instance_type"] + "/" + m["term"]: m for m in report["moves_over_threshold"]}
+    move = moves["p4d.24xlarge/on_demand"]
+    assert (move["before"], move["after"]) == ("21.957642", "32.000000")
+    assert Decimal(move["change_fraction"]) == Decimal("0.4574")  # 32 / 21.957642 - 1
+
+
+def test_bad_refreshes_are_4xx(client: TestClient, api_key: Any) -> None:
+    headers = api_key("catalog:write")
+    assert _refresh(client, headers, "aws", b"{not json").status_code == 422
+    assert _refresh(client, headers, "aws", b'{"offerCode": "AmazonS3"}').status_code == 422
+    assert _refresh(client, headers, "skypilot", b"a,b\n", provider="aws").status_code == 422
+    assert _refresh(client, headers, "skypilot", b"x", provider="oracle").status_code == 422
+    wrong = client.post("/v1/catalog/refreshes", params={"format": "aws"}, content=b"a,b",
+                        headers={**headers, "Content-Type": "text/csv"})
+    assert wrong.status_code == 415
+    assert _refresh(client, api_key("quotes:write"), "aws", b"{}").status_code == 403

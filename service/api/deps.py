@@ -65,8 +65,18 @@ class AcceleratorCache:
         ``async def`` endpoint may call it on the event loop)."""
         return self._specs is not None and self._clock() - self._loaded_at < self._ttl_s
 
+    def _expire(self) -> None:
+        """Read the database again on the next use, keeping the last good copy."""
+        with self._lock:
+            self._loaded_at = -float("inf")
+
     def get(self, accelerator_id: str) -> AcceleratorSpec:
         spec = self.all().get(accelerator_id)
+        if spec is None and self._specs is not None:
+            # Another replica may have stored it since the last read: read once more before
+            # calling it unknown (an accelerator, once stored, never changes).
+            self._expire()
+            spec = self.all().get(accelerator_id)
         if spec is None:
             raise NotFoundError("accelerator", accelerator_id)
         return spec

@@ -4,8 +4,10 @@ a terminal and a browser show the same numbers the same way. Pure functions of A
 from __future__ import annotations
 
 import math
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
+
+from service.catalog.currencies import minor_units
 
 GIB_BYTES = 1024**3
 DAY_S = 86_400.0
@@ -62,14 +64,17 @@ def percent(fraction: float) -> str:
 
 
 def money(amount: str | None, currency: str = "USD") -> str:
-    """A decimal string as money, never through float."""
+    """A decimal string as money in its currency's ISO 4217 minor units (JPY 0 decimals, KWD
+    3, most 2), rounded half-even for display, never through float."""
     if amount is None:
         return "—"
     try:
         value = Decimal(amount)
     except InvalidOperation:
         return amount
-    return f"{value:,.2f} {currency}"
+    places = minor_units(currency)
+    shown = value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+    return f"{shown:,.{places}f} {currency}"
 
 
 def layout(parallelism: dict[str, Any], *, short: bool = False) -> str:

@@ -24,3 +24,16 @@ ISO_4217: frozenset[str] = frozenset((
 
 def is_currency(code: str) -> bool:
     return code in ISO_4217
+
+
+MINOR_UNITS: dict[str, int] = {
+    **dict.fromkeys(("BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF",
+                     "UGX", "VND", "VUV", "XAF", "XOF", "XPF"), 0),
+    **dict.fromkeys(("BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"), 3),
+}
+"""ISO 4217 minor units (List One, "Minor unit" column) of the currencies that do not use 2;
+every other code uses 2. Amounts are shown with these many decimals (JPY 0, KWD 3)."""
+
+
+def minor_units(code: str) -> int:
+    return MINOR_UNITS.get(code, 2)

@@ -115,8 +115,15 @@ def _rate(text: str) -> Decimal | str | None:
 def parse_ecb_csv(text: str, *, latest_allowed: dt.date) -> list[FxRate]:
     """Every rate of an ECB reference-rate CSV, all or nothing. ``latest_allowed`` (the
     caller's today) refuses fixings from the future."""
+    try:
+        return _parse_ecb_csv(text, latest_allowed)
+    except csv.Error as exc:
+        raise FxImportRejectedError([FxProblem(0, "body", f"is not CSV ({exc})")]) from None
+
+
+def _parse_ecb_csv(text: str, latest_allowed: dt.date) -> list[FxRate]:
     problems: list[FxProblem] = []
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text, newline=""))
     header = next(reader, None)
     if not header or header[0].strip() != "Date":
         raise FxImportRejectedError([FxProblem(1, "Date", "the first column of the header "

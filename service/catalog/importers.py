@@ -117,7 +117,14 @@ def _text(value: Decimal) -> str:
 
 def from_skypilot_csv(text: str, *, provider: str, as_of: str, source: str) -> Imported:
     """SkyPilot ``vms.csv`` rows of one cloud (``provider``): on-demand and spot offers."""
-    reader = csv.DictReader(io.StringIO(text))
+    try:
+        return _skypilot(text, provider, as_of, source)
+    except csv.Error as exc:
+        raise ImporterError(f"not CSV: {exc}") from None
+
+
+def _skypilot(text: str, provider: str, as_of: str, source: str) -> Imported:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     needed = {"InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "SpotPrice",
               "Region"}
     missing = needed - set(reader.fieldnames or ())
@@ -175,6 +182,8 @@ def from_azure_retail(pages: Iterable[Mapping[str, Any]], *, as_of: str,
     gpus.update({"Standard_ND96isr_H100_v5": "8", "Standard_ND96is_H100_v5": "8"})
     out = Imported()
     for page in pages:
+        if not isinstance(page, Mapping):
+            raise ImporterError("not a Retail Prices API answer: a page is not an object")
         items = page.get("Items")
         if not isinstance(items, list):
             raise ImporterError("not a Retail Prices API answer: no Items list")

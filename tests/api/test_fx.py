@@ -249,3 +249,17 @@ def test_a_budget_plan_converts_the_budget_too(client: TestClient) -> None:
     answer = client.post("/v1/budget-plans", json=body)
     assert answer.status_code == 200, answer.text
     assert answer.json()["fx"]["fixing_date"] == "2024-12-31"
+
+
+def test_carriage_returns_and_oversized_fields_are_read_or_refused_never_a_crash() -> None:
+    rates = fx.parse_ecb_csv("Date,USD,\r2025-06-03,1.1376,\r", latest_allowed=TODAY)
+    assert [(r.currency, r.rate_per_eur) for r in rates] == [("USD", Decimal("1.1376"))]
+    with pytest.raises(fx.FxImportRejectedError, match="not CSV"):
+        fx.parse_ecb_csv("Date,USD\n" + "1" * 200_000 + "\n", latest_allowed=TODAY)
+
+
+def test_a_date_must_be_written_as_a_date(client: TestClient, api_key: Any) -> None:
+    """Lax parsing would read 0 as 1970-01-01; every request date is an ISO string."""
+    headers = api_key("quotes:write")
+    body = {**QUOTE, "fx_date": 0, "budget": {"amount": "1000.00", "currency": "EUR"}}
+    assert_problem(_quote(client, headers, body), 422, "fx_date")

@@ -137,6 +137,11 @@ def test_a_move_over_the_threshold_is_listed(client: TestClient, api_key: Any) -
 def test_bad_refreshes_are_4xx(client: TestClient, api_key: Any) -> None:
     headers = api_key("catalog:write")
     assert _refresh(client, headers, "aws", b"{not json").status_code == 422
+    assert _refresh(client, headers, "azure", b"false").status_code == 422
+    assert _refresh(client, headers, "azure", b'[{"Items": [7]}]').status_code == 422
+    assert _refresh(client, headers, "aws", b'{"offerCode": "AmazonEC2", "products": '
+                                            b'{"x": {"attributes": []}}, "terms": {}}'
+                    ).status_code == 422
     assert _refresh(client, headers, "aws", b'{"offerCode": "AmazonS3"}').status_code == 422
     assert _refresh(client, headers, "skypilot", b"a,b\n", provider="aws").status_code == 422
     assert _refresh(client, headers, "skypilot", b"x", provider="oracle").status_code == 422
@@ -144,3 +149,9 @@ def test_bad_refreshes_are_4xx(client: TestClient, api_key: Any) -> None:
                         headers={**headers, "Content-Type": "text/csv"})
     assert wrong.status_code == 415
     assert _refresh(client, api_key("quotes:write"), "aws", b"{}").status_code == 403
+
+
+def test_a_csv_the_reader_cannot_read_is_refused() -> None:
+    with pytest.raises(importers.ImporterError, match="not CSV"):
+        importers.from_skypilot_csv("x" * 200_000 + "\n", provider="aws",
+                                    as_of="unknown", source="t")

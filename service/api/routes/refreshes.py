@@ -122,7 +122,9 @@ async def refresh_catalog(
             return imported
         except UnicodeDecodeError:
             raise HTTPException(400, "the body is not UTF-8 text") from None
-        except (ValueError, RecursionError) as exc:
+        except (ValueError, RecursionError, AttributeError, TypeError, KeyError) as exc:
+            # The importers walk untrusted nested JSON: a value of the wrong shape anywhere
+            # means the document is not in the format.
             raise InvalidSpecError(f"not a {source_format} document: {str(exc)[:300]}",
                                    field="body") from None
 

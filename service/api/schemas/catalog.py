@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from service.api.schemas.common import IsoDate, RequestModel
+from service.api.schemas.prices import DecimalString
 from service.catalog.models import Accelerator
 from service.catalog.offers import MICROS
+from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.params import count_parameters
 from service.core.presets import Preset
 from service.core.specs import MlpKind
@@ -40,6 +44,10 @@ class AcceleratorOut(BaseModel):
     source: str = Field(description="Datasheets and documents the figures come from.")
     as_of: dt.date
     notes: str
+    calibrated: bool = Field(
+        default=True, description="Whether the estimator is fitted on published runs on this "
+                                  "accelerator; false: a conservative efficiency prior and the "
+                                  "widest band, with a warning in every estimate.")
 
     @classmethod
     def from_row(cls, row: Accelerator) -> AcceleratorOut:
@@ -57,7 +65,63 @@ class AcceleratorOut(BaseModel):
                 if price is not None else None
             ),
             price_basis=row.price_basis, source=row.source, as_of=row.as_of, notes=row.notes,
+            calibrated=DEFAULT_CALIBRATION.is_calibrated_for(row.id),
         )
+
+
+ACCELERATOR_EXAMPLE: dict[str, Any] = {
+    "id": "acme-npu-2", "vendor": "ACME", "name": "ACME NPU 2 (in-house)",
+    "memory_gib": 96, "hbm_tbytes_per_s": 2.4, "bf16_tflops": 600, "fp8_tflops": 1200,
+    "tdp_w": 550, "scaleup_domain_size": 8, "scaleup_gbytes_per_s": 300,
+    "scaleout_gbits_per_s": 400, "purchase_price_usd": "18000.00",
+    "price_basis": "internal transfer price, FY2027",
+    "source": "ACME NPU 2 datasheet rev. C (internal, 2026-10)", "as_of": "2026-10-15",
+}
+
+Tflops = Annotated[float, Field(strict=False, gt=0, le=1_000_000, allow_inf_nan=False)]
+
+
+class AcceleratorIn(RequestModel):
+    """An accelerator the catalogue lacks (an in-house or new part), with its datasheet facts.
+    Dense peaks (not sparse); per-GPU, per-direction scale-up bandwidth. Immutable once
+    stored: a corrected datasheet is a new id, so quotes that used the old one reproduce."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [ACCELERATOR_EXAMPLE]})
+
+    id: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{1,63}$")]
+    vendor: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    name: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    memory_gib: float = Field(gt=0, le=16_384, allow_inf_nan=False,
+                              description="HBM capacity per accelerator, GiB.")
+    hbm_tbytes_per_s: float = Field(gt=0, le=1_000, allow_inf_nan=False,
+                                    description="HBM bandwidth, decimal TB/s.")
+    fp32_tflops: Tflops | None = None
+    tf32_tflops: Tflops | None = None
+    bf16_tflops: Tflops | None = Field(default=None, description="Dense BF16 peak, TFLOP/s.")
+    fp16_tflops: Tflops | None = None
+    fp8_tflops: Tflops | None = None
+    tdp_w: float = Field(gt=0, le=20_000, allow_inf_nan=False, description="Board power, W.")
+    scaleup_domain_size: int = Field(ge=1, le=100_000,
+                                     description="Accelerators sharing the scale-up fabric.")
+    scaleup_gbytes_per_s: float = Field(gt=0, le=100_000, allow_inf_nan=False,
+                                        description="Per accelerator per direction, GB/s.")
+    scaleout_gbits_per_s: float = Field(gt=0, le=100_000, allow_inf_nan=False,
+                                        description="Back-end network per accelerator, Gbit/s.")
+    purchase_price_usd: DecimalString | None = Field(
+        default=None, description="Purchase price per accelerator (on-prem TCO).")
+    price_basis: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    source: Annotated[str, StringConstraints(min_length=1, max_length=2000)] = Field(
+        description="Where the figures come from (datasheet, measurement).")
+    as_of: IsoDate
+    notes: Annotated[str, StringConstraints(max_length=4000)] = ""
+
+    @model_validator(mode="after")
+    def _checks(self) -> Self:
+        if self.bf16_tflops is None and self.fp16_tflops is None:
+            raise ValueError("give bf16_tflops or fp16_tflops: training needs a 16-bit peak")
+        if self.purchase_price_usd is not None and self.price_basis is None:
+            raise ValueError("price_basis is required with purchase_price_usd")
+        return self
 
 
 class ModelPresetOut(BaseModel):

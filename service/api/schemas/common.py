@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+import datetime as dt
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 T = TypeVar("T")
+
+
+def _iso_date_text(value: Any) -> Any:
+    if not isinstance(value, str | dt.date):
+        raise ValueError("must be a date written YYYY-MM-DD")
+    return value
+
+
+IsoDate = Annotated[dt.date, BeforeValidator(_iso_date_text)]
+"""A date in a request body: an ISO 8601 string only (lax mode would read 0 as 1970-01-01)."""
 
 
 class RequestModel(BaseModel):

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from service.api.schemas.common import RequestModel
+from service.api.schemas.common import IsoDate, RequestModel
 from service.api.schemas.quotes import CurrencyCode, Slug, TermName
 
 BookName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
@@ -48,8 +48,8 @@ class DiscountEntryIn(RequestModel):
     currency: CurrencyCode | None = Field(
         default=None, description="Required with price_per_gpu_hour; the entry applies only "
                                   "to offers priced in it.")
-    valid_from: dt.date
-    valid_until: dt.date = Field(description="Inclusive.")
+    valid_from: IsoDate
+    valid_until: IsoDate = Field(description="Inclusive.")
 
     @model_validator(mode="after")
     def _checks(self) -> Self:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints, model_validator
 
-from service.api.schemas.common import RequestModel
+from service.api.schemas.common import IsoDate, RequestModel
 from service.api.schemas.estimate import (
     Count,
     EnergyIn,
@@ -146,7 +146,7 @@ class QuoteRequest(RequestModel):
                                      description="Wall-clock limit for the run, seconds.")
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$",
                                         description="Default: the current version.")
-    fx_date: dt.date | None = Field(
+    fx_date: IsoDate | None = Field(
         default=None, description="When the budget's currency is not one the catalogue "
                                   "prices in: the day whose ECB reference rates convert it "
                                   "(the latest fixing on or before it). Default: the quote's "
@@ -228,7 +228,7 @@ class BudgetPlanRequest(RequestModel):
     providers: list[Slug] = Field(default_factory=list, max_length=32)
     regions: list[Slug] = Field(default_factory=list, max_length=64)
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$")
-    fx_date: dt.date | None = Field(
+    fx_date: IsoDate | None = Field(
         default=None, description="When the budget's currency is not one the catalogue "
                                   "prices in: the day whose ECB reference rates convert it "
                                   "(the latest fixing on or before it). Default: the quote's "

@@ -17,6 +17,12 @@ these shapes, ``tests/data/importers/``):
   (Consumption, Reservation), ``skuName`` (" Spot" / " Low Priority"), ``productName``
   (Windows excluded), ``unitOfMeasure`` and ``reservationTerm``; a reservation's price is the
   whole term's, divided here by the term's hours;
+- ``gcp``: pages of the Cloud Billing Catalog API's Compute Engine SKUs
+  (``services/6F81-5844-456A/skus``; "Get Google Cloud pricing information", Google Cloud
+  documentation): ``skus`` with ``description``, ``category`` (resourceFamily, resourceGroup,
+  usageType: OnDemand, Preemptible, Commit1Yr, Commit3Yr), ``serviceRegions`` and
+  ``pricingInfo[0].pricingExpression.tieredRates[].unitPrice`` (units + nanos); GPU, core and
+  RAM SKUs are priced separately and assembled per machine type;
 - ``aws``: the AWS Price List bulk offer file for AmazonEC2 (JSON; "Price List file
   formats", AWS documentation): ``products`` (sku -> attributes: instanceType, regionCode,
   operatingSystem, tenancy, preInstalledSw, capacitystatus) and ``terms`` (OnDemand and
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +83,11 @@ class ImporterError(ValueError):
 class Imported:
     rows: list[dict[str, Any]] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    terms: frozenset[str] = frozenset()
+    """The terms the format publishes: a refresh replaces the provider's offers of these
+    terms and of the instance types the importer knows, and keeps the rest (AWS's offer file
+    has no spot prices, so AWS spot offers stay; GCP's TPU slices stay)."""
+    instance_types: frozenset[str] = frozenset()
 
 
 @cache
@@ -131,7 +143,7 @@ def _skypilot(text: str, provider: str, as_of: str, source: str) -> Imported:
     if missing:
         raise ImporterError(f"not a SkyPilot vms.csv: no column {sorted(missing)[0]}")
     known = instance_accelerators(provider)
-    out = Imported()
+    out = Imported(terms=frozenset({"on_demand", "spot"}), instance_types=frozenset(known))
     seen: set[tuple[str, str, str, str]] = set()
     for row in reader:
         instance = row["InstanceType"]
@@ -180,7 +192,8 @@ def from_azure_retail(pages: Iterable[Mapping[str, Any]], *, as_of: str,
     gpus = {r["InstanceType"]: r["AcceleratorCount"] for r in seed_rows(
         "prices/gpu_prices_azure.csv")}
     gpus.update({"Standard_ND96isr_H100_v5": "8", "Standard_ND96is_H100_v5": "8"})
-    out = Imported()
+    out = Imported(terms=frozenset({"on_demand", "spot", "reserved_1y", "reserved_3y"}),
+                   instance_types=frozenset(known))
     for page in pages:
         if not isinstance(page, Mapping):
             raise ImporterError("not a Retail Prices API answer: a page is not an object")
@@ -248,7 +261,8 @@ def from_aws_offer(document: Mapping[str, Any], *, source: str) -> Imported:
     known = instance_accelerators("aws")
     gpus = {r["InstanceType"]: r["AcceleratorCount"] for r in seed_rows(
         "prices/gpu_prices_aws.csv")}
-    out = Imported()
+    out = Imported(terms=frozenset({"on_demand", "reserved_1y", "reserved_3y"}),
+                   instance_types=frozenset(known))
     for sku, product in products.items():
         attributes = product.get("attributes", {}) if isinstance(product, Mapping) else {}
         instance = str(attributes.get("instanceType", ""))
@@ -294,6 +308,93 @@ def from_aws_offer(document: Mapping[str, Any], *, source: str) -> Imported:
     return out
 
 
+# -- GCP Cloud Billing Catalog ------------------------------------------------------------------
+
+GCP_TERMS = {"OnDemand": "on_demand", "Preemptible": "spot", "Commit1Yr": "reserved_1y",
+             "Commit3Yr": "reserved_3y"}
+GCP_GPU = re.compile(r"nvidia (?:tesla )?(a100 80gb|a100|h100 80gb mega|h100 80gb|h200 141gb|"
+                     r"b200) gpu", re.IGNORECASE)
+GCP_HOST = re.compile(r"\b(a2|a3|a4) (?:instance )?(core|cpu|ram)\b", re.IGNORECASE)
+GCP_GPU_KEYS = {"A100": "a100", "A100-80GB": "a100 80gb", "H100": "h100 80gb",
+                "H100-MEGA": "h100 80gb mega", "H200": "h200 141gb", "B200": "b200"}
+"""The seed's accelerator names -> the GPU name in the SKU descriptions ("Nvidia Tesla A100
+GPU", "Nvidia Tesla A100 80GB GPU", "Nvidia H100 80GB GPU", ...)."""
+GCP_HOST_INCLUDED = frozenset({"a4"})
+"""Families whose GPU SKU already includes the VM (the seed's a4 host rows are 0 on purpose,
+seed/prices/README.md)."""
+
+
+def _sku_price(sku: Mapping[str, Any]) -> Decimal:
+    info = sku["pricingInfo"][0]["pricingExpression"]
+    rate = next(r for r in info["tieredRates"] if Decimal(str(r["startUsageAmount"])) == 0)
+    price = rate["unitPrice"]
+    if price.get("currencyCode", "USD") != "USD":
+        raise ImporterError("only USD SKU prices are read (the catalogue's GCP currency)")
+    return _decimal(price.get("units", "0"), "units") + Decimal(int(price.get("nanos", 0))) / (
+        10**9)
+
+
+def from_gcp_billing(pages: Iterable[Mapping[str, Any]], *, as_of: str,
+                     source: str) -> Imported:
+    """Accelerator-optimised machine prices assembled from Compute Engine SKUs: per region
+    and usage type, vCPUs × core SKU + GiB × RAM SKU + GPUs × GPU SKU, for the machine types
+    of the seed's table (their vCPU, memory and GPU counts). A part missing in a region or
+    usage type means no offer there, never a guess."""
+    parts: dict[tuple[str, str, str], Decimal] = {}
+    accelerators = instance_accelerators("gcp")
+    out = Imported(terms=frozenset(GCP_TERMS.values()), instance_types=frozenset(accelerators))
+    for page in pages:
+        if not isinstance(page, Mapping) or not isinstance(page.get("skus"), list):
+            raise ImporterError("not a Cloud Billing Catalog answer: no skus list")
+        for sku in page["skus"]:
+            category = sku.get("category", {})
+            term = GCP_TERMS.get(category.get("usageType", ""))
+            if category.get("resourceFamily") != "Compute" or term is None:
+                out.skipped["not a compute SKU of a priced usage type"] += 1
+                continue
+            description = str(sku.get("description", ""))
+            gpu, host = GCP_GPU.search(description), GCP_HOST.search(description)
+            if gpu:
+                key = "gpu:" + gpu.group(1).lower()
+            elif host:
+                kind = "ram" if host.group(2).lower() == "ram" else "core"
+                key = f"{host.group(1).lower()}:{kind}"
+            else:
+                out.skipped["not a GPU, or an A2/A3/A4 core or RAM SKU"] += 1
+                continue
+            price = _sku_price(sku)
+            for region in sku.get("serviceRegions", []):
+                parts[(str(region), term, key)] = price
+    machines = {r["InstanceType"]: r for r in seed_rows(
+        "prices/gpu_prices_gcp_instance_totals.csv")}
+    for (region, term) in sorted({(r, t) for r, t, _ in parts}):
+        for instance, m in sorted(machines.items()):
+            family = instance.split("-")[0]
+            gpu_rate = parts.get((region, term,
+                                  "gpu:" + GCP_GPU_KEYS.get(m["AcceleratorName"], "")))
+            core_rate = parts.get((region, term, f"{family}:core"))
+            ram_rate = parts.get((region, term, f"{family}:ram"))
+            if family in GCP_HOST_INCLUDED:
+                core_rate, ram_rate = core_rate or Decimal(0), ram_rate or Decimal(0)
+            if (gpu_rate is None or core_rate is None or ram_rate is None
+                    or instance not in accelerators):
+                continue
+            total = (Decimal(m["vCPUs"]) * core_rate + Decimal(m["MemoryGiB"]) * ram_rate
+                     + Decimal(m["AcceleratorCount"]) * gpu_rate)
+            row = {"provider": "gcp", "region": region, "instance_type": instance,
+                   "accelerator": accelerators[instance],
+                   "gpus_per_instance": m["AcceleratorCount"], "vcpus": m["vCPUs"],
+                   "memory_gib": m["MemoryGiB"], "currency": "USD", "term": term,
+                   "price_per_hour": _text(total), "source": source, "as_of": as_of,
+                   "indicative": "false",
+                   "notes": f"{m['vCPUs']} vCPU x {core_rate} + {m['MemoryGiB']} GiB x "
+                            f"{ram_rate} + {m['AcceleratorCount']} GPU x {gpu_rate} per hour"}
+            if term.startswith("reserved"):
+                row["payment_option"] = "no_upfront"
+            out.rows.append(row)
+    return out
+
+
 # -- landing a refresh -------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -324,9 +425,9 @@ class RefreshReport:
 def refresh_provider(session: Session, provider: str, imported: Imported, *, created_by: str,
                      note: str, threshold: Decimal = DEFAULT_MOVE_THRESHOLD,
                      dry_run: bool = False) -> RefreshReport:
-    """Replace ``provider``'s offers with ``imported`` as one new version (all or nothing;
-    flushes only). Derived reserved rows of the provider go too: they were derived from the
-    old prices."""
+    """Replace ``provider``'s offers within the import's scope (its terms and instance types)
+    with ``imported``, as one new version (all or nothing; flushes only). Derived reserved
+    rows in scope go too: they were derived from the old prices."""
     if not imported.rows:
         raise ImporterError("the document holds no offer the catalogue can use")
     lock_catalog(session)
@@ -335,7 +436,7 @@ def refresh_provider(session: Session, provider: str, imported: Imported, *, cre
         raise ImporterError(f"every imported offer must be {provider}'s")
     current = current_version_id(session)
     old = [revision_content(r) for r in version_revisions(session, current)] if current else []
-    before = {o.offer_id: o for o in old if o.provider == provider}
+    before = {o.offer_id: o for o in old if _in_scope(o, provider, imported)}
     after = {o.offer_id: o for o in offers}
     moves = _moves(before, after, threshold)
     changed = sum(1 for k, o in after.items()
@@ -347,13 +448,19 @@ def refresh_provider(session: Session, provider: str, imported: Imported, *, cre
         moves_over_threshold=moves, threshold_fraction=str(threshold))
     if dry_run:
         return report
-    kept: Sequence[OfferContent] = [o for o in old if o.provider != provider]
+    kept: Sequence[OfferContent] = [o for o in old if not _in_scope(o, provider, imported)]
     version = commit_version(
         session, [*kept, *sorted(after.values(), key=lambda o: o.offer_id)],
         created_by=created_by, kind="refresh",
         note=note or f"refresh {provider}: +{report.added} ~{report.changed} "
                      f"-{report.removed}, {len(moves)} moves over {threshold:%}")
     return RefreshReport(**{**_fields(report), "version_id": version.id})
+
+
+def _in_scope(offer: OfferContent, provider: str, imported: Imported) -> bool:
+    """Whether a refresh from ``imported`` replaces ``offer`` (``Imported.terms``)."""
+    return (offer.provider == provider and offer.term.value in imported.terms
+            and offer.instance_type in imported.instance_types)
 
 
 def _fields(report: RefreshReport) -> dict[str, Any]:

@@ -760,14 +760,15 @@ def register_catalog(catalog_app: typer.Typer) -> None:
     @catalog_app.command("refresh")
     @handled
     def refresh(
-        provider: Annotated[str, typer.Option(help="aws, azure, or (with --format skypilot) "
-                                              "the cloud of a SkyPilot vms.csv.")],
+        provider: Annotated[str, typer.Option(help="aws, azure, gcp, or (with --format "
+                                              "skypilot) the cloud of a SkyPilot vms.csv.")],
         from_file: Annotated[Path | None, typer.Option(
             "--from-file", exists=True, dir_okay=False, readable=True,
             help="A downloaded price document; without it, fetch live (azure: the Retail "
                  "Prices API; skypilot: the catalog's vms.csv on GitHub).")] = None,
         source_format: Annotated[str | None, typer.Option(
-            "--format", help="aws, azure or skypilot (default: the provider's own).")] = None,
+            "--format", help="aws, azure, gcp or skypilot (default: the provider's own).")]
+        = None,
         as_of: Annotated[str | None, typer.Option(
             help="YYYY-MM-DD the prices held (default: the document's own date, or today "
                  "for a live fetch).")] = None,
@@ -783,9 +784,9 @@ def register_catalog(catalog_app: typer.Typer) -> None:
         """Replace one provider's offers with its current public prices, as one new catalogue
         version, and print the diff: added, changed, removed, and price moves to review."""
         kind = source_format or provider
-        if kind not in ("aws", "azure", "skypilot"):
+        if kind not in ("aws", "azure", "gcp", "skypilot"):
             raise typer.BadParameter("use --format skypilot for this provider's SkyPilot "
-                                     "catalog, or aws/azure", param_hint="--provider")
+                                     "catalog, or aws/azure/gcp", param_hint="--provider")
         if from_file is not None:
             body = from_file.read_bytes()
         else:
@@ -847,6 +848,11 @@ MAX_LIVE_PAGES = 200
 def fetch_live(kind: str, provider: str) -> bytes:
     """The provider's current public document (network permitting). AWS's regional offer
     files are hundreds of megabytes: download one and pass --from-file."""
+    if kind == "gcp":
+        raise typer.BadParameter(
+            "the Cloud Billing Catalog API needs your API key: save the Compute Engine SKUs "
+            "(https://cloudbilling.googleapis.com/v1/services/6F81-5844-456A/skus?key=KEY, "
+            "every page, as a JSON array) and pass --from-file", param_hint="--from-file")
     if kind == "aws":
         raise typer.BadParameter(
             "download the region's offer file (https://pricing.us-east-1.amazonaws.com/offers/"

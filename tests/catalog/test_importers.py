@@ -13,8 +13,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.catalog import importers
+from service.catalog.seed_facts import seed_rows
+from service.catalog.seed_prices import seed_offers
 
 DATA = Path(__file__).resolve().parents[1] / "data/importers"
+
+
+def _seed() -> tuple[Any, ...]:
+    return seed_offers(frozenset(r["id"] for r in seed_rows("accelerators.csv")))
 
 
 def _by(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -70,12 +76,37 @@ def test_aws_offer_file_gives_on_demand_and_standard_reserved_with_upfront_fees(
                            "convertible or unknown reserved term": 1}
 
 
+def test_gcp_skus_are_assembled_per_machine_type_region_and_usage_type() -> None:
+    page = json.loads((DATA / "gcp_billing_skus.json").read_text())
+    out = importers.from_gcp_billing([page], as_of="2025-11-20", source="test")
+    rows = {(r["instance_type"], r["region"], r["term"]): r for r in out.rows}
+    a3 = rows[("a3-highgpu-8g", "us-central1", "on_demand")]
+    # 208 vCPU x 0.02254 + 1872 GiB x 0.00255 + 8 H100 x 4.20076 (the seed's machine shape).
+    expected = (208 * Decimal("0.02254") + 1872 * Decimal("0.00255")
+                + 8 * Decimal("4.20076"))
+    assert Decimal(a3["price_per_hour"]) == expected
+    assert (a3["accelerator"], a3["gpus_per_instance"], a3["as_of"]) == (
+        "h100-sxm5-80gb", "8", "2025-11-20")
+    spot = rows[("a3-highgpu-8g", "us-east4", "spot")]
+    assert Decimal(spot["price_per_hour"]) == (208 * Decimal("0.00688") + 1872 * Decimal(
+        "0.00078") + 8 * Decimal("2.9926"))
+    committed = rows[("a3-highgpu-8g", "us-central1", "reserved_1y")]
+    assert committed["payment_option"] == "no_upfront"
+    # The 1-year SKUs exist only in us-central1: no committed row is made up for us-east4.
+    assert ("a3-highgpu-8g", "us-east4", "reserved_1y") not in rows
+    # No A2 host SKUs in the page: no A2 machine is priced from the A100 GPU alone.
+    assert not any(k[0].startswith("a2-") for k in rows)
+    assert out.skipped == {"not a GPU, or an A2/A3/A4 core or RAM SKU": 2}
+
+
 @pytest.mark.parametrize(("call", "message"), [
     (lambda: importers.from_skypilot_csv("a,b\n1,2\n", provider="aws", as_of="unknown",
                                          source="t"), "no column"),
     (lambda: importers.from_azure_retail([{"items": []}], as_of="unknown", source="t"),
      "Items"),
     (lambda: importers.from_aws_offer({"offerCode": "AmazonS3"}, source="t"), "AmazonEC2"),
+    (lambda: importers.from_gcp_billing([{"services": []}], as_of="unknown", source="t"),
+     "skus"),
 ])
 def test_a_document_in_another_format_is_refused_with_the_reason(call: Any,
                                                                  message: str) -> None:
@@ -108,18 +139,27 @@ def test_a_refresh_replaces_only_that_providers_offers_and_reports_the_diff(
     # p5 and p4d on-demand and p5's 1-year no-upfront reservation replace the seed's
     # (undated, or derived) offers with the same ids; the 3-year partial-upfront one is new.
     assert (report["added"], report["changed"]) == (1, 3)
-    assert report["removed"] == before["by_provider"]["aws"] - 3
+    # Only offers in the file's scope go: AWS on-demand and reserved offers of instance types
+    # the importer knows. The offer file has no spot prices and no capacity blocks, so those
+    # stay as they were.
+    scope = sum(1 for o in _seed() if o.provider == "aws"
+                and o.term.value in ("on_demand", "reserved_1y", "reserved_3y"))
+    assert report["removed"] == scope - 3
     # The seed's derived 1-year rate was 55.04 x 0.55 = 30.272; the file says 33.00 (+9 %).
     moves = {m["instance_type"] + "/" + m["term"]: m for m in report["moves_over_threshold"]}
     assert set(moves) == {"p5.48xlarge/reserved_1y"}
     assert (moves["p5.48xlarge/reserved_1y"]["before"],
             moves["p5.48xlarge/reserved_1y"]["after"]) == ("30.272000", "33.000000")
     version = client.get(f"/v1/catalog/versions/{report['version_id']}").json()
-    assert version["by_provider"]["aws"] == 4
+    assert version["by_provider"]["aws"] == before["by_provider"]["aws"] - scope + 4
     assert {k: v for k, v in version["by_provider"].items() if k != "aws"} == {
         k: v for k, v in before["by_provider"].items() if k != "aws"}
-    offers = client.get("/v1/offers", params={"provider": "aws", "page_size": 10}).json()
+    offers = client.get("/v1/offers", params={"provider": "aws", "term": "on_demand",
+                                              "page_size": 10}).json()
     assert {o["as_of"] for o in offers["items"]} == {"2025-11-20"}
+    spot = client.get("/v1/offers", params={"provider": "aws", "term": "spot",
+                                            "page_size": 1}).json()
+    assert spot["items"]
 
 
 def test_a_move_over_the_threshold_is_listed(client: TestClient, api_key: Any) -> None:
@@ -138,6 +178,7 @@ def test_bad_refreshes_are_4xx(client: TestClient, api_key: Any) -> None:
     headers = api_key("catalog:write")
     assert _refresh(client, headers, "aws", b"{not json").status_code == 422
     assert _refresh(client, headers, "azure", b"false").status_code == 422
+    assert _refresh(client, headers, "gcp", b'{"skus": [{"category": 3}]}').status_code == 422
     assert _refresh(client, headers, "azure", b'[{"Items": [7]}]').status_code == 422
     assert _refresh(client, headers, "aws", b'{"offerCode": "AmazonEC2", "products": '
                                             b'{"x": {"attributes": []}}, "terms": {}}'
@@ -155,3 +196,19 @@ def test_a_csv_the_reader_cannot_read_is_refused() -> None:
     with pytest.raises(importers.ImporterError, match="not CSV"):
         importers.from_skypilot_csv("x" * 200_000 + "\n", provider="aws",
                                     as_of="unknown", source="t")
+
+
+def test_a_gcp_refresh_lands_dated_assembled_offers(client: TestClient, api_key: Any) -> None:
+    headers = api_key("catalog:write")
+    body = (DATA / "gcp_billing_skus.json").read_bytes()
+    done = _refresh(client, headers, "gcp", body, as_of="2025-11-20")
+    assert done.status_code == 201, done.text
+    report = done.json()
+    offers = client.get("/v1/offers", params={"provider": "gcp", "region": "us-central1",
+                                              "page_size": 200}).json()["items"]
+    a3 = [o for o in offers if o["instance_type"] == "a3-highgpu-8g"]
+    assert {o["as_of"] for o in a3} == {"2025-11-20"}
+    assert {o["term"] for o in a3} == {"on_demand", "spot", "reserved_1y"}
+    # TPU slices are outside a GPU SKU refresh's scope: they stay.
+    assert any(o["accelerator"].startswith("tpu-") for o in offers)
+    assert report["removed"] > 0

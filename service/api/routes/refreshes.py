@@ -21,7 +21,7 @@ from service.core.errors import InvalidSpecError
 router = APIRouter(tags=["catalog"])
 
 CatalogWrite = Annotated[Principal, require("catalog:write")]
-Format = Literal["skypilot", "azure", "aws"]
+Format = Literal["skypilot", "azure", "aws", "gcp"]
 SKYPILOT_CLOUDS = ("aws", "gcp", "lambda", "nebius", "azure")
 
 
@@ -55,8 +55,9 @@ BODY_OPENAPI: dict[str, Any] = {"requestBody": {
     "required": True,
     "description": "The provider's document as published: SkyPilot vms.csv (text/csv), one "
                    "Azure Retail Prices API answer or a JSON array of its pages "
-                   "(application/json), or an AWS Price List bulk offer file for AmazonEC2 "
-                   "(application/json).",
+                   "(application/json), one Cloud Billing Catalog SKU list answer or an array "
+                   "of its pages (application/json), or an AWS Price List bulk offer file "
+                   "for AmazonEC2 (application/json).",
     "content": {"text/csv": {"schema": {"type": "string"}},
                 "application/json": {"schema": {"type": "object"}}}}}
 
@@ -112,6 +113,11 @@ async def refresh_catalog(
                 pages = document if isinstance(document, list) else [document]
                 return importers.from_azure_retail(
                     pages, as_of=day, source="Azure Retail Prices API (prices.azure.com)")
+            if source_format == "gcp":
+                pages = document if isinstance(document, list) else [document]
+                return importers.from_gcp_billing(
+                    pages, as_of=day, source="GCP Cloud Billing Catalog API, Compute Engine "
+                                             "SKUs (cloudbilling.googleapis.com)")
             if not isinstance(document, dict):
                 raise importers.ImporterError("an AWS offer file is a JSON object")
             imported = importers.from_aws_offer(

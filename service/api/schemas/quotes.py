@@ -134,6 +134,20 @@ class OnPremIn(RequestModel):
         return self
 
 
+FxDateField = Annotated[IsoDate | None, Field(
+    description="When the budget's currency is not one the catalogue prices in: the day whose "
+                "ECB reference rates convert it (the latest fixing on or before it). Default: "
+                "the quote's date (UTC).")]
+FxVersionField = Annotated[str | None, Field(pattern=r"^fx_\d{6}$",
+                                             description="FX table version; default the "
+                                                         "newest.")]
+DiscountBookField = Annotated[str | None, Field(
+    pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+    description="A discount book (POST /v1/discount-books) whose entries turn list prices into "
+                "the organisation's net prices; its newest revision is used and named in the "
+                "answer.")]
+
+
 class QuoteRequest(RequestModel):
     workload: WorkloadIn
     terms: list[TermName] = Field(default_factory=lambda: list(ALL_TERM_NAMES), min_length=1,
@@ -146,18 +160,9 @@ class QuoteRequest(RequestModel):
                                      description="Wall-clock limit for the run, seconds.")
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$",
                                         description="Default: the current version.")
-    fx_date: IsoDate | None = Field(
-        default=None, description="When the budget's currency is not one the catalogue "
-                                  "prices in: the day whose ECB reference rates convert it "
-                                  "(the latest fixing on or before it). Default: the quote's "
-                                  "date (UTC).")
-    fx_version: str | None = Field(default=None, pattern=r"^fx_\d{6}$",
-                                   description="FX table version; default the newest.")
-    discount_book: str | None = Field(
-        default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
-        description="A discount book (POST /v1/discount-books) whose entries turn list prices "
-                    "into the organisation's net prices; its newest revision is used and "
-                    "named in the answer.")
+    fx_date: FxDateField = None
+    fx_version: FxVersionField = None
+    discount_book: DiscountBookField = None
     reliability: ReliabilityIn = Field(default_factory=ReliabilityIn)
     reserved_utilisation_fraction: Fraction = Field(
         default="1", description="Deprecated: shapes only reserved.amortised_total; use "
@@ -228,18 +233,9 @@ class BudgetPlanRequest(RequestModel):
     providers: list[Slug] = Field(default_factory=list, max_length=32)
     regions: list[Slug] = Field(default_factory=list, max_length=64)
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$")
-    fx_date: IsoDate | None = Field(
-        default=None, description="When the budget's currency is not one the catalogue "
-                                  "prices in: the day whose ECB reference rates convert it "
-                                  "(the latest fixing on or before it). Default: the quote's "
-                                  "date (UTC).")
-    fx_version: str | None = Field(default=None, pattern=r"^fx_\d{6}$",
-                                   description="FX table version; default the newest.")
-    discount_book: str | None = Field(
-        default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
-        description="A discount book (POST /v1/discount-books) whose entries turn list prices "
-                    "into the organisation's net prices; its newest revision is used and "
-                    "named in the answer.")
+    fx_date: FxDateField = None
+    fx_version: FxVersionField = None
+    discount_book: DiscountBookField = None
     reliability: ReliabilityIn = Field(default_factory=ReliabilityIn)
     reserved_utilisation_fraction: Fraction = "1"
     accounting: AccountingField = "commitment"

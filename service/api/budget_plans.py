@@ -18,6 +18,7 @@ from service.api.quoting import (
     discount_book,
     line_json,
     optimised_jobs,
+    policy_in,
     price,
 )
 from service.api.schemas.estimate import ModelIn
@@ -37,6 +38,7 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
                 now: dt.datetime, budget: WorkBudget) -> BudgetPlanOut:
     """The answer, for either objective; every search within ``budget``."""
     conversion = budget_conversion(session, body, version_id, now)
+    policy, policy_limits = policy_in(session, policy, conversion)
     book = discount_book(session, body.discount_book)
     extra: dict[str, Any] = {"objective": body.objective}
     if body.objective == "largest_model":
@@ -62,7 +64,7 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
         "policy": {"name": policy.name, "revision": policy.revision},
         "explanation": _explain(computed, within, in_time), **extra,
         "fx": (None if conversion is None else FxConversionOut.from_conversion(
-            conversion, body.fx_date or now.date()).model_dump(mode="json")),
+            conversion, body.fx_date or now.date(), policy_limits).model_dump(mode="json")),
     })
 
 

@@ -278,6 +278,38 @@ def budget_conversion(session: Session, request: QuoteRequest | BudgetPlanReques
                       fixing, table.id)
 
 
+def policy_in(session: Session, policy: Policy, conversion: Conversion | None,
+              ) -> tuple[Policy, dict[str, str]]:
+    """``policy`` with its money limits in the pricing currency, converted with the budget's
+    own ECB fixing and table version (so verify reproduces it from the quote's ``fx``), and
+    rounded down to the cent, so a limit is never loosened by rounding. Without a budget
+    conversion, or when the policy's currency has no rate on that fixing, the policy is
+    unchanged (a limit in another currency then fails as a currency mismatch)."""
+    if (conversion is None or policy.currency == conversion.into
+            or (policy.max_commitment is None and policy.max_job_cost is None)):
+        return policy, {}
+    table = fx.get_fx_version(session, conversion.version)
+    try:
+        fixing, rates = fx.rates_on(session, {policy.currency, conversion.into},
+                                    conversion.rate_date, table)
+    except NotFoundError:
+        return policy, {}
+    if fixing != conversion.rate_date:
+        return policy, {}
+    shown: dict[str, str] = {}
+
+    def limit_in(name: str, limit: Decimal | None) -> Decimal | None:
+        if limit is None:
+            return None
+        c = fx.convert(limit, policy.currency, conversion.into, rates, fixing, table.id)
+        shown[name] = f"{c.describe()} = {c.converted:,.2f} {c.into}"
+        return c.converted
+
+    return replace(policy, currency=conversion.into,
+                   max_commitment=limit_in("max_commitment", policy.max_commitment),
+                   max_job_cost=limit_in("max_job_cost", policy.max_job_cost)), shown
+
+
 def discount_book(session: Session, name: str | None,
                   revision: int | None = None) -> DiscountBook | None:
     """The book a request names (its newest revision, or ``revision`` for verify); an

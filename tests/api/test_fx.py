@@ -263,3 +263,32 @@ def test_a_date_must_be_written_as_a_date(client: TestClient, api_key: Any) -> N
     headers = api_key("quotes:write")
     body = {**QUOTE, "fx_date": 0, "budget": {"amount": "1000.00", "currency": "EUR"}}
     assert_problem(_quote(client, headers, body), 422, "fx_date")
+
+
+def test_a_policy_limit_in_the_budgets_currency_is_converted_at_the_same_fixing(
+        client: TestClient, api_key: Any, db_session: Session) -> None:
+    """A EUR organisation: EUR budget, EUR policy limit. The limit is converted with the
+    budget's own fixing and rounded down (never loosened), and verify reproduces it."""
+    date_offers(db_session, providers=("aws",))
+    headers = api_key("quotes:write", "policies:write")
+    usd_per_eur = seed_rate("2025-04-30", "USD")
+    probe = _quote(client, headers, {**QUOTE, "budget": {"amount": "1.00", "currency": "EUR"}})
+    total = Decimal(probe.json()["cheapest"]["total"])
+    eur = (total / usd_per_eur).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
+    while (eur * usd_per_eur).quantize(Decimal("0.01"), rounding=ROUND_DOWN) < total:
+        eur += Decimal("0.01")
+    for name, limit in (("eur-enough", eur), ("eur-short", eur - Decimal("0.01"))):
+        created = client.post("/v1/policies", headers=headers, json={
+            "name": name, "rules": {"currency": "EUR", "max_commitment": str(limit)}})
+        assert created.status_code == 201, created.text
+    body = {**QUOTE, "budget": {"amount": "100000000.00", "currency": "EUR"}}
+    enough = _quote(client, headers, {**body, "policy": "eur-enough"}).json()
+    assert not any(r["rule"] == "max_commitment" for r in enough["cheapest"]["rules"])
+    assert enough["verdict"] == "approve", enough["reasons"]
+    assert "max_commitment" in enough["fx"]["policy_limits"]
+    assert f"{eur:,.2f} EUR" in enough["fx"]["policy_limits"]["max_commitment"]
+    short = _quote(client, headers, {**body, "policy": "eur-short"}).json()
+    assert short["verdict"] == "reject"
+    assert any(r["code"] == "commitment_over_policy_limit" for r in short["reason_details"])
+    verify = client.post(f"/v1/quotes/{short['id']}/verify", headers=headers).json()
+    assert verify["matches"], verify["differences"]

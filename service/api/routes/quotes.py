@@ -28,6 +28,7 @@ from service.api.quoting import (
     OfferCache,
     budget_conversion,
     discount_book,
+    policy_in,
     price,
     quote_body,
     size_workload,
@@ -94,21 +95,24 @@ def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCach
     searches within ``budget``. ``verify`` passes no ``offer_cache``: it reads the stored
     version again, and it passes the stored quote's FX table version."""
     conversion = budget_conversion(session, request, version_id, now, fx_version)
+    policy, policy_limits = policy_in(session, policy, conversion)
     book = discount_book(session, request.discount_book, book_revision)
     jobs = size_workload(request, cache, budget, workers)
     computed = price(session, request, jobs, version_id, policy, now, gated=gated,
                      offer_cache=offer_cache, conversion=conversion, book=book)
     body, lines = quote_body(computed, request, all_lines=False)
-    body["fx"] = fx_json(conversion, request.fx_date or now.date())
+    body["fx"] = fx_json(conversion, request.fx_date or now.date(), policy_limits)
     body["discount_book"] = (None if book is None
                              else {"name": book.name, "revision": book.revision})
     return body, lines
 
 
-def fx_json(conversion: Conversion | None, requested: dt.date) -> dict[str, Any] | None:
+def fx_json(conversion: Conversion | None, requested: dt.date,
+            policy_limits: dict[str, str]) -> dict[str, Any] | None:
     if conversion is None:
         return None
-    return FxConversionOut.from_conversion(conversion, requested).model_dump(mode="json")
+    out = FxConversionOut.from_conversion(conversion, requested, policy_limits)
+    return out.model_dump(mode="json")
 
 
 def offer_cache(request: Request) -> OfferCache | None:

@@ -79,12 +79,18 @@ class FxConversionOut(BaseModel):
     version: str = Field(description="The FX table version (GET /v1/fx-rates?version=).")
     source: str
     rounding: str
+    policy_limits: dict[str, str] = Field(
+        default_factory=dict, description="The policy's money limits converted with the same "
+                                          "fixing (rounded down), when the policy is in the "
+                                          "budget's currency, not the pricing one.")
 
     @classmethod
-    def from_conversion(cls, c: Conversion, requested: dt.date) -> FxConversionOut:
+    def from_conversion(cls, c: Conversion, requested: dt.date,
+                        policy_limits: dict[str, str] | None = None) -> FxConversionOut:
         return cls(
             budget=MoneyOut(amount=f"{c.amount:f}", currency=c.currency),
             converted_budget=MoneyOut(amount=f"{c.converted:f}", currency=c.into),
             rate=f"{c.rate:f}", requested_date=requested, fixing_date=c.rate_date,
             rates_per_eur={k: f"{v:f}" for k, v in c.rates_per_eur.items()},
-            version=c.version, source=ECB_SOURCE, rounding=ROUNDING)
+            version=c.version, source=ECB_SOURCE, rounding=ROUNDING,
+            policy_limits=policy_limits or {})

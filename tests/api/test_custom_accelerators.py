@@ -132,3 +132,13 @@ def test_a_nan_peak_is_422(client: TestClient, api_key: Any) -> None:
                            headers={**api_key("catalog:write"),
                                     "Content-Type": "application/json"})
     assert_problem(response, 422)
+
+
+@pytest.mark.parametrize(("field", "value"), [("bf16_tflops", True), ("memory_gib", "96"),
+                                              ("scaleup_domain_size", 8.5), ("tdp_w", False)])
+def test_numbers_must_be_numbers(client: TestClient, api_key: Any, field: str,
+                                 value: Any) -> None:
+    """Found by the fuzz test: lax parsing read true as 1.0 TFLOP/s."""
+    body = {**ACCELERATOR_EXAMPLE, "id": f"npu-{uuid.uuid4().hex[:8]}", field: value}
+    assert_problem(client.post("/v1/accelerators", json=body,
+                               headers=api_key("catalog:write")), 422, field)

@@ -78,7 +78,7 @@ ACCELERATOR_EXAMPLE: dict[str, Any] = {
     "source": "ACME NPU 2 datasheet rev. C (internal, 2026-10)", "as_of": "2026-10-15",
 }
 
-Tflops = Annotated[float, Field(strict=False, gt=0, le=1_000_000, allow_inf_nan=False)]
+Tflops = Annotated[float, Field(strict=True, gt=0, le=1_000_000, allow_inf_nan=False)]
 
 
 class AcceleratorIn(RequestModel):
@@ -91,21 +91,22 @@ class AcceleratorIn(RequestModel):
     id: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{1,63}$")]
     vendor: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     name: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    memory_gib: float = Field(gt=0, le=16_384, allow_inf_nan=False,
+    memory_gib: float = Field(strict=True, gt=0, le=16_384, allow_inf_nan=False,
                               description="HBM capacity per accelerator, GiB.")
-    hbm_tbytes_per_s: float = Field(gt=0, le=1_000, allow_inf_nan=False,
+    hbm_tbytes_per_s: float = Field(strict=True, gt=0, le=1_000, allow_inf_nan=False,
                                     description="HBM bandwidth, decimal TB/s.")
     fp32_tflops: Tflops | None = None
     tf32_tflops: Tflops | None = None
     bf16_tflops: Tflops | None = Field(default=None, description="Dense BF16 peak, TFLOP/s.")
     fp16_tflops: Tflops | None = None
     fp8_tflops: Tflops | None = None
-    tdp_w: float = Field(gt=0, le=20_000, allow_inf_nan=False, description="Board power, W.")
-    scaleup_domain_size: int = Field(ge=1, le=100_000,
+    tdp_w: float = Field(strict=True, gt=0, le=20_000, allow_inf_nan=False,
+                         description="Board power, W.")
+    scaleup_domain_size: int = Field(strict=True, ge=1, le=100_000,
                                      description="Accelerators sharing the scale-up fabric.")
-    scaleup_gbytes_per_s: float = Field(gt=0, le=100_000, allow_inf_nan=False,
+    scaleup_gbytes_per_s: float = Field(strict=True, gt=0, le=100_000, allow_inf_nan=False,
                                         description="Per accelerator per direction, GB/s.")
-    scaleout_gbits_per_s: float = Field(gt=0, le=100_000, allow_inf_nan=False,
+    scaleout_gbits_per_s: float = Field(strict=True, gt=0, le=100_000, allow_inf_nan=False,
                                         description="Back-end network per accelerator, Gbit/s.")
     purchase_price_usd: DecimalString | None = Field(
         default=None, description="Purchase price per accelerator (on-prem TCO).")

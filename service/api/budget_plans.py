@@ -16,13 +16,13 @@ from service.api.quoting import (
     Computed,
     budget_conversion,
     discount_book,
+    fx_json,
     line_json,
     optimised_jobs,
     policy_in,
     price,
 )
 from service.api.schemas.estimate import ModelIn
-from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.quotes import BudgetPlanOut, BudgetPlanRequest
 from service.api.work import WorkBudget
 from service.catalog.fx import Conversion
@@ -63,8 +63,7 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
         "deadline_s": body.deadline_s, "accounting": body.accounting,
         "policy": {"name": policy.name, "revision": policy.revision},
         "explanation": _explain(computed, within, in_time), **extra,
-        "fx": (None if conversion is None else FxConversionOut.from_conversion(
-            conversion, body.fx_date or now.date(), policy_limits).model_dump(mode="json")),
+        "fx": fx_json(conversion, body.fx_date or now.date(), policy_limits),
     })
 
 

@@ -22,6 +22,7 @@ from service.api.auto import resolve_plan
 from service.api.deps import AcceleratorCache
 from service.api.page_cache import PageCache
 from service.api.schemas.estimate import ModelIn, plan_dict
+from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest
 from service.api.work import WorkBudget
@@ -323,6 +324,15 @@ def discount_book(session: Session, name: str | None,
         raise InvalidSpecError(f"discount_book {name!r} is not a discount book: create it "
                                "with POST /v1/discount-books", field="discount_book") from None
     return discount_books.to_core(row)
+
+
+def fx_json(conversion: Conversion | None, requested: dt.date,
+            policy_limits: dict[str, str]) -> dict[str, Any] | None:
+    """A quote's or budget plan's ``fx`` block (FxConversionOut), or None without one."""
+    if conversion is None:
+        return None
+    out = FxConversionOut.from_conversion(conversion, requested, policy_limits)
+    return out.model_dump(mode="json")
 
 
 PRICING_CURRENCY = "USD"

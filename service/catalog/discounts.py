@@ -8,71 +8,41 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.catalog.errors import ConflictError, NotFoundError, PreconditionFailedError
+from service.catalog import revisions
 from service.catalog.models import DiscountBookRevision
 from service.core.discounts import DiscountBook, DiscountEntry
 
+KIND, PATH = "discount book", "/v1/discount-books"
+
 
 def latest(session: Session, name: str) -> DiscountBookRevision:
-    row = session.scalar(select(DiscountBookRevision).where(DiscountBookRevision.name == name)
-                         .order_by(DiscountBookRevision.revision.desc()).limit(1))
-    if row is None:
-        raise NotFoundError("discount book", name)
-    return row
+    return revisions.latest(session, DiscountBookRevision, KIND, name)
 
 
 def get_revision(session: Session, name: str, revision: int) -> DiscountBookRevision:
-    row = session.get(DiscountBookRevision, (name, revision))
-    if row is None:
-        raise NotFoundError("discount book revision", f"{name}@{revision}")
-    return row
+    return revisions.get_revision(session, DiscountBookRevision, KIND, name, revision)
 
 
 def list_latest(session: Session, *, limit: int,
                 after: str | None) -> Sequence[DiscountBookRevision]:
-    newest = (select(DiscountBookRevision.name,
-                     func.max(DiscountBookRevision.revision).label("revision"))
-              .group_by(DiscountBookRevision.name).subquery())
-    query = (select(DiscountBookRevision)
-             .join(newest, (DiscountBookRevision.name == newest.c.name)
-                   & (DiscountBookRevision.revision == newest.c.revision))
-             .order_by(DiscountBookRevision.name))
-    if after is not None:
-        query = query.where(DiscountBookRevision.name > after)
-    return session.scalars(query.limit(limit)).all()
+    return revisions.list_latest(session, DiscountBookRevision, limit=limit, after=after)
 
 
 def create(session: Session, *, name: str, description: str,
            entries: Sequence[Mapping[str, Any]], created_by: str) -> DiscountBookRevision:
     """Revision 1 of a new book; 409 if the name exists. Flushes; the caller commits."""
-    if session.scalar(select(DiscountBookRevision.name)
-                      .where(DiscountBookRevision.name == name).limit(1)) is not None:
-        raise ConflictError(f"a discount book named {name!r} exists; PUT "
-                            f"/v1/discount-books/{name} with If-Match makes a new revision")
-    return _insert(session, name, 1, description, entries, created_by)
+    return revisions.create(session, DiscountBookRevision, KIND, PATH, name=name,
+                            created_by=created_by, description=description,
+                            entries=[dict(e) for e in entries])
 
 
 def revise(session: Session, *, name: str, expected_revision: int | None, description: str,
            entries: Sequence[Mapping[str, Any]], created_by: str) -> DiscountBookRevision:
-    current = latest(session, name)
-    if expected_revision is not None and current.revision != expected_revision:
-        raise PreconditionFailedError(
-            f"discount book {name} has changed (now revision {current.revision}); GET it "
-            "again")
-    return _insert(session, name, current.revision + 1, description, entries, created_by)
-
-
-def _insert(session: Session, name: str, revision: int, description: str,
-            entries: Sequence[Mapping[str, Any]], created_by: str) -> DiscountBookRevision:
-    row = DiscountBookRevision(name=name, revision=revision,
-                               created_at=dt.datetime.now(dt.UTC), created_by=created_by,
-                               description=description, entries=[dict(e) for e in entries])
-    session.add(row)
-    session.flush()
-    return row
+    return revisions.revise(session, DiscountBookRevision, KIND, name=name,
+                            expected_revision=expected_revision, created_by=created_by,
+                            description=description, entries=[dict(e) for e in entries])
 
 
 def _decimal(value: Any) -> Decimal | None:

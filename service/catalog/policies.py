@@ -3,74 +3,45 @@ the (name, revision) it was judged by, so ``verify`` judges it again by the same
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.catalog.errors import ConflictError, NotFoundError, PreconditionFailedError
+from service.catalog import revisions
 from service.catalog.models import PolicyRevision
 from service.core.quote import DEFAULT_POLICY, Policy
 
+KIND, PATH = "policy", "/v1/policies"
+
 
 def latest(session: Session, name: str) -> PolicyRevision:
-    row = session.scalar(select(PolicyRevision).where(PolicyRevision.name == name)
-                         .order_by(PolicyRevision.revision.desc()).limit(1))
-    if row is None:
-        raise NotFoundError("policy", name)
-    return row
+    return revisions.latest(session, PolicyRevision, KIND, name)
 
 
 def get_revision(session: Session, name: str, revision: int) -> PolicyRevision:
-    row = session.get(PolicyRevision, (name, revision))
-    if row is None:
-        raise NotFoundError("policy revision", f"{name}@{revision}")
-    return row
+    return revisions.get_revision(session, PolicyRevision, KIND, name, revision)
 
 
 def list_latest(session: Session, *, limit: int, after: str | None) -> Sequence[PolicyRevision]:
     """The newest revision of each policy, by name."""
-    newest = (select(PolicyRevision.name, func.max(PolicyRevision.revision).label("revision"))
-              .group_by(PolicyRevision.name).subquery())
-    query = (select(PolicyRevision)
-             .join(newest, (PolicyRevision.name == newest.c.name)
-                   & (PolicyRevision.revision == newest.c.revision))
-             .order_by(PolicyRevision.name))
-    if after is not None:
-        query = query.where(PolicyRevision.name > after)
-    return session.scalars(query.limit(limit)).all()
+    return revisions.list_latest(session, PolicyRevision, limit=limit, after=after)
 
 
 def create(session: Session, *, name: str, description: str, rules: Mapping[str, Any],
            created_by: str) -> PolicyRevision:
     """Revision 1 of a new policy; 409 if the name exists. Flushes; the caller commits."""
-    if session.scalar(select(PolicyRevision.name).where(PolicyRevision.name == name)
-                      .limit(1)) is not None:
-        raise ConflictError(f"a policy named {name!r} exists; PUT /v1/policies/{name} with "
-                            "If-Match makes a new revision")
-    return _insert(session, name, 1, description, rules, created_by)
+    return revisions.create(session, PolicyRevision, KIND, PATH, name=name,
+                            created_by=created_by, description=description, rules=dict(rules))
 
 
 def revise(session: Session, *, name: str, expected_revision: int | None, description: str,
            rules: Mapping[str, Any], created_by: str) -> PolicyRevision:
     """A new revision, if the newest is still ``expected_revision`` (None: ``If-Match: *``)."""
-    current = latest(session, name)
-    if expected_revision is not None and current.revision != expected_revision:
-        raise PreconditionFailedError(
-            f"policy {name} has changed (now revision {current.revision}); GET it again")
-    return _insert(session, name, current.revision + 1, description, rules, created_by)
-
-
-def _insert(session: Session, name: str, revision: int, description: str,
-            rules: Mapping[str, Any], created_by: str) -> PolicyRevision:
-    row = PolicyRevision(name=name, revision=revision, created_at=dt.datetime.now(dt.UTC),
-                         created_by=created_by, description=description, rules=dict(rules))
-    session.add(row)
-    session.flush()
-    return row
+    return revisions.revise(session, PolicyRevision, KIND, name=name,
+                            expected_revision=expected_revision, created_by=created_by,
+                            description=description, rules=dict(rules))
 
 
 def to_core(row: PolicyRevision | None) -> Policy:

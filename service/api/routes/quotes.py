@@ -28,13 +28,13 @@ from service.api.quoting import (
     OfferCache,
     budget_conversion,
     discount_book,
+    fx_json,
     policy_in,
     price,
     quote_body,
     size_workload,
 )
 from service.api.schemas.common import Page
-from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.prices import as_utc
 from service.api.schemas.quotes import (
     BUDGET_PLAN_EXAMPLE,
@@ -51,7 +51,6 @@ from service.api.work import ClientGoneDep, WorkBudget, request_budget
 from service.catalog import policies
 from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
-from service.catalog.fx import Conversion
 from service.catalog.models import Quote
 from service.catalog.prices import get_version
 from service.core.errors import InvalidSpecError
@@ -105,14 +104,6 @@ def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCach
     body["discount_book"] = (None if book is None
                              else {"name": book.name, "revision": book.revision})
     return body, lines
-
-
-def fx_json(conversion: Conversion | None, requested: dt.date,
-            policy_limits: dict[str, str]) -> dict[str, Any] | None:
-    if conversion is None:
-        return None
-    out = FxConversionOut.from_conversion(conversion, requested, policy_limits)
-    return out.model_dump(mode="json")
 
 
 def offer_cache(request: Request) -> OfferCache | None:

@@ -494,7 +494,7 @@ def register(app: typer.Typer) -> None:
         gpus_range: GpuRange = None, tokens: Tokens = None, seq_len: SeqLen = None,
         global_batch: Batch = None,
         objective: Annotated[str | None, typer.Option(
-            help="time, gpu_hours, cost, energy or pareto.")] = None,
+            help="time, gpu_hours, cost, energy, carbon or pareto.")] = None,
         top_k: Annotated[int | None, typer.Option(help="Plans to return.")] = None,
         price: Annotated[str | None, typer.Option(
             help="USD per GPU-hour, to rank by cost.")] = None,

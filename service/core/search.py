@@ -70,6 +70,9 @@ class Objective(StrEnum):
     GPU_HOURS = "gpu_hours"
     COST = "cost"
     ENERGY = "energy"
+    CARBON = "carbon"
+    """Energy (with PUE) x the grid intensity where each cluster runs
+    (``ClusterSpec.grid_gco2e_per_kwh``); with one intensity for all it ranks like energy."""
     PARETO = "pareto"
 
 
@@ -114,6 +117,8 @@ class RankedPlan:
     global_batch_seqs: int
     estimate: Estimate
     cost_usd: Decimal | None
+    energy: EnergySpec
+    """The energy assumptions this plan was figured with (its cluster's grid intensity)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -496,7 +501,8 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
                 pruned["budget"] = pruned.get("budget", 0) + int(over.sum())
                 ok &= ~over
             feasible += int(ok.sum())
-            objective = _objective_values(request.objective, figures, cost)
+            objective = _objective_values(request.objective, figures, cost,
+                                          _energy_for(request, cluster))
             order_keys = _sort_keys(columns, objective, figures, cluster_index)
             picked = _top(order_keys, ok, request.top_k)
             make = _maker(columns, figures, cost, usable, cluster_index, group.batch,
@@ -532,7 +538,18 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
     )
 
 
-def _objective_values(objective: Objective, figures: BulkFigures, cost: np.ndarray) -> np.ndarray:
+def _energy_for(request: SearchRequest, cluster: ClusterSpec) -> EnergySpec:
+    """The request's energy assumptions with the grid intensity where ``cluster`` runs."""
+    grid = cluster.grid_gco2e_per_kwh
+    if grid is None or grid == request.energy.grid_gco2e_per_kwh:
+        return request.energy
+    return dataclasses.replace(request.energy, grid_gco2e_per_kwh=grid)
+
+
+def _objective_values(objective: Objective, figures: BulkFigures, cost: np.ndarray,
+                      energy: EnergySpec) -> np.ndarray:
+    if objective is Objective.CARBON:  # kWh already includes PUE (estimate's energy block)
+        return figures.kwh * energy.grid_gco2e_per_kwh
     if objective is Objective.GPU_HOURS:
         return figures.gpu_hours
     if objective is Objective.COST:
@@ -611,14 +628,15 @@ def _thin(front: list[_Candidate]) -> list[_Candidate]:
 def _rank(c: _Candidate, request: SearchRequest, groups: Sequence[_Group]) -> RankedPlan:
     group = groups[c.cluster_index]
     training = dataclasses.replace(request.training, global_batch_seqs=c.batch)
-    result = estimate(request.model, group.cluster, c.plan, training, energy=request.energy,
+    energy = _energy_for(request, group.cluster)
+    result = estimate(request.model, group.cluster, c.plan, training, energy=energy,
                       calibration=request.calibration)
     price = request.price_per_gpu_hour_usd.get(group.cluster.accelerator.id)
     cost = None
     if price is not None:
         cost = (Decimal(repr(result.throughput.gpu_hours)) * price).quantize(Decimal("0.01"))
     return RankedPlan(cluster=group.cluster, plan=c.plan, global_batch_seqs=c.batch,
-                      estimate=result, cost_usd=cost)
+                      estimate=result, cost_usd=cost, energy=energy)
 
 
 def _closest_entry(c: _Candidate, request: SearchRequest,

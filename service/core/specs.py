@@ -354,10 +354,18 @@ class ClusterSpec:
     accelerator: AcceleratorSpec
     num_gpus: int
     gpus_per_node: int
+    grid_gco2e_per_kwh: float | None = None
+    """Grid carbon intensity where this cluster runs (its region's published figure); None
+    takes ``EnergySpec.grid_gco2e_per_kwh``. Only the search reads it (carbon objective)."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.num_gpus, "cluster.num_gpus", maximum=1_000_000)
         _require_positive_int(self.gpus_per_node, "cluster.gpus_per_node", maximum=1_000_000)
+        grid = self.grid_gco2e_per_kwh
+        if grid is not None and (not math.isfinite(grid) or not 0 <= grid <= 2000):
+            raise InvalidSpecError(
+                f"cluster.grid_gco2e_per_kwh ({grid}) must be in [0, 2000]",
+                field="cluster.grid_gco2e_per_kwh")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

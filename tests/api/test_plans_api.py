@@ -139,3 +139,49 @@ def test_bad_requests_are_problems_naming_the_field(
     response = client.post("/v1/parallelism-plans", content=payload,
                            headers={"content-type": "application/json"})
     assert_problem(response, 422, field)
+
+
+def test_the_carbon_objective_ranks_by_each_clusters_grid_not_by_energy(
+    client: TestClient,
+) -> None:
+    """One request compares regions: the same H100 cluster in a coal-heavy grid and in a
+    hydro/nuclear one, plus an A100 cluster in the dirty one. Energy ranks by kWh alone; carbon
+    must put every plan of the clean site first, and each plan's CO2e is its own grid's."""
+    dirty, clean = 820.0, 39.32
+    request = body(
+        model={"preset": "llama3.1-8b"},
+        training={"seq_len": 8192, "global_batch_seqs": 128, "tokens": 1e11},
+        cluster=None,
+        clusters=[
+            {"accelerator": "h100-sxm5-80gb", "num_gpus": 64, "grid_gco2e_per_kwh": dirty},
+            {"accelerator": "a100-sxm4-80gb", "num_gpus": 64, "grid_gco2e_per_kwh": clean},
+        ],
+        top_k=20,
+    )
+    by_energy = client.post("/v1/parallelism-plans", json={**request, "objective": "energy"})
+    by_carbon = client.post("/v1/parallelism-plans", json={**request, "objective": "carbon"})
+    assert by_energy.status_code == by_carbon.status_code == 200, by_carbon.text
+    energy_plans, carbon_plans = by_energy.json()["plans"], by_carbon.json()["plans"]
+    # H100 needs fewer kWh for the same tokens, so energy prefers it; its grid is 21x dirtier.
+    assert energy_plans[0]["accelerator"] == "h100-sxm5-80gb"
+    assert carbon_plans[0]["accelerator"] == "a100-sxm4-80gb"
+    co2e = [p["energy"]["co2e_kg"] for p in carbon_plans]
+    assert co2e == sorted(co2e)
+    for plan in carbon_plans + energy_plans:
+        grid = clean if plan["accelerator"] == "a100-sxm4-80gb" else dirty
+        assert plan["energy"]["grid_gco2e_per_kwh"] == grid
+        assert plan["energy"]["co2e_kg"] == pytest.approx(plan["energy"]["kwh"] * grid / 1000)
+
+
+def test_a_cluster_grid_intensity_out_of_range_is_a_problem_naming_it(
+    client: TestClient,
+) -> None:
+    request = body(cluster={"accelerator": "a100-sxm4-80gb", "num_gpus": 8,
+                            "grid_gco2e_per_kwh": float("inf")})
+    response = client.post("/v1/parallelism-plans",
+                           content=json.dumps(request).replace("Infinity", "1e309"),
+                           headers={"content-type": "application/json"})
+    assert_problem(response, 422, "cluster.grid_gco2e_per_kwh")
+    response = client.post("/v1/parallelism-plans", json=body(
+        cluster={"accelerator": "a100-sxm4-80gb", "num_gpus": 8, "grid_gco2e_per_kwh": 2001}))
+    assert_problem(response, 422, "cluster.grid_gco2e_per_kwh")

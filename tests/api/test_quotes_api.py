@@ -4,6 +4,7 @@ verify after price changes, requote, listing, budget plans."""
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -331,3 +332,19 @@ def test_rank_by_co2e_compares_regions_by_carbon_and_keeps_the_cheapest(
     outcome = by_carbon["recommended"]["policy_outcome"]
     same = [Decimal(x["co2e_kg"]) for x in carbon if x["policy_outcome"] == outcome]
     assert Decimal(by_carbon["recommended"]["co2e_kg"]) == min(same)
+
+
+def test_objective_carbon_is_rank_by_co2e_and_a_contradiction_is_refused(
+    client: TestClient, writer: dict[str, str]
+) -> None:
+    body = {"workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 20_000,
+                                       "num_gpus": 64}},
+            "providers": ["gcp"], "terms": ["on_demand"]}
+    by_rank = post(client, writer, {**body, "rank_by": "co2e"}).json()
+    by_objective = post(client, writer, {**body, "objective": "carbon"}).json()
+    assert [x["offer_id"] for x in by_objective["lines"]] == [
+        x["offer_id"] for x in by_rank["lines"]]
+    assert by_objective["recommended"] == by_rank["recommended"]
+    clash = post(client, writer, {**body, "objective": "carbon", "rank_by": "total"})
+    assert_problem(clash, 422, "body")
+    assert "rank_by" in clash.json()["detail"] + json.dumps(clash.json().get("errors"))

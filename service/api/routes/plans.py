@@ -78,5 +78,5 @@ def optimise_parallelism(
         time.monotonic, stop=gone,
     )
     http_request.app.state.metrics.candidates.inc(result.stats.candidates_evaluated)
-    return PlanSearchResponse.from_core(result, request.objective, model, energy,
+    return PlanSearchResponse.from_core(result, request.objective, model,
                                         DEFAULT_CALIBRATION.version)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
@@ -91,6 +92,12 @@ class CandidateClusterIn(RequestModel):
     scaleup_bytes_per_s_per_gpu: float | None = Field(
         strict=True, default=None, ge=1e8, le=1e13,
         description=ClusterIn.model_fields["scaleup_bytes_per_s_per_gpu"].description)
+    grid_gco2e_per_kwh: float | None = Field(
+        strict=True, default=None, ge=0, le=2000, examples=[39.32],
+        description="Grid carbon intensity where this cluster runs, gCO2e per kWh (for "
+                    "example an offer's region_carbon_g_per_kwh from GET /v1/offers). Default: "
+                    "energy.grid_gco2e_per_kwh. Sets this cluster's plans' CO2e and what the "
+                    "carbon objective ranks, so one request compares regions.")
 
     @model_validator(mode="after")
     def _one_count(self) -> Self:
@@ -111,11 +118,13 @@ class CandidateClusterIn(RequestModel):
 
     def to_core(self, accelerator: AcceleratorSpec) -> list[ClusterSpec]:
         """One cluster per GPU count; GPUs per node default as in ``ClusterIn``."""
-        return [ClusterIn(accelerator=self.accelerator, num_gpus=count,
-                          gpus_per_node=self.gpus_per_node,
-                          scaleout_bytes_per_s_per_gpu=self.scaleout_bytes_per_s_per_gpu,
-                          scaleup_bytes_per_s_per_gpu=self.scaleup_bytes_per_s_per_gpu,
-                          ).to_core(accelerator)
+        return [dataclasses.replace(
+                    ClusterIn(accelerator=self.accelerator, num_gpus=count,
+                              gpus_per_node=self.gpus_per_node,
+                              scaleout_bytes_per_s_per_gpu=self.scaleout_bytes_per_s_per_gpu,
+                              scaleup_bytes_per_s_per_gpu=self.scaleup_bytes_per_s_per_gpu,
+                              ).to_core(accelerator),
+                    grid_gco2e_per_kwh=self.grid_gco2e_per_kwh)
                 for count in self.counts()]
 
 
@@ -237,7 +246,10 @@ class PlanSearchRequest(RequestModel):
     clusters: list[CandidateClusterIn] | None = Field(
         default=None, max_length=16, description="Candidate accelerators and GPU counts.")
     constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
-    objective: Objective = Objective.TIME
+    objective: Objective = Field(default=Objective.TIME, description=(
+        "What ranks the plans: time (training wall-clock), gpu_hours, cost (needs "
+        "constraints.price_per_gpu_hour_usd), energy (kWh with PUE), carbon (kWh x each "
+        "cluster's grid_gco2e_per_kwh) or pareto (the time/cost front)."))
     top_k: int = Field(strict=True, default=10, ge=1, le=100)
     energy: EnergyIn = Field(default_factory=EnergyIn)
 
@@ -313,13 +325,13 @@ class PlanSearchResponse(BaseModel):
 
     @classmethod
     def from_core(cls, result: SearchResult, objective: Objective, model: ModelSpec,
-                  energy: EnergySpec, calibration_version: str) -> PlanSearchResponse:
+                  calibration_version: str) -> PlanSearchResponse:
         stats = result.stats
         return cls(
             objective=objective, cost_basis=result.cost_basis,
-            plans=[PlanOut.from_core(i + 1, p, model, energy)
+            plans=[PlanOut.from_core(i + 1, p, model, p.energy)
                    for i, p in enumerate(result.plans)],
-            pareto=[PlanOut.from_core(i + 1, p, model, energy)
+            pareto=[PlanOut.from_core(i + 1, p, model, p.energy)
                     for i, p in enumerate(result.pareto)],
             search=SearchOut(
                 candidates_total=stats.candidates_total,

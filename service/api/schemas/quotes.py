@@ -178,11 +178,21 @@ class QuoteRequest(RequestModel):
                     "same policy outcome: total money, or CO2e (energy × PUE × each region's "
                     "grid intensity, else energy.grid_gco2e_per_kwh): one request compares "
                     "regions by carbon. cheapest and cheapest_per_term stay the cheapest.")
+    objective: Literal["cost", "carbon"] | None = Field(
+        default=None,
+        description="The optimiser's word for rank_by: cost is rank_by total, carbon is "
+                    "rank_by co2e. Give one of the two; both must agree.")
 
     @model_validator(mode="after")
     def _checks(self) -> Self:
         _check_pricing_fields(self.terms, self.reserved_utilisation_fraction, self.accounting,
                               self.reservation_utilisation_fraction)
+        if self.objective is not None:
+            implied = "co2e" if self.objective == "carbon" else "total"
+            if "rank_by" in self.model_fields_set and self.rank_by != implied:
+                raise ValueError(f"objective {self.objective} means rank_by {implied}, but "
+                                 f"rank_by is {self.rank_by}: give one of them")
+            self.rank_by = implied
         return self
 
 

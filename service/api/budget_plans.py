@@ -57,8 +57,10 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
     within, in_time = _plan_lists(computed)
     fraction = computed.request_fraction
     return BudgetPlanOut.model_validate({
-        "soonest_within_budget": [line_json(x, fraction) for x in within[: body.top_k]],
-        "cheapest_before_deadline": [line_json(x, fraction) for x in in_time[: body.top_k]],
+        "soonest_within_budget": [line_json(x, fraction, conversion)
+                                  for x in within[: body.top_k]],
+        "cheapest_before_deadline": [line_json(x, fraction, conversion)
+                                     for x in in_time[: body.top_k]],
         "catalog_version": version_id, "budget": body.budget.model_dump(),
         "deadline_s": body.deadline_s, "accounting": body.accounting,
         "policy": {"name": policy.name, "revision": policy.revision},
@@ -128,7 +130,8 @@ def _largest_model(
             break
         cheapest = min(ok, key=QuoteLine.sort_key)
         best = (computed, {"preset": name, "params": params, "tokens": tokens,
-                           "line": line_json(cheapest, computed.request_fraction)})
+                           "line": line_json(cheapest, computed.request_fraction,
+                                             computed.conversion)})
     if best is not None:
         return best[0], tried, best[1]
     if last is None:

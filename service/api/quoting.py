@@ -248,6 +248,8 @@ class Computed:
     result: QuoteResult
     options: Options
     request_fraction: Decimal
+    conversion: Conversion | None = None
+    """How the budget was converted; lines then show their amounts in its currency too."""
 
 
 def budget_conversion(session: Session, request: QuoteRequest | BudgetPlanRequest,
@@ -414,7 +416,8 @@ def price(
         jobs=[j for j, _ in jobs], offers=offers, timings=timings, onprem=onprem,
         options=options, policy=policy, today=now.date().toordinal(), version_id=version_id,
         gated=gated)
-    return Computed(result=result, options=options, request_fraction=legacy)
+    return Computed(result=result, options=options, request_fraction=legacy,
+                    conversion=conversion)
 
 
 # --- JSON ----------------------------------------------------------------------------------
@@ -422,6 +425,17 @@ def price(
 
 def _money(amount: Decimal | None) -> str | None:
     return None if amount is None else str(pricing.cents(amount))
+
+
+def _in_budget_currency(line: QuoteLine, conversion: Conversion | None,
+                        ) -> dict[str, Any] | None:
+    a = line.amounts
+    if conversion is None or a is None or line.currency != conversion.into:
+        return None
+    back = conversion.in_budget_currency
+    return {"currency": conversion.currency, "total": f"{back(a.total):f}",
+            "commitment_total": f"{back(a.commitment_total):f}",
+            "job_cost_total": f"{back(a.job_cost_total):f}"}
 
 
 def _finite(value: float | None) -> float | None:
@@ -433,8 +447,10 @@ def rule_json(rule: RuleResult) -> dict[str, str]:
             "severity": core_quote.SEVERITY[rule.outcome], "message": rule.message}
 
 
-def line_json(line: QuoteLine, legacy_fraction: Decimal) -> dict[str, Any]:
-    """One line in the documented shape (QuoteLineOut)."""
+def line_json(line: QuoteLine, legacy_fraction: Decimal,
+              conversion: Conversion | None = None) -> dict[str, Any]:
+    """One line in the documented shape (QuoteLineOut); with the budget's ``conversion``, its
+    amounts also in the budget's currency (``in_budget_currency``)."""
     a = line.amounts
     reserved = None
     if a is not None and a.reserved is not None:
@@ -496,6 +512,7 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal) -> dict[str, Any]:
         "uncertainty": uncertainty,
         "price_as_of": line.price_as_of,
         "reserved": reserved, "onprem": dict(line.onprem) if line.onprem else None,
+        "in_budget_currency": _in_budget_currency(line, conversion),
         "offer_id": line.offer_id, "catalog_version": line.catalog_version,
         "plan": dict(line.plan) if line.plan else None,
         "global_batch_seqs": line.global_batch_seqs,
@@ -550,7 +567,7 @@ def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool) -> tu
     ``all_lines``; every line is stored for ``GET /v1/quotes/{id}/lines`` and ``verify``."""
     result = computed.result
     fraction = computed.request_fraction
-    every = [line_json(x, fraction) for x in result.lines]
+    every = [line_json(x, fraction, computed.conversion) for x in result.lines]
     # The shown, cheapest, fastest and recommended lines are lines of ``result.lines``: each
     # one's JSON is built once above (read-only from here on: it is only serialised).
     built = {id(x): j for x, j in zip(result.lines, every, strict=True)}

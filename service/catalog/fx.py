@@ -21,13 +21,13 @@ import hashlib
 import io
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_DOWN, Context, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_DOWN, Context, Decimal, InvalidOperation
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.catalog.currencies import is_currency
+from service.catalog.currencies import is_currency, minor_units
 from service.catalog.errors import ConflictError, NotFoundError
 from service.catalog.models import FxRateRow, FxVersion
 
@@ -196,6 +196,15 @@ class Conversion:
     rates_per_eur: Mapping[str, Decimal]
     version: str
 
+    def in_budget_currency(self, amount: Decimal) -> Decimal:
+        """``amount`` of the pricing currency shown in the budget's currency, with the same
+        cross rate, rounded up to the budget currency's minor unit (ISO 4217): a line's cost
+        is never shown smaller than it is. Because the budget is rounded down on the way in,
+        a line the verdict finds within budget never shows more than the budget."""
+        exponent = Decimal(1).scaleb(-minor_units(self.currency))
+        return CONVERSION_PRECISION.divide(amount, self.rate).quantize(
+            exponent, rounding=ROUND_CEILING)
+
     def describe(self) -> str:
         return (f"{self.amount:,.2f} {self.currency} at {self.rate.normalize():f} {self.into} "
                 f"per {self.currency} (ECB reference rates of {self.rate_date.isoformat()}, "
@@ -204,7 +213,9 @@ class Conversion:
 
 ROUNDING = ("the cross rate is rate_per_eur(pricing currency) / rate_per_eur(budget "
             "currency) at 34 significant digits; the converted budget is rounded down to the "
-            "cent (ROUND_DOWN), so rounding never enlarges a budget")
+            "cent (ROUND_DOWN), so rounding never enlarges a budget; a line's amounts shown in the "
+            "budget's currency are divided by the same rate and rounded up to that currency's "
+            "minor unit (ROUND_CEILING), so rounding never shrinks a cost")
 
 
 def convert(amount: Decimal, currency: str, into: str, day_rates: Mapping[str, Decimal],

@@ -280,6 +280,15 @@ def render_quote(answer: dict[str, Any]) -> None:
                   f"{recommended['num_gpus']:,} GPUs: commitment {report.commitment(recommended)}"
                   f", job cost {report.job_cost(recommended)} vs {report.budget_text(answer)}",
                   highlight=False)
+        converted = recommended.get("in_budget_currency")
+        conversion = answer.get("fx")
+        if converted and conversion:
+            out.print(f"  in {converted['currency']}: commitment "
+                      f"{fmt.money(converted['commitment_total'], converted['currency'])}, "
+                      f"job cost {fmt.money(converted['job_cost_total'], converted['currency'])}"
+                      f" (ECB {conversion['fixing_date']}, {conversion['rate']} "
+                      f"{recommended['currency']} per {converted['currency']}, rounded up)",
+                      highlight=False)
     rejected = answer.get("rejected_offers") or {}
     if rejected.get("count"):
         groups = "; ".join(f"{g['provider']} {g['instance_type']} ({g['code']}) ×{g['offers']}"

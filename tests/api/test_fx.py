@@ -88,6 +88,29 @@ def test_rounding_never_enlarges_a_budget(amount: Decimal, into: Decimal, of: De
     assert exact - c.converted < Decimal("0.0100001")
 
 
+@given(budget=st.decimals(min_value=Decimal("0.01"), max_value=Decimal("1e12"), places=2),
+       cost=st.decimals(min_value=Decimal("0.01"), max_value=Decimal("1e12"), places=2),
+       into=st.decimals(min_value=Decimal("0.0001"), max_value=Decimal("20000"), places=4),
+       of=st.decimals(min_value=Decimal("0.0001"), max_value=Decimal("20000"), places=4),
+       currency=st.sampled_from(["GBP", "JPY"]))
+def test_a_line_shown_in_the_budget_currency_agrees_with_the_verdict(
+        budget: Decimal, cost: Decimal, into: Decimal, of: Decimal, currency: str) -> None:
+    """Worst honest case of showing a USD line in the budget's currency: a cost the verdict
+    finds within the converted budget is never shown above the budget, and a shown amount is
+    never below the exact cost (JPY has no minor unit, so it is rounded to whole yen)."""
+    budget = budget.quantize(Decimal(1)) if currency == "JPY" else budget
+    if budget <= 0:
+        return
+    c = fx.convert(budget, currency, "USD", {currency: of, "USD": into},
+                   dt.date(2025, 4, 30), "fx_000001")
+    shown = c.in_budget_currency(cost)
+    assert shown >= cost * of / into - Decimal("1e-20")
+    if currency == "JPY":
+        assert shown == shown.to_integral_value()
+    if cost <= c.converted:  # the verdict's comparison
+        assert shown <= budget
+
+
 # -- the API ----------------------------------------------------------------------------------
 
 def test_the_seed_table_answers_the_latest_fixing_on_or_before_a_day(
@@ -192,6 +215,10 @@ def test_a_eur_budget_is_judged_with_a_stated_ecb_rate_to_the_cent(
     assert conversion["budget"] == {"amount": str(eur), "currency": "EUR"}
     assert Decimal(conversion["converted_budget"]["amount"]) == (
         eur * usd_per_eur).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
+    # The line in the budget's currency: never over the budget it passed, never below its cost.
+    shown = enough["cheapest"]["in_budget_currency"]
+    assert shown["currency"] == "EUR"
+    assert total / usd_per_eur <= Decimal(shown["total"]) <= eur
     budget_rule = next(r for r in enough["reason_details"] if r["rule"] == "budget")
     assert "EUR at" in budget_rule["message"]
     assert "2025-04-30" in budget_rule["message"]
@@ -199,6 +226,7 @@ def test_a_eur_budget_is_judged_with_a_stated_ecb_rate_to_the_cent(
         "amount": str(eur - Decimal("0.01")), "currency": "EUR"}}).json()
     assert short["verdict"] == "reject"
     assert short["cheapest"]["within_budget"] is False
+    assert Decimal(short["cheapest"]["in_budget_currency"]["total"]) > eur - Decimal("0.01")
     # A later import adds a fixing the quote's day would now pick; verify still matches,
     # because the quote named its table version.
     grown = _import(client, headers, "Date,USD,\n2025-05-02,1.1301,\n")

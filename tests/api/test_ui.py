@@ -462,3 +462,22 @@ def test_budget_plan_errors_appear_next_to_their_fields(client: TestClient) -> N
     assert errors is not None
     assert "not a model preset" in errors.group(1)
     assert "nope" not in errors.group(1)  # input is never echoed (issue 14)
+
+
+def test_a_eur_budget_shows_the_commitment_in_euros_with_its_ecb_fixing(
+        client: TestClient, api_key: Any) -> None:
+    key = api_key("quotes:write", "quotes:read")["Authorization"].split()[1]
+    response = client.post("/ui", data={**FORM, "api_key": key, "budget": "900000.00",
+                                        "currency": "EUR", "providers": "aws",
+                                        "action": "quote"})
+    assert response.status_code == 200, response.text[:800]
+    html = response.text
+    quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
+    stored = client.get(f"/v1/quotes/{quote_id}",
+                        headers={"Authorization": f"Bearer {key}"}).json()
+    shown = stored["recommended"]["in_budget_currency"]
+    assert shown["currency"] == "EUR"
+    block = re.search(r'id="commitment-in-budget-currency">(.*?)</div>', html, re.S)
+    assert block is not None
+    assert str(escape(fmt.money(shown["commitment_total"], "EUR"))) in block.group(1)
+    assert stored["fx"]["fixing_date"] in block.group(1)

@@ -550,3 +550,15 @@ def test_catalog_refresh_holds_a_price_move_for_review(local: str) -> None:
     assert "p5.48xlarge" in held.stdout
     after = json.loads(cq("catalog", "versions", "--local", "--json").stdout)["items"][0]
     assert after["id"] == before["id"]
+
+
+def test_a_eur_budget_prints_the_recommended_line_in_euros_with_its_fixing(local: str) -> None:
+    args = [*AWS_512, "--term", "on_demand", "--budget", "5000000", "--currency", "EUR"]
+    answer = quote_json(*args)
+    shown = answer["recommended"]["in_budget_currency"]
+    assert shown["currency"] == "EUR"
+    text = cq("quote", "--local", *args)
+    assert text.exit_code in (0, 3), text.output
+    flat = " ".join(text.output.split())
+    assert f"in EUR: commitment {fmt.money(shown['commitment_total'], 'EUR')}" in flat
+    assert answer["fx"]["fixing_date"] in flat

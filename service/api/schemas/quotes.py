@@ -188,7 +188,8 @@ class QuoteRequest(RequestModel):
         _check_pricing_fields(self.terms, self.reserved_utilisation_fraction, self.accounting,
                               self.reservation_utilisation_fraction)
         if self.objective is not None:
-            implied = "co2e" if self.objective == "carbon" else "total"
+            implied: Literal["total", "co2e"] = (
+                "co2e" if self.objective == "carbon" else "total")
             if "rank_by" in self.model_fields_set and self.rank_by != implied:
                 raise ValueError(f"objective {self.objective} means rank_by {implied}, but "
                                  f"rank_by is {self.rank_by}: give one of them")
@@ -276,6 +277,17 @@ BUDGET_PLAN_EXAMPLE: dict[str, Any] = {
     "deadline_s": 5184000,
     "terms": ["on_demand", "spot", "reserved_1y"],
 }
+
+
+class InBudgetCurrencyOut(BaseModel):
+    """A line's amounts in the budget's currency, when the budget was converted (see ``fx``):
+    divided by ``fx.rate`` and rounded up to the currency's minor unit, so a line the verdict
+    finds within budget never shows more than the budget, and a cost is never shown smaller."""
+
+    currency: str = Field(examples=["EUR"])
+    total: str
+    commitment_total: str
+    job_cost_total: str
 
 
 class ReservedOut(BaseModel):
@@ -388,6 +400,9 @@ class QuoteLineOut(BaseModel):
         "gives no date (those lines carry the flag undated_price)."))
     reserved: ReservedOut | None
     onprem: dict[str, Any] | None
+    in_budget_currency: InBudgetCurrencyOut | None = Field(
+        default=None, description="The amounts in the budget's currency when the budget was "
+                                  "converted with an ECB rate (fx); null otherwise.")
     offer_id: str | None
     catalog_version: str
     plan: dict[str, Any] | None

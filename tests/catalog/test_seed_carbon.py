@@ -75,3 +75,18 @@ def test_a_quote_line_in_a_tabled_region_uses_the_regions_carbon(client: TestCli
     expected = kwh * Decimal(repr(figure)) / 1000
     assert abs(Decimal(line["co2e_kg"]) - expected) <= Decimal("0.002")
     assert figure != 1000  # the request's default intensity was not used
+
+
+def test_every_seed_offer_with_a_region_has_a_sourced_figure() -> None:
+    """Issue 17's 'carbon is on every offer with a region': the neocloud regions and AWS
+    eu-south-2 take a same-grid proxy, and the source says it is one."""
+    offers = [o for o in _offers() if o.region]  # type: ignore[attr-defined]
+    assert offers
+    missing = [(o.provider, o.region) for o in offers  # type: ignore[attr-defined]
+               if o.region_carbon_g_per_kwh is None]  # type: ignore[attr-defined]
+    assert missing == []
+    proxied = {(o.provider, o.region): o.region_carbon_source  # type: ignore[attr-defined]
+               for o in offers if o.provider in ("lambda", "nebius")  # type: ignore[attr-defined]
+               or o.region == "eu-south-2"}  # type: ignore[attr-defined]
+    assert {p for p, _ in proxied} == {"lambda", "nebius", "aws"}
+    assert all(source.startswith("grid proxy: ") for source in proxied.values())

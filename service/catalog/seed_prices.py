@@ -256,6 +256,19 @@ TPU_SLICE_NAME = {"tpu-v4": ("v4-{}", 2), "tpu-v5p": ("v5p-{}", 2),
 Cloud TPU docs, "TPU types and topologies"; seed/prices/README.md)."""
 
 
+TPU_DCN_GBITS_PER_S_PER_CHIP = {
+    "tpu-v5p": (50, "Cloud TPU v5p docs: 'Data center network (DCN) bandwidth per chip (Gbps) "
+                    "| 50'"),
+    "tpu-v5e": (25, "Cloud TPU v5e docs: 'Per-host NIC configuration | 2 x 100 Gbps NIC', 8 "
+                    "chips per host ('Data center network bandwidth per Pod | 6.4 Tbps' = 256 x "
+                    "25)"),
+}
+"""Data-centre network between slices (Multislice), per chip, where Google documents it.
+v4 and v6e have no documented figure, so their slices have no inter-slice network and a job
+larger than one slice has no v4 or v6e line (the hardware catalogue's DCN figure for them is
+an assumption, fine for an estimate, not for a procurement line)."""
+
+
 def _tpu_slices(smallest: int, pod: int) -> list[int]:
     """Slice sizes in chips: powers of two from the smallest slice the price file names to
     the largest that fits the pod, and the whole pod."""
@@ -267,13 +280,25 @@ def _tpu_slices(smallest: int, pod: int) -> list[int]:
     return sizes if sizes[-1] == pod else [*sizes, pod]
 
 
+def _tpu_dcn(accelerator: str, chips: int, datasheet: str) -> dict[str, str]:
+    """A slice's fabric columns: ICI inside, and the slice's DCN (chips x per-chip) between
+    slices where documented (``TPU_DCN_GBITS_PER_S_PER_CHIP``)."""
+    ici = f"{datasheet}: one slice's chips share the ICI torus"
+    if accelerator not in TPU_DCN_GBITS_PER_S_PER_CHIP:
+        return {"fabric_source": ici + "; no documented DCN, so one slice per job"}
+    per_chip, source = TPU_DCN_GBITS_PER_S_PER_CHIP[accelerator]
+    return {"inter_node_gbps": str(per_chip * chips),
+            "fabric_source": f"{ici}; Multislice over the data-centre network, {per_chip} "
+                             f"Gbit/s per chip x {chips} chips ({source})"}
+
+
 def _tpu_rows(pods: Mapping[str, tuple[int, str]]) -> Iterator[dict[str, Any]]:
     """One offer per TPU slice shape, region and term (on-demand, spot): the slice is the
     instance, its chips the "GPUs" and its ICI the fast domain. Per-chip prices are flat
     across slice sizes in the source (checked smallest against largest), so a slice costs
-    chips x the per-chip price. Multislice jobs (DCN between slices) are not offered: the
-    data-centre network between slices is not documented in the sources here, so a job
-    larger than one pod has no TPU line. ``pods``: accelerator id -> (chips, datasheet)."""
+    chips x the per-chip price. Multislice jobs (DCN between slices) are offered where
+    Google documents the DCN bandwidth (v5p, v5e: ``_tpu_dcn``). ``pods``: accelerator id ->
+    (chips, datasheet)."""
     seen: set[tuple[str, str, str]] = set()
     for row in _rows(TPU_FILE):
         accelerator = row["tpu_version"]
@@ -294,7 +319,7 @@ def _tpu_rows(pods: Mapping[str, tuple[int, str]]) -> Iterator[dict[str, Any]]:
                     "instance_type": name.format(chips * cores_per_chip),
                     "accelerator": accelerator, "gpus_per_instance": str(chips),
                     "nvlink_domain": str(chips),
-                    "fabric_source": f"{datasheet}: one slice's chips share the ICI torus",
+                    **_tpu_dcn(accelerator, chips, datasheet),
                     "term": term, "currency": "USD",
                     "price_per_hour": str(Decimal(per_chip) * chips),
                     "source": row["source"] + " (per-chip price x chips in the slice)",

@@ -54,6 +54,66 @@ def test_a_training_run_on_tpu_v5p_is_quoted(client: TestClient, api_key: KeyMak
     # 256 chips x the billed hours x 4.20 per chip-hour, to the cent.
     assert Decimal(line["job_cost_total"]) == (
         Decimal(line["gpu_hours"]) * Decimal("4.2")).quantize(Decimal("0.01"))
-    # Smaller slices cannot hold the job without a multislice network, which is not offered.
-    rejected = {g["instance_type"]: g["code"] for g in quote["rejected_offers"]["groups"]}
-    assert rejected["v5p-8"] == "interconnect_unknown"
+    # Smaller slices hold it as Multislice over the documented DCN (50 Gbit/s per chip): the
+    # same chip-hours' price per hour, but a slower step than one ICI torus.
+    multi = [x for x in lines if x["instance_type"] == "v5p-128" and x["term"] == "on_demand"]
+    assert len(multi) == 1
+    assert multi[0]["instances"] == 4  # 4 slices of 64 chips
+    assert multi[0]["inter_node_gbps"] == 64 * 50
+    assert multi[0]["wall_clock_s"] >= line["wall_clock_s"]
+    assert "Multislice" in multi[0]["fabric_source"]
+
+
+def test_a_multislice_v5e_job_is_priced_and_v6e_without_a_documented_dcn_is_not(
+        client: TestClient, api_key: KeyMaker) -> None:
+    """The worst honest case for a TPU fabric: a job larger than any v5e slice (the pod is
+    256 chips) runs on 32 slices over the DCN Google documents (2 x 100 Gbit/s per 8-chip
+    host); v6e, whose DCN is not documented, gets no line for a job larger than its pod."""
+    headers = api_key("quotes:write")
+    run = {**TPU_RUN, "regions": [], "terms": ["on_demand"]}
+    run["workload"] = {"estimate": {**TPU_RUN["workload"]["estimate"], "cluster": {
+        "accelerator": "tpu-v5e", "num_gpus": 8192}, "parallelism": {
+        "tp": 4, "pp": 1, "dp": 2048}, "training": {
+        "seq_len": 8192, "global_batch_seqs": 8192, "tokens": 1e11, "precision": "bf16"}}}
+    answer = client.post("/v1/quotes", json=run,
+                         headers={**headers, "Idempotency-Key": uuid.uuid4().hex})
+    assert answer.status_code == 201, answer.text
+    lines = [x for x in all_lines(client, answer.json(), headers) if x["feasible"]]
+    pod = [x for x in lines if x["instance_type"] == "v5litepod-256"]
+    assert pod
+    assert {x["instances"] for x in pod} == {32}
+    assert {x["inter_node_gbps"] for x in pod} == {256 * 25}
+    run["workload"]["estimate"]["cluster"] = {"accelerator": "tpu-v6e", "num_gpus": 512}
+    run["workload"]["estimate"]["parallelism"] = {"tp": 4, "pp": 1, "dp": 128}
+    v6e = client.post("/v1/quotes", json=run,
+                      headers={**headers, "Idempotency-Key": uuid.uuid4().hex})
+    assert v6e.status_code == 201, v6e.text
+    assert [x for x in all_lines(client, v6e.json(), headers) if x["feasible"]] == []
+    codes = {g["instance_type"]: g["code"] for g in v6e.json()["rejected_offers"]["groups"]}
+    assert codes["v6e-256"] == "interconnect_unknown"  # the whole pod, and still too small
+
+
+def test_an_estimate_across_tpu_slices_pays_for_the_dcn_not_the_ici(
+        client: TestClient) -> None:
+    """DCN between slices is the hardware catalogue's scale-out (50 Gbit/s per v5p chip, from
+    Google's v5p page); ICI within a slice is the scale-up domain. The same ZeRO-3 job on one
+    1,024-chip slice and on 256 four-chip slices differs only in that."""
+    accelerator = client.get("/v1/accelerators/tpu-v5p").json()
+    assert accelerator["scaleout_gbits_per_s"] == 50
+    assert "Data center network (DCN) bandwidth per chip" in accelerator["notes"]
+
+    def run(slice_chips: int) -> dict[str, Any]:
+        response = client.post("/v1/estimates", json={
+            "model": {"preset": "llama3.1-70b"},
+            "cluster": {"accelerator": "tpu-v5p", "num_gpus": 1024,
+                        "gpus_per_node": slice_chips},
+            "parallelism": {"tp": 4, "pp": 1, "zero_stage": 3},
+            "training": {"seq_len": 8192, "global_batch_seqs": 256, "tokens": 1e11}})
+        assert response.status_code == 200, response.text
+        time: dict[str, Any] = response.json()["time"]
+        return time
+
+    one, many = run(1024), run(4)
+    assert many["breakdown_s"]["compute"] == one["breakdown_s"]["compute"]
+    assert many["breakdown_s"]["dp_comm_exposed"] > 10 * one["breakdown_s"]["dp_comm_exposed"]
+    assert many["tokens_per_s_per_gpu"] < one["tokens_per_s_per_gpu"]

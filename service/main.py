@@ -47,7 +47,7 @@ from service.api.schemas.estimate import ESTIMATE_EXAMPLE
 from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
 from service.api.shedding import LoadSheddingMiddleware
 from service.api.ui import router as ui_router
-from service.api.workers import prestart, set_memory_limit
+from service.api.workers import prestart, set_memory_limit, stop_with_app
 from service.catalog.changes import ChangeFeed, GenerationCache, bump_on_commit
 from service.catalog.db import make_engine, make_session_factory
 from service.core.quote import PriceOffer
@@ -91,7 +91,8 @@ def dispose(app: FastAPI) -> None:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     """At start-up, bring the search workers up in the background (issue 16: the first search
     after start-up waited for them); not at construction, so building an app has no side
-    effect on processes."""
+    effect on processes. At shutdown, end them and every other child process before the
+    server exits (issue 18: after a SIGTERM they kept running)."""
     futures = prestart(app.state.settings.search_workers)
     app.state.changes.start()
     # Everything built at start-up (the app, the catalogue and calibration tables, imported
@@ -111,6 +112,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         warm.cancel()
         app.state.changes.stop()
+        await asyncio.to_thread(stop_with_app)
 
 
 WARM_UP_TIMEOUT_S = 60.0

@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from service.api.deps import get_session
+from service.api.workers import share_between_apps
 from service.catalog.db import make_engine
 from service.catalog.keys import create_key
 from service.catalog.migrate import upgrade
@@ -29,6 +30,10 @@ from service.settings import Settings
 # Apps and live servers in the tests skip the start-up warm-up (a plan search per app start,
 # and /readyz 503 until it is done); tests/api/test_warm_up.py turns it on.
 os.environ.setdefault("CQ_WARM_UP", "0")
+# Hundreds of apps run in turn in this process: they share one search pool instead of each
+# starting and ending two workers (a real server ends its pool at shutdown:
+# tests/faults/test_worker_shutdown.py).
+share_between_apps()
 
 # No per-example deadline: Hypothesis' default 200 ms fails a correct property on a loaded
 # machine (seen: a pricing property under a concurrent suite), so speed never decides a test.

@@ -5,10 +5,16 @@ One process-wide pool, started on first use with the ``spawn`` method (forking a
 server is unsafe) and shut down at exit. ``CQ_SEARCH_WORKERS=0`` runs searches in the calling
 thread instead.
 
-Workers die with their parent: each watches its parent process id and exits within
-``PARENT_POLL_S`` of the parent going away, after a SIGTERM as after a SIGKILL (issue 14: they
-were orphaned and kept running). The multiprocessing resource tracker then sees its last
-holder go and exits too.
+The app's lifespan ends the pool (``stop_with_app``): after a SIGTERM, uvicorn runs the
+lifespan's shutdown and then re-raises the signal, so the process dies without running
+``atexit`` handlers. ``shutdown`` therefore ends every worker and the multiprocessing resource
+tracker (the helper process) itself, within ``2 * WORKER_STOP_S``, before the server exits
+(issue 18: both kept running after a SIGTERM).
+
+Workers also die with their parent: each watches its parent process id and exits within
+``PARENT_POLL_S`` of the parent going away, for a SIGKILL, which runs no shutdown (issue 14:
+they were orphaned and kept running). The resource tracker then sees its last holder go and
+exits too.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import resource_tracker
 from typing import Any, TypeVar
 
 from service.api.work import ClientGoneError
@@ -37,6 +44,11 @@ PARENT_POLL_S = 0.5
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 STOP_POLL_S = 0.05
 """How often a waiting request checks whether its client has gone."""
+WORKER_STOP_S = 2.0
+"""How long an ending pool waits for its workers to leave on their own, then for them to
+obey SIGTERM, before it kills them: ending takes at most twice this, well inside the pod's
+grace period after uvicorn's graceful shutdown (``tests/deploy`` checks the sum)."""
+_end_with_app = True
 
 
 def _watch_parent(parent: int) -> None:
@@ -164,9 +176,62 @@ def _wait(future: Future[T], timeout_s: float | None, stop: Callable[[], bool] |
                 raise ClientGoneError("the client disconnected") from None
 
 
-def _shutdown() -> None:
-    if _pool is not None:
-        _pool.shutdown(wait=False, cancel_futures=True)
+def shutdown(stop_s: float = WORKER_STOP_S) -> None:
+    """End the pool and every process ``multiprocessing`` started for it, and wait for them.
+
+    Queued searches are cancelled; workers are asked to leave and given ``stop_s``; any still
+    running (a search nobody waits for any more) get SIGTERM and another ``stop_s``, then
+    SIGKILL. Once no child is left, the resource tracker is stopped too (it would otherwise
+    outlive the server until the kernel closes its pipe). A later search starts a new pool."""
+    global _pool, _size
+    with _lock:
+        pool, _pool, _size = _pool, None, 0
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+    children = multiprocessing.active_children()
+    for step in (None, "terminate", "kill"):
+        if step == "terminate":
+            for child in children:
+                child.terminate()
+        elif step == "kill":
+            for child in children:
+                child.kill()
+        ends_at = time.monotonic() + stop_s
+        for child in children:
+            child.join(max(0.0, ends_at - time.monotonic()))
+        children = [child for child in children if child.is_alive()]
+        if not children:
+            break
+    if children:
+        logger.warning("%d worker processes did not end", len(children))
+        return
+    if pool is not None:
+        pool.shutdown(wait=True)  # the pool's manager thread, now that its workers are gone
+    # The tracker exits when every holder of its pipe has closed it: the workers (gone) and
+    # this process. ResourceTracker._stop() closes ours and reaps it (CPython 3.8 and later).
+    # Only the process that started it can reap it: a worker (whose own exit runs this too)
+    # inherited the pipe but not the tracker.
+    tracker = resource_tracker._resource_tracker
+    stop_tracker = getattr(tracker, "_stop", None)
+    if stop_tracker is not None and getattr(tracker, "_pid", None) is not None:
+        try:
+            stop_tracker()
+        except Exception as exc:  # a best effort: the kernel closes the pipe at exit anyway
+            logger.warning("resource tracker did not stop: %s", type(exc).__name__)
 
 
-atexit.register(_shutdown)
+def share_between_apps() -> None:
+    """Keep the pool when an app's lifespan ends (``stop_with_app`` does nothing). For the
+    test process, which runs hundreds of apps in turn: each would otherwise start and end
+    its own workers. The pool still ends at the process's exit."""
+    global _end_with_app
+    _end_with_app = False
+
+
+def stop_with_app() -> None:
+    """The lifespan's shutdown: end the pool (``shutdown``) unless ``share_between_apps``."""
+    if _end_with_app:
+        shutdown()
+
+
+atexit.register(shutdown)

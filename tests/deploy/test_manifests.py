@@ -1,8 +1,14 @@
 """Deployment files: each Kustomize overlay renders with ``kubectl kustomize``, validates
-strictly against the Kubernetes schemas, and keeps the rules the service relies on."""
+strictly against the Kubernetes schemas, and keeps the rules the service relies on.
+
+Issue 18: prod holds no Secret with a value (it references one it does not own); the
+migration Job is named after the release, so two releases rendered and applied in order to
+``ApiServer`` (a stand-in for the API server's create-or-update and immutable-field rules,
+no cluster needed) both succeed; and the pod's grace period covers the whole shutdown."""
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 import subprocess
@@ -13,19 +19,23 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from service.api.workers import WORKER_STOP_S
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 OVERLAYS = ["dev", "prod"]
 K8S_VERSION = "1.30.0"
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
+"""A Job's name: a DNS subdomain, and at most 63 characters, as its pods' job-name label."""
 
 
-def kustomize(overlay: str) -> str | None:
+def kustomize(overlay: str, k8s: Path = DEPLOY / "k8s") -> str | None:
     """``kubectl kustomize`` of an overlay, or None without a kubectl that can render it."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         return None
     result = subprocess.run(  # noqa: S603 - fixed arguments
-        [kubectl, "kustomize", str(DEPLOY / "k8s" / "overlays" / overlay)],
+        [kubectl, "kustomize", str(k8s / "overlays" / overlay)],
         capture_output=True, text=True, check=False, timeout=60)
     return result.stdout if result.returncode == 0 else None
 
@@ -80,20 +90,66 @@ def test_deployment_rules(docs: list[dict[str, Any]]) -> None:
     assert security["allowPrivilegeEscalation"] is False
     pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
-    # Graceful shutdown (uvicorn) plus the preStop sleep must end before the grace period.
+    # The preStop sleep, uvicorn's graceful shutdown, then the lifespan ending the search
+    # workers (at most 2 x WORKER_STOP_S) must all end before the grace period's SIGKILL.
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     graceful = int(re.search(r'"--timeout-graceful-shutdown", "(\d+)"', dockerfile).group(1))  # type: ignore[union-attr]
-    assert int(pre_stop[1]) + graceful < pod["terminationGracePeriodSeconds"]
+    shutdown_s = int(pre_stop[1]) + graceful + 2 * WORKER_STOP_S
+    assert shutdown_s < pod["terminationGracePeriodSeconds"]
     sources = container["envFrom"]
     assert {"configMapRef", "secretRef"} == {next(iter(s)) for s in sources}
     assert all(not e.get("value", "").startswith("postgresql") for e in container.get("env", []))
 
 
-def test_secret_holds_the_database_url_and_pepper(docs: list[dict[str, Any]]) -> None:
-    secret = one(docs, "Secret")
-    assert {"CQ_DATABASE_URL", "CQ_API_KEY_PEPPER"} <= set(secret["stringData"])
-    config = one(docs, "ConfigMap")
-    assert not {"CQ_DATABASE_URL", "CQ_API_KEY_PEPPER"} & set(config["data"])
+SECRET_KEYS = {"CQ_DATABASE_URL", "CQ_API_KEY_PEPPER"}
+SECRET_NAME = "computequote-secrets"
+
+
+def secrets_with_values(docs: list[dict[str, Any]]) -> list[str]:
+    """The names of the Secrets in ``docs`` that carry a literal value (``data`` or
+    ``stringData``): applying one overwrites the Secret of the same name in the cluster."""
+    return [d["metadata"]["name"] for d in docs
+            if d["kind"] == "Secret" and (d.get("data") or d.get("stringData"))]
+
+
+def secret_references(docs: list[dict[str, Any]]) -> set[str]:
+    """The Secret names that the pods of the Deployment and the Job read."""
+    names = set()
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "Job"):
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                names |= {s["secretRef"]["name"] for s in container.get("envFrom", [])
+                          if "secretRef" in s}
+    return names
+
+
+def test_prod_holds_no_secret_with_a_value_and_reads_the_one_it_does_not_own() -> None:
+    """Issue 18: applying prod overwrote the real Secret with REPLACE_ME placeholders."""
+    prod = render("prod")
+    assert secrets_with_values(prod) == []
+    assert secret_references(prod) == {SECRET_NAME}
+
+
+def test_the_secret_policy_catches_a_placeholder_secret() -> None:
+    """The policy above fails on what the base used to ship to every overlay."""
+    placeholder = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                   "metadata": {"name": SECRET_NAME},
+                   "stringData": {"CQ_API_KEY_PEPPER": "REPLACE_ME"}}
+    empty = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other"}}
+    assert secrets_with_values([*render("prod"), placeholder, empty]) == [SECRET_NAME]
+    assert secrets_with_values([{**placeholder, "stringData": {},
+                                 "data": {"CQ_API_KEY_PEPPER": "UkVQTEFDRV9NRQ=="}}]) == [
+        SECRET_NAME]
+
+
+def test_dev_generates_its_own_secret_with_the_database_url_and_pepper() -> None:
+    dev = render("dev")
+    secret = one(dev, "Secret")
+    assert secret["metadata"]["name"] == SECRET_NAME
+    assert set(secret["data"]) == SECRET_KEYS
+    assert secret_references(dev) == {SECRET_NAME}
+    for docs in (dev, render("prod")):
+        assert not SECRET_KEYS & set(one(docs, "ConfigMap")["data"])
 
 
 def test_service_pdb_hpa_and_migration_job(docs: list[dict[str, Any]]) -> None:
@@ -111,6 +167,15 @@ def test_service_pdb_hpa_and_migration_job(docs: list[dict[str, Any]]) -> None:
     (migrate,) = job["spec"]["template"]["spec"]["containers"]
     assert migrate["command"][-1] == "service.catalog.migrate"
     assert migrate["securityContext"]["readOnlyRootFilesystem"] is True
+    # Named after the release (the image tag), a valid name, and bounded in time.
+    tag = migrate["image"].rsplit(":", 1)[1]
+    assert job["metadata"]["name"] == f"computequote-migrate-{tag}"
+    assert DNS_LABEL.fullmatch(job["metadata"]["name"])
+    assert 0 < job["spec"]["activeDeadlineSeconds"] <= 3600
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+    annotations = job["metadata"]["annotations"]
+    assert annotations["argocd.argoproj.io/hook"] == "Sync"
+    assert int(annotations["argocd.argoproj.io/sync-wave"]) < 0
     app_command = " ".join(deployment["spec"]["template"]["spec"]["containers"][0].get(
         "command", []))
     assert "migrate" not in app_command
@@ -167,3 +232,91 @@ def test_the_price_refresh_cronjob_validates_and_runs_a_real_command() -> None:
     for option in (c for c in command[3:] if c.startswith("--")):
         assert option in help_text, option
     assert container["envFrom"] == [{"secretRef": {"name": "computequote-refresh"}}]
+
+
+# Two releases in a row, applied without a cluster.
+
+IMMUTABLE = {"Job": ("spec.selector", "spec.template"), "Deployment": ("spec.selector",)}
+"""Fields the API server refuses to change on an existing object (a subset of its validation:
+the ones these manifests could trip over)."""
+
+
+class ImmutableFieldError(Exception):
+    """What ``kubectl apply`` reports as ``<field>: Invalid value: ...: field is immutable``."""
+
+
+def _field(doc: dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        doc = doc.get(part, {})
+    return doc
+
+
+class ApiServer:
+    """Objects by (kind, namespace, name), applied as ``kubectl apply`` does: a new name is
+    created, a known one is updated in place unless an immutable field changes."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+    def apply(self, docs: list[dict[str, Any]]) -> None:
+        for doc in docs:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+            meta = doc["metadata"]
+            key = (doc["kind"], meta.get("namespace", ""), meta["name"])
+            live = self.objects.get(key)
+            if live is not None:
+                for path in IMMUTABLE.get(doc["kind"], ()):
+                    if _field(live, path) != _field(doc, path):
+                        raise ImmutableFieldError(f"{doc['kind']}/{meta['name']}: {path}: "
+                                                  "field is immutable")
+            self.objects[key] = copy.deepcopy(doc)
+
+
+def render_release(tmp_path: Path, tag: str) -> list[dict[str, Any]]:
+    """The prod overlay as a release bumps it: a copy of deploy/k8s with ``newTag: tag``."""
+    k8s = tmp_path / tag / "k8s"
+    shutil.copytree(DEPLOY / "k8s", k8s)
+    overlay = k8s / "overlays" / "prod" / "kustomization.yaml"
+    text, count = re.subn(r'newTag: "[^"]*"', f'newTag: "{tag}"', overlay.read_text())
+    assert count == 1
+    overlay.write_text(text)
+    rendered = kustomize("prod", k8s)
+    if rendered is None:
+        pytest.skip("no kubectl with kustomize here: releases cannot be rendered")
+    return [d for d in yaml.safe_load_all(rendered) if d]
+
+
+def _names(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
+    names: dict[str, set[str]] = {}
+    for doc in docs:
+        names.setdefault(doc["kind"], set()).add(doc["metadata"]["name"])
+    return names
+
+
+def test_two_releases_apply_in_order(tmp_path: Path) -> None:
+    """Issue 18: the second release's apply failed (the Job's template is immutable)."""
+    first, second = render_release(tmp_path, "0.1.0"), render_release(tmp_path, "0.2.0")
+    first_names, second_names = _names(first), _names(second)
+    assert first_names.pop("Job") == {"computequote-migrate-0.1.0"}
+    assert second_names.pop("Job") == {"computequote-migrate-0.2.0"}
+    assert first_names == second_names  # everything else is updated in place
+    server = ApiServer()
+    server.apply(first)
+    server.apply(second)
+    server.apply(second)  # applying a release again changes nothing
+    jobs = sorted(name for kind, _, name in server.objects if kind == "Job")
+    assert jobs == ["computequote-migrate-0.1.0", "computequote-migrate-0.2.0"]
+    image = _field(server.objects[("Deployment", "computequote", "computequote")],
+                   "spec.template.spec.containers")[0]["image"]
+    assert image == "registry.example.com/computequote:0.2.0"
+
+
+def test_the_stand_in_refuses_a_changed_job_under_one_name(tmp_path: Path) -> None:
+    """With the old fixed name, the second release fails as it did on a cluster."""
+    first, second = render_release(tmp_path, "0.1.0"), render_release(tmp_path, "0.2.0")
+    fixed_name = copy.deepcopy(second)
+    one(fixed_name, "Job")["metadata"]["name"] = one(first, "Job")["metadata"]["name"]
+    server = ApiServer()
+    server.apply(first)
+    with pytest.raises(ImmutableFieldError, match=r"spec\.template: field is immutable"):
+        server.apply(fixed_name)

@@ -88,6 +88,10 @@ class Imported:
     terms and of the instance types the importer knows, and keeps the rest (AWS's offer file
     has no spot prices, so AWS spot offers stay; GCP's TPU slices stay)."""
     instance_types: frozenset[str] = frozenset()
+    payment_options: frozenset[str | None] | None = None
+    """With ``terms``, the payment options the format publishes (None: any). An AWS Savings
+    Plans file replaces the Savings Plan rows and keeps the Reserved Instances of the same
+    terms; an EC2 offer file does the reverse."""
 
 
 @cache
@@ -262,7 +266,8 @@ def from_aws_offer(document: Mapping[str, Any], *, source: str) -> Imported:
     gpus = {r["InstanceType"]: r["AcceleratorCount"] for r in seed_rows(
         "prices/gpu_prices_aws.csv")}
     out = Imported(terms=frozenset({"on_demand", "reserved_1y", "reserved_3y"}),
-                   instance_types=frozenset(known))
+                   instance_types=frozenset(known),
+                   payment_options=frozenset({None, *AWS_PURCHASE.values()}))
     for sku, product in products.items():
         attributes = product.get("attributes", {}) if isinstance(product, Mapping) else {}
         instance = str(attributes.get("instanceType", ""))
@@ -305,6 +310,93 @@ def from_aws_offer(document: Mapping[str, Any], *, source: str) -> Imported:
             out.rows.append({**common, "term": term,
                              "payment_option": AWS_PURCHASE[attrs["PurchaseOption"]],
                              "price_per_hour": _text(hourly), "upfront_fee": _text(upfront)})
+    return out
+
+
+
+# -- AWS Savings Plans price list file --------------------------------------------------------
+
+AWS_SAVINGS_PLAN_PURCHASE = {"No Upfront": "savings_plan_no_upfront",
+                             "All Upfront": "savings_plan_all_upfront"}
+"""EC2 Instance Savings Plans the catalogue can price exactly. A Partial Upfront plan's split
+between the up-front payment and the hourly rate is not in the price list, so it is counted
+as skipped, not guessed."""
+AWS_SAVINGS_PLAN_YEARS = {1: "reserved_1y", 3: "reserved_3y"}
+AWS_LINUX_OPERATION = "RunInstances"
+"""The EC2 operation of Linux/UNIX usage (AWS Price List: RunInstances:0002 is Windows)."""
+
+
+def from_aws_savings_plans(document: Mapping[str, Any], *, source: str) -> Imported:
+    """EC2 Instance Savings Plan rates for Linux, shared-tenancy usage of GPU instance types
+    the catalogue knows, from an AWS Price List Savings Plans file (``products`` and
+    ``terms.savingsPlan[].rates[]``; AWS Billing User Guide, "Reading the service price list
+    file for a Savings Plan"). A rate is the plan's effective hourly price for the instance:
+    No Upfront pays it every hour of the term, All Upfront pays rate x the term's hours
+    before the term (``HOURS_PER_YEAR``). Compute Savings Plans are skipped: for one
+    instance family in one region the EC2 Instance plan is the lower rate."""
+    products = document.get("products")
+    terms = document.get("terms")
+    plans_terms = terms.get("savingsPlan") if isinstance(terms, Mapping) else None
+    if not isinstance(products, list) or not isinstance(plans_terms, list):
+        raise ImporterError("not an AWS Savings Plans price list file (products, "
+                            "terms.savingsPlan)")
+    as_of = str(document.get("publicationDate", ""))[:10] or "unknown"
+    known = instance_accelerators("aws")
+    gpus = {r["InstanceType"]: r["AcceleratorCount"] for r in seed_rows(
+        "prices/gpu_prices_aws.csv")}
+    by_sku = {str(p.get("sku")): p for p in products if isinstance(p, Mapping)}
+    out = Imported(terms=frozenset(AWS_SAVINGS_PLAN_YEARS.values()),
+                   instance_types=frozenset(known),
+                   payment_options=frozenset(AWS_SAVINGS_PLAN_PURCHASE.values()))
+    for plan in plans_terms:
+        product = by_sku.get(str(plan.get("sku"))) if isinstance(plan, Mapping) else None
+        if product is None:
+            out.skipped["savings plan term without its product"] += 1
+            continue
+        if product.get("productFamily") != "EC2InstanceSavingsPlans":
+            out.skipped["Compute Savings Plan (the EC2 Instance plan is the lower rate)"] += 1
+            continue
+        attributes = product.get("attributes", {})
+        purchase = str(attributes.get("purchaseOption", ""))
+        lease = plan.get("leaseContractLength", {})
+        years = lease.get("duration") if lease.get("unit") == "year" else None
+        if purchase not in AWS_SAVINGS_PLAN_PURCHASE:
+            out.skipped["Partial Upfront (the up-front part is not in the price list)"] += 1
+            continue
+        if years not in AWS_SAVINGS_PLAN_YEARS:
+            out.skipped["term other than 1 or 3 years"] += 1
+            continue
+        hours = HOURS_PER_YEAR * years
+        for rate in plan.get("rates", []):
+            usage = str(rate.get("discountedUsageType", ""))
+            if rate.get("discountedOperation") != AWS_LINUX_OPERATION or (
+                    "BoxUsage:" not in usage):
+                out.skipped["not Linux shared-tenancy usage"] += 1
+                continue
+            instance = str(rate.get("discountedInstanceType") or usage.split("BoxUsage:")[1])
+            accelerator = known.get(instance)
+            if accelerator is None:
+                out.skipped["instance type without a catalogued accelerator"] += 1
+                continue
+            money = rate.get("discountedRate", {})
+            if money.get("currency") != "USD":
+                out.skipped["rate not in USD"] += 1
+                continue
+            price = _decimal(money.get("price"), instance)
+            upfront = purchase == "All Upfront"
+            out.rows.append({
+                "provider": "aws", "instance_type": instance, "accelerator": accelerator,
+                "region": str(rate.get("discountedRegionCode")
+                              or attributes.get("regionCode") or document.get("regionCode")),
+                "gpus_per_instance": gpus.get(instance, ""),
+                "term": AWS_SAVINGS_PLAN_YEARS[years],
+                "payment_option": AWS_SAVINGS_PLAN_PURCHASE[purchase],
+                "price_per_hour": _text(Decimal(0) if upfront else price),
+                "upfront_fee": _text(price * hours if upfront else Decimal(0)),
+                "currency": "USD", "source": source, "as_of": as_of, "indicative": "false",
+                "notes": f"EC2 Instance Savings Plan {plan.get('sku')}: {price} USD per hour "
+                         f"effective, committed for {hours} h"
+                         + (", paid before the term" if upfront else ", paid monthly")})
     return out
 
 
@@ -459,8 +551,10 @@ def refresh_provider(session: Session, provider: str, imported: Imported, *, cre
 
 def _in_scope(offer: OfferContent, provider: str, imported: Imported) -> bool:
     """Whether a refresh from ``imported`` replaces ``offer`` (``Imported.terms``)."""
+    payment = offer.payment_option.value if offer.payment_option else None
     return (offer.provider == provider and offer.term.value in imported.terms
-            and offer.instance_type in imported.instance_types)
+            and offer.instance_type in imported.instance_types
+            and (imported.payment_options is None or payment in imported.payment_options))
 
 
 def _fields(report: RefreshReport) -> dict[str, Any]:

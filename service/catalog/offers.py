@@ -55,6 +55,10 @@ class PaymentOption(StrEnum):
     NO_UPFRONT = "no_upfront"
     PARTIAL_UPFRONT = "partial_upfront"
     ALL_UPFRONT = "all_upfront"
+    SAVINGS_PLAN_NO_UPFRONT = "savings_plan_no_upfront"
+    """AWS EC2 Instance Savings Plan paid by the hour (imported from AWS's Savings Plans
+    price list; reserved terms only)."""
+    SAVINGS_PLAN_ALL_UPFRONT = "savings_plan_all_upfront"
 
 
 RESERVED_YEARS = {Term.RESERVED_1Y: 1, Term.RESERVED_3Y: 3}

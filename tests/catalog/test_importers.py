@@ -76,6 +76,59 @@ def test_aws_offer_file_gives_on_demand_and_standard_reserved_with_upfront_fees(
                            "convertible or unknown reserved term": 1}
 
 
+def test_aws_savings_plans_give_ec2_instance_plan_rates_by_payment_option() -> None:
+    """The EC2 Instance Savings Plan rate is the effective hourly price: No Upfront pays it
+    every hour, All Upfront pays rate x the term's hours before it. Partial Upfront (its split
+    is not published), Compute Savings Plans, Windows and dedicated usage are skipped."""
+    document = json.loads((DATA / "aws_savings_plans.json").read_text())
+    out = importers.from_aws_savings_plans(document, source="test")
+    rows = {(r["instance_type"], r["term"], r["payment_option"]): r for r in out.rows}
+    assert set(rows) == {("p5.48xlarge", "reserved_1y", "savings_plan_no_upfront"),
+                         ("p5.48xlarge", "reserved_3y", "savings_plan_all_upfront")}
+    hourly = rows[("p5.48xlarge", "reserved_1y", "savings_plan_no_upfront")]
+    assert (hourly["price_per_hour"], hourly["upfront_fee"]) == ("34.675200", "0.000000")
+    assert (hourly["region"], hourly["accelerator"], hourly["gpus_per_instance"]) == (
+        "us-east-1", "h100-sxm5-80gb", "8.0")
+    assert hourly["as_of"] == "2025-11-20"
+    upfront = rows[("p5.48xlarge", "reserved_3y", "savings_plan_all_upfront")]
+    assert upfront["price_per_hour"] == "0.000000"
+    assert Decimal(upfront["upfront_fee"]) == Decimal("22.0160") * 3 * 8760
+    assert out.skipped == {
+        "Partial Upfront (the up-front part is not in the price list)": 1,
+        "Compute Savings Plan (the EC2 Instance plan is the lower rate)": 1,
+        "not Linux shared-tenancy usage": 2}
+
+
+def test_a_savings_plans_refresh_keeps_the_reserved_instances_of_the_same_terms(
+        client: TestClient, api_key: Any) -> None:
+    """Scope: the Savings Plans file replaces AWS Savings Plan offers only; the Reserved
+    Instances (here the seed's derived ones) and everything else stay."""
+    headers = api_key("catalog:write")
+    current = client.get("/v1/catalog/versions", params={"page_size": 1}).json()["items"][0]
+    before = client.get(f"/v1/catalog/versions/{current['id']}").json()
+    done = _refresh(client, headers, "aws", (DATA / "aws_savings_plans.json").read_bytes())
+    assert done.status_code == 201, done.text
+    report = done.json()
+    assert (report["added"], report["changed"], report["removed"]) == (2, 0, 0)
+    version = client.get(f"/v1/catalog/versions/{report['version_id']}").json()
+    assert version["by_provider"]["aws"] == before["by_provider"]["aws"] + 2
+    reserved = client.get("/v1/offers", params={
+        "provider": "aws", "term": "reserved_1y", "region": "us-east-1",
+        "page_size": 200}).json()["items"]
+    p5 = {o["payment_option"]: o for o in reserved if o["instance_type"] == "p5.48xlarge"}
+    assert {"no_upfront", "savings_plan_no_upfront"} <= set(p5)
+    assert Decimal(p5["savings_plan_no_upfront"]["price_per_hour"]) == Decimal("34.6752")
+    # Replaying the same file changes nothing; the EC2 offer file then leaves the plans alone.
+    again = _refresh(client, headers, "aws", (DATA / "aws_savings_plans.json").read_bytes())
+    assert (again.json()["added"], again.json()["removed"]) == (0, 0)
+    ec2 = _refresh(client, headers, "aws", (DATA / "aws_ec2_offer.json").read_bytes()).json()
+    after = client.get("/v1/offers", params={
+        "provider": "aws", "term": "reserved_1y", "region": "us-east-1",
+        "page_size": 200}).json()["items"]
+    assert ec2["version_id"]
+    assert any(o["payment_option"] == "savings_plan_no_upfront" for o in after)
+
+
 def test_gcp_skus_are_assembled_per_machine_type_region_and_usage_type() -> None:
     page = json.loads((DATA / "gcp_billing_skus.json").read_text())
     out = importers.from_gcp_billing([page], as_of="2025-11-20", source="test")
@@ -105,6 +158,7 @@ def test_gcp_skus_are_assembled_per_machine_type_region_and_usage_type() -> None
     (lambda: importers.from_azure_retail([{"items": []}], as_of="unknown", source="t"),
      "Items"),
     (lambda: importers.from_aws_offer({"offerCode": "AmazonS3"}, source="t"), "AmazonEC2"),
+    (lambda: importers.from_aws_savings_plans({"products": {}}, source="t"), "savingsPlan"),
     (lambda: importers.from_gcp_billing([{"services": []}], as_of="unknown", source="t"),
      "skus"),
 ])

@@ -57,7 +57,9 @@ BODY_OPENAPI: dict[str, Any] = {"requestBody": {
                    "Azure Retail Prices API answer or a JSON array of its pages "
                    "(application/json), one Cloud Billing Catalog SKU list answer or an array "
                    "of its pages (application/json), or an AWS Price List bulk offer file "
-                   "for AmazonEC2 (application/json).",
+                   "for AmazonEC2 or an AWS Price List Savings Plans file (its EC2 "
+                   "Instance Savings Plan rates replace only the AWS Savings Plan offers) "
+                   "(application/json).",
     "content": {"text/csv": {"schema": {"type": "string"}},
                 "application/json": {"schema": {"type": "object"}}}}}
 
@@ -120,8 +122,13 @@ async def refresh_catalog(
                                              "SKUs (cloudbilling.googleapis.com)")
             if not isinstance(document, dict):
                 raise importers.ImporterError("an AWS offer file is a JSON object")
-            imported = importers.from_aws_offer(
-                document, source="AWS Price List bulk offer file (AmazonEC2)")
+            if isinstance(document.get("terms"), dict) and "savingsPlan" in document["terms"]:
+                imported = importers.from_aws_savings_plans(
+                    document, source="AWS Price List Savings Plans file (EC2 Instance Savings "
+                                     "Plans)")
+            else:
+                imported = importers.from_aws_offer(
+                    document, source="AWS Price List bulk offer file (AmazonEC2)")
             if as_of:
                 for row in imported.rows:
                     row["as_of"] = day

@@ -21,7 +21,7 @@ import hashlib
 import io
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_DOWN, Context, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_DOWN, ROUND_FLOOR, Context, Decimal, InvalidOperation
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -46,6 +46,10 @@ ECB_RETIRED_CURRENCIES = frozenset(("CYP", "EEK", "HRK", "LTL", "LVL", "MTL", "R
 CONVERSION_PRECISION = Context(prec=34)
 """Cross rates are computed with 34 significant digits (IEEE 754 decimal128) before the
 converted amount is rounded."""
+DOWNWARD = Context(prec=34, rounding=ROUND_FLOOR)
+"""The budget's conversion: never rounds a product up."""
+UPWARD = Context(prec=34, rounding=ROUND_CEILING)
+"""A cost shown in the budget's currency: never rounds a quotient down."""
 CENT = Decimal("0.01")
 
 
@@ -202,8 +206,8 @@ class Conversion:
         is never shown smaller than it is. Because the budget is rounded down on the way in,
         a line the verdict finds within budget never shows more than the budget."""
         exponent = Decimal(1).scaleb(-minor_units(self.currency))
-        return CONVERSION_PRECISION.divide(amount, self.rate).quantize(
-            exponent, rounding=ROUND_CEILING)
+        # Rounded up at the 34th digit too, so no intermediate rounding can shrink it.
+        return UPWARD.divide(amount, self.rate).quantize(exponent, rounding=ROUND_CEILING)
 
     def describe(self) -> str:
         return (f"{self.amount:,.2f} {self.currency} at {self.rate.normalize():f} {self.into} "
@@ -223,7 +227,10 @@ def convert(amount: Decimal, currency: str, into: str, day_rates: Mapping[str, D
     """``amount`` of ``currency`` in ``into``, with the rates of one fixing day (EUR is 1)."""
     per_eur = {BASE: Decimal(1), **day_rates}
     rate = CONVERSION_PRECISION.divide(per_eur[into], per_eur[currency])
-    converted = CONVERSION_PRECISION.multiply(amount, rate).quantize(CENT, rounding=ROUND_DOWN)
+    # Rounded down at the 34th digit as well as to the cent: a product that rounded up at the
+    # 34th digit could cross a cent boundary and enlarge the budget (found by the property
+    # test of in_budget_currency).
+    converted = DOWNWARD.multiply(amount, rate).quantize(CENT, rounding=ROUND_DOWN)
     return Conversion(amount=amount, currency=currency, converted=converted, into=into,
                       rate=rate, rate_date=rate_date,
                       rates_per_eur={c: per_eur[c] for c in sorted({currency, into})},

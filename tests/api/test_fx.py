@@ -109,6 +109,9 @@ def test_a_line_shown_in_the_budget_currency_agrees_with_the_verdict(
         assert shown == shown.to_integral_value()
     if cost <= c.converted:  # the verdict's comparison
         assert shown <= budget
+    # The boundary itself: a cost of exactly the converted budget (found failing when the
+    # conversion's product could round up at its 34th digit).
+    assert c.in_budget_currency(c.converted) <= budget
 
 
 # -- the API ----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from service.catalog.db import make_engine
 from service.catalog.keys import create_key
 from service.catalog.migrate import main as migrate_main
 from service.settings import Settings
+from tests.live_server import STARTUP_WAIT_S
 
 
 def _free_port() -> int:
@@ -38,7 +39,7 @@ def replica(url: str) -> Iterator[str]:
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STARTUP_WAIT_S
         while True:
             try:
                 if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:

@@ -16,14 +16,15 @@ from pathlib import Path
 import httpx
 
 from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE, SWEEP_EXAMPLE
-from service.api.workers import WORKER_STOP_S
 from service.catalog.migrate import migrate_and_seed
 from tests.live_server import ServerProcess, server_process
 
 GRACEFUL_S = 2
 """uvicorn's --timeout-graceful-shutdown in these tests (the image uses 20 s)."""
-EXIT_WITHIN_S = GRACEFUL_S + 2 * WORKER_STOP_S + 5
-"""SIGTERM to exit: the graceful wait, ending the pool, and slack for a loaded machine."""
+EXIT_WITHIN_S = 30.0
+"""The promise: gone within the pod's grace period (40 s) after its preStop sleep (10 s).
+Shutdown itself is bounded by GRACEFUL_S + 2 x WORKER_STOP_S; the rest is slack for a loaded
+machine, so the test does not depend on the machine's speed."""
 
 
 def _children(pid: int) -> set[int]:
@@ -124,7 +125,7 @@ def test_no_worker_outlives_a_sigkilled_server(tmp_path: Path) -> None:
         children = _children(server.process.pid)
         assert len(children) >= 2  # the two search workers (and the resource tracker)
         server.kill9()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # children poll their parent every 0.5 s
     while time.monotonic() < deadline and any(_alive(p) for p in children):
         time.sleep(0.1)
     left = sorted(p for p in children if _alive(p))

@@ -1,0 +1,80 @@
+"""Serving estimates (issue 19): what it takes to serve a model at a load and latency."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from service.api.deps import AcceleratorsDep
+from service.api.problems import problem_responses
+from service.api.schemas.serving import (
+    SERVING_EXAMPLE,
+    SERVING_PLAN_EXAMPLE,
+    ServingPlanRequest,
+    ServingPlansResponse,
+    ServingRequest,
+    ServingResponse,
+)
+from service.core import serving
+
+router = APIRouter(tags=["serving"])
+
+
+@router.post(
+    "/v1/serving-estimates", summary="Estimate serving a model at a load and latency",
+    response_model=ServingResponse, status_code=200, responses=problem_responses(413, 422),
+)
+def estimate_serving(
+    request: Annotated[ServingRequest, Body(openapi_examples={
+        "llama3.1-70b on 4 H100, 10 requests/s": {
+            "summary": "Llama 3.1 70B, FP8 on 4 H100 (TP4), TensorRT-LLM, 10 requests/s",
+            "value": SERVING_EXAMPLE}})],
+    accelerators: AcceleratorsDep,
+) -> ServingResponse:
+    """Memory per GPU (weights, KV cache per token and per sequence, workspace, the largest
+    concurrency that fits), prefill and decode times with the decode roofline's crossover
+    batch, throughput per replica, TTFT/TPOT/end-to-end latency at p50 and p99 under the
+    load, the replicas and GPUs the load needs under the SLOs, and cost, energy and CO2e
+    per million tokens (docs/serving.md)."""
+    model = request.model.to_core()
+    d = request.deployment
+    accelerator = accelerators.require(d.accelerator, "deployment.accelerator")
+    deployment = serving.Deployment(
+        accelerator=accelerator, gpus_per_replica=d.gpus_per_replica, tp=d.tp, pp=d.pp,
+        weight_precision=d.weight_precision, kv_cache_precision=d.kv_cache_precision,
+        engine=d.engine, max_batch=d.max_batch,
+        prefix_cache_hit_fraction=d.prefix_cache_hit_fraction or 0.0,
+        speculative_acceptance_rate=d.speculative.acceptance_rate if d.speculative else None,
+        speculative_draft_tokens=(d.speculative.draft_tokens if d.speculative
+                                  else serving.DEFAULT_DRAFT_TOKENS))
+    energy = request.energy.to_core()
+    result = serving.serve(model, deployment, request.traffic.to_core())
+    return ServingResponse.from_core(result, d, energy, accelerator.tdp_w)
+
+
+@router.post(
+    "/v1/serving-plans", summary="Find the cheapest deployment that meets serving SLOs",
+    response_model=ServingPlansResponse, status_code=200,
+    responses=problem_responses(413, 422),
+)
+def plan_serving(
+    request: Annotated[ServingPlanRequest, Body(openapi_examples={
+        "llama3.1-70b at 20 requests/s": {
+            "summary": "Llama 3.1 70B at 20 requests/s on H100, H200 or A100, vLLM",
+            "value": SERVING_PLAN_EXAMPLE}})],
+    accelerators: AcceleratorsDep,
+) -> ServingPlansResponse:
+    """Every accelerator, tensor-parallel size (one NVLink domain), weight and KV precision
+    and max batch, each sized into replicas for the load under the SLOs; ranked by cost per
+    hour at the given prices (GPUs without prices), with the cost against p99 TTFT front."""
+    model = request.model.to_core()
+    specs = [accelerators.require(a, f"accelerators.{i}")
+             for i, a in enumerate(request.accelerators)]
+    result = serving.plan_serving(
+        model, specs, request.traffic.to_core(), engine=request.engine,
+        weight_precisions=request.weight_precisions,
+        kv_cache_precisions=request.kv_cache_precisions,
+        max_batches=request.max_batches or [None], max_tp=request.max_tp,
+        price_per_gpu_hour_usd=request.prices(), top_k=request.top_k)
+    return ServingPlansResponse.from_core(result, request, request.energy.to_core())

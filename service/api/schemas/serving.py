@@ -1,0 +1,411 @@
+"""``POST /v1/serving-estimates``: request and response bodies (issue 19)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, Field, model_validator
+
+from service.api.schemas.common import RequestModel
+from service.api.schemas.estimate import EnergyIn, ModelIn
+from service.api.schemas.prices import DecimalString
+from service.core import serving
+from service.core.estimate import average_power_w_per_gpu
+from service.core.specs import EnergySpec
+from service.core.units import JOULES_PER_KWH, SECONDS_PER_HOUR
+
+HOUR_S = Decimal(int(SECONDS_PER_HOUR))
+
+SERVING_EXAMPLE: dict[str, Any] = {
+    "model": {"preset": "llama3.1-70b"},
+    "deployment": {"accelerator": "h100-sxm5-80gb", "gpus_per_replica": 4, "tp": 4, "pp": 1,
+                   "weight_precision": "fp8", "kv_cache_precision": "fp8", "engine": "trtllm",
+                   "max_batch": 256},
+    "traffic": {"mode": "online", "prompt_tokens": {"mean": 1024},
+                "output_tokens": {"mean": 256}, "requests_per_s": 10,
+                "slo": {"ttft_p99_s": 2.0, "tpot_p99_s": 0.1}},
+}
+
+Tokens = float
+
+
+class SpeculativeIn(RequestModel):
+    acceptance_rate: float = Field(strict=True, ge=0.0, lt=1.0,
+                                   description="Share of draft tokens the target accepts.")
+    draft_tokens: int = Field(strict=True, default=serving.DEFAULT_DRAFT_TOKENS, ge=1, le=16,
+                              description="Draft tokens proposed per step.")
+
+
+class DeploymentIn(RequestModel):
+    accelerator: str = Field(max_length=64, examples=["h100-sxm5-80gb"])
+    gpus_per_replica: int = Field(strict=True, ge=1, le=1024)
+    tp: int = Field(strict=True, default=1, ge=1, le=1024, description="Tensor parallelism.")
+    pp: int = Field(strict=True, default=1, ge=1, le=1024, description="Pipeline stages.")
+    weight_precision: serving.WeightPrecision = serving.WeightPrecision.BF16
+    kv_cache_precision: serving.KvPrecision = serving.KvPrecision.BF16
+    engine: serving.Engine = Field(
+        default=serving.Engine.UNKNOWN,
+        description="vllm, sglang, trtllm or unknown: each has its documented efficiency "
+                    "(docs/serving.md); unknown takes the most conservative.")
+    max_batch: int | None = Field(strict=True, default=None, ge=1, le=100_000,
+                                  description="Largest running batch (max_num_seqs).")
+    prefix_caching: bool = Field(strict=True, default=False)
+    prefix_cache_hit_fraction: float | None = Field(
+        strict=True, default=None, ge=0.0, lt=1.0,
+        description="Share of prompt tokens found in the prefix cache; required when "
+                    "prefix_caching is true (a hit rate depends on the traffic, so none is "
+                    "assumed).")
+    speculative: SpeculativeIn | None = Field(default=None,
+                                              description="Speculative decoding, optional.")
+    price_per_gpu_hour_usd: DecimalString | None = Field(
+        default=None, description="Price of one GPU-hour, for the cost block.")
+
+    @model_validator(mode="after")
+    def _prefix(self) -> Self:
+        if self.prefix_caching and self.prefix_cache_hit_fraction is None:
+            raise ValueError("prefix_caching needs prefix_cache_hit_fraction (the share of "
+                             "prompt tokens served from the cache)")
+        if not self.prefix_caching and self.prefix_cache_hit_fraction:
+            raise ValueError("prefix_cache_hit_fraction needs prefix_caching: true")
+        return self
+
+
+class LengthIn(RequestModel):
+    """A length distribution: a mean, or p50 and p99, or samples (a list of lengths)."""
+
+    mean: Tokens | None = Field(strict=True, default=None, ge=1, le=10_000_000)
+    p50: Tokens | None = Field(strict=True, default=None, ge=1, le=10_000_000)
+    p99: Tokens | None = Field(strict=True, default=None, ge=1, le=10_000_000)
+    samples: list[Tokens] | None = Field(default=None, min_length=1, max_length=10_000)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Self:
+        forms = [self.mean is not None, self.p50 is not None or self.p99 is not None,
+                 self.samples is not None]
+        if sum(forms) != 1:
+            raise ValueError("give exactly one of mean, p50 with p99, or samples")
+        if forms[1] and (self.p50 is None or self.p99 is None):
+            raise ValueError("give p50 and p99 together")
+        if forms[1] and self.p99 < self.p50:  # type: ignore[operator]
+            raise ValueError("p99 must be at least p50")
+        if self.samples is not None and any(
+                not (1 <= x <= 10_000_000) for x in self.samples):
+            raise ValueError("each sample must be in [1, 10000000]")
+        return self
+
+    def to_core(self) -> serving.Lengths:
+        return serving.Lengths.of(mean=self.mean, p50=self.p50, p99=self.p99,
+                                  samples=tuple(self.samples or ()))
+
+
+class SloIn(RequestModel):
+    ttft_p50_s: float | None = Field(strict=True, default=None, gt=0, le=3600)
+    ttft_p99_s: float | None = Field(strict=True, default=None, gt=0, le=3600)
+    tpot_p50_s: float | None = Field(strict=True, default=None, gt=0, le=60)
+    tpot_p99_s: float | None = Field(strict=True, default=None, gt=0, le=60)
+
+
+class TrafficIn(RequestModel):
+    mode: serving.TrafficMode = Field(description=(
+        "offline: the largest batch that fits (or max_batch); fixed_batch: batch_size "
+        "sequences in lock-step; online: requests_per_s (open loop, sized into replicas) or "
+        "concurrency (closed loop)."))
+    prompt_tokens: LengthIn
+    output_tokens: LengthIn
+    requests_per_s: float | None = Field(strict=True, default=None, gt=0, le=1e6)
+    concurrency: int | None = Field(strict=True, default=None, ge=1, le=1_000_000)
+    batch_size: int | None = Field(strict=True, default=None, ge=1, le=100_000)
+    slo: SloIn = Field(default_factory=SloIn)
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> Self:
+        if self.mode is serving.TrafficMode.ONLINE and (
+                (self.requests_per_s is None) == (self.concurrency is None)):
+            raise ValueError("online traffic needs exactly one of requests_per_s and "
+                             "concurrency")
+        if self.mode is serving.TrafficMode.FIXED_BATCH and self.batch_size is None:
+            raise ValueError("fixed_batch traffic needs batch_size")
+        if self.mode is not serving.TrafficMode.ONLINE and (
+                self.requests_per_s is not None or self.concurrency is not None):
+            raise ValueError("requests_per_s and concurrency are for online traffic")
+        if self.mode is not serving.TrafficMode.FIXED_BATCH and self.batch_size is not None:
+            raise ValueError("batch_size is for fixed_batch traffic")
+        return self
+
+    def to_core(self) -> serving.Traffic:
+        slo = self.slo
+        return serving.Traffic(
+            mode=self.mode, prompt=self.prompt_tokens.to_core(),
+            output=self.output_tokens.to_core(), requests_per_s=self.requests_per_s,
+            concurrency=self.concurrency, batch_size=self.batch_size,
+            slo=serving.Slo(ttft_p50_s=slo.ttft_p50_s, ttft_p99_s=slo.ttft_p99_s,
+                            tpot_p50_s=slo.tpot_p50_s, tpot_p99_s=slo.tpot_p99_s))
+
+
+class ServingRequest(RequestModel):
+    model: ModelIn
+    deployment: DeploymentIn
+    traffic: TrafficIn
+    energy: EnergyIn = Field(default_factory=EnergyIn)
+
+
+class QuantilesOut(BaseModel):
+    p50: float
+    p99: float
+
+
+class ServingMemoryOut(BaseModel):
+    weights_bytes_per_gpu: float
+    kv_cache_bytes_per_token: float = Field(description="Per GPU, one token of one sequence.")
+    kv_cache_bytes_per_sequence: float = Field(
+        description="Per GPU, one sequence at the mean prompt + output length.")
+    workspace_bytes_per_gpu: float
+    usable_bytes_per_gpu: float = Field(description="The share of memory the engine takes.")
+    kv_budget_bytes_per_gpu: float
+    max_concurrency: int = Field(description="Sequences whose KV cache fits per replica.")
+    fits: bool
+
+
+class DecodeOut(BaseModel):
+    step_s: float = Field(description="One decode step at the running batch.")
+    memory_bound_s: float = Field(description="The step's HBM term (weights + KV read).")
+    compute_bound_s: float = Field(description="The step's FLOP term.")
+    crossover_batch: float | None = Field(
+        description="Batch above which decode is compute-bound; null if it never is.")
+    batch: float = Field(description="Running batch per replica.")
+
+
+class ThroughputOut(BaseModel):
+    output_tokens_per_s: float = Field(description="Per replica, at the load served.")
+    output_tokens_per_s_per_gpu: float
+    input_tokens_per_s: float = Field(description="Per replica.")
+    requests_per_s: float = Field(description="Per replica, served.")
+    capacity_requests_per_s: float = Field(
+        description="Per replica at the largest batch that fits (or max_batch).")
+
+
+class LatencyOut(BaseModel):
+    ttft_s: QuantilesOut
+    tpot_s: QuantilesOut
+    e2e_s: QuantilesOut
+    prefill_s: QuantilesOut = Field(description="Unloaded prefill of the p50 and p99 prompt.")
+    queueing_model: str
+
+
+class SizingOut(BaseModel):
+    replicas: int
+    num_gpus: int
+    meets_slo: bool | None = Field(description="null when no SLO was given.")
+    saturated: bool
+
+
+class ServingCostOut(BaseModel):
+    usd_per_hour: str = Field(description="All replicas, at the given price.")
+    usd_per_million_output_tokens: str
+    usd_per_million_total_tokens: str
+
+
+class ServingEnergyOut(BaseModel):
+    average_power_w: float = Field(description="All replicas, with PUE.")
+    kwh_per_million_output_tokens: float
+    co2e_kg_per_million_output_tokens: float
+    pue: float
+    grid_gco2e_per_kwh: float
+
+
+class ServingResponse(BaseModel):
+    memory: ServingMemoryOut
+    decode: DecodeOut
+    throughput: ThroughputOut
+    latency: LatencyOut
+    sizing: SizingOut
+    cost: ServingCostOut | None = Field(
+        description="Null unless deployment.price_per_gpu_hour_usd is given.")
+    energy: ServingEnergyOut
+    warnings: list[str]
+    assumptions: list[str]
+
+    @classmethod
+    def from_core(cls, e: serving.ServingEstimate, deployment: DeploymentIn,
+                  energy: EnergySpec, tdp_w: float) -> ServingResponse:
+        gpus = deployment.gpus_per_replica
+        num_gpus = e.replicas * gpus
+        total_output_per_s = e.output_tokens_per_s * e.replicas
+        total_tokens_per_s = (e.output_tokens_per_s + e.input_tokens_per_s) * e.replicas
+        power_w = num_gpus * average_power_w_per_gpu(tdp_w, energy) * energy.pue
+        kwh_per_million = (power_w * 1e6 / total_output_per_s / JOULES_PER_KWH
+                           if total_output_per_s > 0 else 0.0)
+        cost = None
+        if deployment.price_per_gpu_hour_usd is not None and total_output_per_s > 0:
+            per_hour = Decimal(deployment.price_per_gpu_hour_usd) * num_gpus
+            per_million_out = per_hour * Decimal(1_000_000) / (
+                Decimal(repr(total_output_per_s)) * HOUR_S)
+            per_million_all = per_hour * Decimal(1_000_000) / (
+                Decimal(repr(total_tokens_per_s)) * HOUR_S)
+            cents = Decimal("0.0001")
+            cost = ServingCostOut(usd_per_hour=str(per_hour.quantize(Decimal("0.01"))),
+                                  usd_per_million_output_tokens=str(
+                                      per_million_out.quantize(cents)),
+                                  usd_per_million_total_tokens=str(
+                                      per_million_all.quantize(cents)))
+        m = e.memory
+        return cls(
+            memory=ServingMemoryOut(
+                weights_bytes_per_gpu=m.weights_bytes_per_gpu,
+                kv_cache_bytes_per_token=m.kv_cache_bytes_per_token,
+                kv_cache_bytes_per_sequence=m.kv_cache_bytes_per_sequence,
+                workspace_bytes_per_gpu=m.workspace_bytes_per_gpu,
+                usable_bytes_per_gpu=m.usable_bytes_per_gpu,
+                kv_budget_bytes_per_gpu=m.kv_budget_bytes_per_gpu,
+                max_concurrency=m.max_concurrency, fits=m.fits),
+            decode=DecodeOut(step_s=e.decode_step_s, memory_bound_s=e.decode_step_memory_s,
+                             compute_bound_s=e.decode_step_compute_s,
+                             crossover_batch=e.crossover_batch, batch=e.batch),
+            throughput=ThroughputOut(
+                output_tokens_per_s=e.output_tokens_per_s,
+                output_tokens_per_s_per_gpu=e.output_tokens_per_s / gpus,
+                input_tokens_per_s=e.input_tokens_per_s, requests_per_s=e.requests_per_s,
+                capacity_requests_per_s=e.capacity_requests_per_s),
+            latency=LatencyOut(
+                ttft_s=QuantilesOut(p50=e.ttft_s.p50, p99=e.ttft_s.p99),
+                tpot_s=QuantilesOut(p50=e.tpot_s.p50, p99=e.tpot_s.p99),
+                e2e_s=QuantilesOut(p50=e.e2e_s.p50, p99=e.e2e_s.p99),
+                prefill_s=QuantilesOut(p50=e.prefill_s.p50, p99=e.prefill_s.p99),
+                queueing_model=QUEUEING_MODEL),
+            sizing=SizingOut(replicas=e.replicas, num_gpus=num_gpus, meets_slo=e.meets_slo,
+                             saturated=e.saturated),
+            cost=cost,
+            energy=ServingEnergyOut(
+                average_power_w=power_w, kwh_per_million_output_tokens=kwh_per_million,
+                co2e_kg_per_million_output_tokens=(
+                    kwh_per_million * energy.grid_gco2e_per_kwh / 1000.0),
+                pue=energy.pue, grid_gco2e_per_kwh=energy.grid_gco2e_per_kwh),
+            warnings=list(e.warnings), assumptions=list(e.assumptions))
+
+
+QUEUEING_MODEL: Literal["analytic"] | str = (
+    "analytic, per replica: continuous batching with prefill and decode time-sharing the "
+    "GPUs; the running batch by Little's law; prefill waits as an M/G/1 queue "
+    "(Pollaczek-Khinchine mean, exponential tail); not a simulation")
+
+
+SERVING_PLAN_EXAMPLE: dict[str, Any] = {
+    "model": {"preset": "llama3.1-70b"},
+    "accelerators": ["h100-sxm5-80gb", "h200-sxm-141gb", "a100-sxm4-80gb"],
+    "engine": "vllm",
+    "weight_precisions": ["bf16", "fp8"],
+    "kv_cache_precisions": ["bf16", "fp8"],
+    "price_per_gpu_hour_usd": {"h100-sxm5-80gb": "2.50", "h200-sxm-141gb": "3.20",
+                               "a100-sxm4-80gb": "1.40"},
+    "traffic": {"mode": "online", "prompt_tokens": {"mean": 1024},
+                "output_tokens": {"mean": 256}, "requests_per_s": 20,
+                "slo": {"ttft_p99_s": 2.0, "tpot_p99_s": 0.1}},
+}
+
+
+MAX_TP_OPTIONS = 8
+"""tp sizes tried per accelerator at most (1, 2, 4, ... up to its NVLink domain)."""
+MAX_PLAN_CANDIDATES = 512
+"""Candidates per serving-plan request: each is sized exactly (about 230 a second measured on
+the 2-core CI machine under load, benchmarks note in docs/serving.md), so 512 bounds a request
+to a few seconds."""
+
+
+class ServingPlanRequest(RequestModel):
+    model: ModelIn
+    accelerators: list[str] = Field(min_length=1, max_length=8,
+                                    description="Accelerator ids to consider.")
+    engine: serving.Engine = serving.Engine.UNKNOWN
+    weight_precisions: list[serving.WeightPrecision] = Field(
+        default_factory=lambda: [serving.WeightPrecision.BF16], min_length=1, max_length=3)
+    kv_cache_precisions: list[serving.KvPrecision] = Field(
+        default_factory=lambda: [serving.KvPrecision.BF16], min_length=1, max_length=2)
+    max_batches: list[Annotated[int, Field(strict=True, ge=1, le=100_000)]] | None = Field(
+        default=None, min_length=1, max_length=8,
+        description="max_batch values to try; default: the largest batch that fits.")
+    max_tp: int | None = Field(strict=True, default=None, ge=1, le=1024)
+    price_per_gpu_hour_usd: DecimalString | dict[str, DecimalString] | None = Field(
+        default=None, description="One price for every accelerator, or one per id; without "
+                                  "prices plans are ranked by GPUs.")
+    traffic: TrafficIn
+    top_k: int = Field(strict=True, default=10, ge=1, le=100)
+    energy: EnergyIn = Field(default_factory=EnergyIn)
+
+    @model_validator(mode="after")
+    def _checks(self) -> Self:
+        if self.traffic.requests_per_s is None:
+            raise ValueError("a serving plan sizes an online load: give traffic.mode online "
+                             "with requests_per_s")
+        bound = (len(self.accelerators) * MAX_TP_OPTIONS * len(self.weight_precisions)
+                 * len(self.kv_cache_precisions) * len(self.max_batches or [None]))
+        if bound > MAX_PLAN_CANDIDATES:
+            raise ValueError(
+                f"up to {bound} candidates (accelerators x {MAX_TP_OPTIONS} tp sizes x "
+                f"precisions x max_batches); the limit is {MAX_PLAN_CANDIDATES}: list fewer "
+                "accelerators, precisions or max_batches")
+        if isinstance(self.price_per_gpu_hour_usd, dict):
+            unknown = set(self.price_per_gpu_hour_usd) - set(self.accelerators)
+            if unknown:
+                raise ValueError(f"price_per_gpu_hour_usd names accelerators not in "
+                                 f"accelerators: {sorted(unknown)}")
+        return self
+
+    def prices(self) -> dict[str, float]:
+        p = self.price_per_gpu_hour_usd
+        if p is None:
+            return {}
+        if isinstance(p, str):
+            return {a: float(p) for a in self.accelerators}
+        return {k: float(v) for k, v in p.items()}
+
+
+class ServingPlanOut(BaseModel):
+    rank: int
+    deployment: dict[str, Any] = Field(description="The deployment, in the request's names.")
+    estimate: ServingResponse
+
+
+class ServingPlanSearchOut(BaseModel):
+    candidates_total: int
+    feasible: int = Field(description="Candidates that fit and meet the SLOs at the load.")
+
+
+class ServingPlansResponse(BaseModel):
+    plans: list[ServingPlanOut] = Field(description="Cheapest first.")
+    pareto: list[ServingPlanOut] = Field(
+        description="Cost against p99 TTFT: cheapest first, each faster than the last.")
+    closest: list[ServingPlanOut] = Field(
+        description="When nothing meets the SLOs, the candidates that missed by the least.")
+    search: ServingPlanSearchOut
+
+    @classmethod
+    def from_core(cls, result: serving.ServingPlans, request: ServingPlanRequest,
+                  energy: EnergySpec) -> ServingPlansResponse:
+        prices = request.prices()
+
+        def out(rank: int, c: serving.PlanCandidate) -> ServingPlanOut:
+            d = c.deployment
+            given = DeploymentIn(
+                accelerator=d.accelerator.id, gpus_per_replica=d.gpus_per_replica, tp=d.tp,
+                pp=d.pp, weight_precision=d.weight_precision,
+                kv_cache_precision=d.kv_cache_precision, engine=d.engine,
+                max_batch=d.max_batch,
+                price_per_gpu_hour_usd=(None if d.accelerator.id not in prices else
+                                        _price_text(request, d.accelerator.id)))
+            return ServingPlanOut(
+                rank=rank, deployment=given.model_dump(mode="json", exclude_none=True),
+                estimate=ServingResponse.from_core(c.estimate, given, energy,
+                                                   d.accelerator.tdp_w))
+
+        return cls(plans=[out(i + 1, c) for i, c in enumerate(result.plans)],
+                   pareto=[out(i + 1, c) for i, c in enumerate(result.pareto)],
+                   closest=[out(i + 1, c) for i, c in enumerate(result.closest)],
+                   search=ServingPlanSearchOut(candidates_total=result.candidates_total,
+                                               feasible=result.feasible))
+
+
+def _price_text(request: ServingPlanRequest, accelerator: str) -> str:
+    p = request.price_per_gpu_hour_usd
+    assert p is not None  # noqa: S101 - called only for priced accelerators
+    return p if isinstance(p, str) else p[accelerator]

@@ -1,0 +1,152 @@
+"""POST /v1/serving-estimates (issue 19): the contract names, cost arithmetic, and bad input
+as problems naming the field."""
+
+from __future__ import annotations
+
+import copy
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.schemas.serving import SERVING_EXAMPLE
+from tests.api.test_estimates import assert_problem
+
+
+def body(**deployment: Any) -> dict[str, Any]:
+    result = copy.deepcopy(SERVING_EXAMPLE)
+    result["deployment"].update(deployment)
+    return result
+
+
+def test_the_documented_example_answers_every_contract_field(client: TestClient) -> None:
+    response = client.post("/v1/serving-estimates", json=SERVING_EXAMPLE)
+    assert response.status_code == 200, response.text
+    e = response.json()
+    memory = e["memory"]
+    # Llama 3.1 70B, fp8 KV over tp 4: 2 x 80 layers x 2 heads x 128 x 1 byte per GPU.
+    assert memory["kv_cache_bytes_per_token"] == 2 * 80 * 2 * 128 * 1
+    assert memory["kv_cache_bytes_per_sequence"] == (1024 + 256) * 40960
+    assert memory["fits"] is True
+    assert memory["max_concurrency"] > 256
+    assert 17e9 < memory["weights_bytes_per_gpu"] < 18e9  # 70.6 B fp8 weights over 4 GPUs
+    t = e["throughput"]
+    assert t["output_tokens_per_s_per_gpu"] == pytest.approx(t["output_tokens_per_s"] / 4)
+    assert t["requests_per_s"] * e["sizing"]["replicas"] == pytest.approx(10)
+    latency = e["latency"]
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        assert 0 < latency[name]["p50"] <= latency[name]["p99"]
+    assert latency["ttft_s"]["p99"] <= 2.0
+    assert latency["tpot_s"]["p99"] <= 0.1
+    assert "M/G/1" in latency["queueing_model"]
+    sizing = e["sizing"]
+    assert sizing["meets_slo"] is True
+    assert sizing["num_gpus"] == 4 * sizing["replicas"]
+    assert e["cost"] is None  # no price given
+    assert e["energy"]["kwh_per_million_output_tokens"] > 0
+    assert e["assumptions"]
+
+
+def test_the_cost_per_million_tokens_is_the_hourly_price_over_tokens_per_hour(
+        client: TestClient) -> None:
+    e = client.post("/v1/serving-estimates", json=body(price_per_gpu_hour_usd="2.50")).json()
+    replicas = e["sizing"]["replicas"]
+    per_hour = Decimal("2.50") * 4 * replicas
+    tokens_per_hour = Decimal(repr(e["throughput"]["output_tokens_per_s"] * replicas)) * 3600
+    assert Decimal(e["cost"]["usd_per_hour"]) == per_hour
+    assert Decimal(e["cost"]["usd_per_million_output_tokens"]) == (
+        per_hour * 1_000_000 / tokens_per_hour).quantize(Decimal("0.0001"))
+    assert Decimal(e["cost"]["usd_per_million_total_tokens"]) < Decimal(
+        e["cost"]["usd_per_million_output_tokens"])
+
+
+def test_offline_and_fixed_batch_modes(client: TestClient) -> None:
+    offline = copy.deepcopy(SERVING_EXAMPLE)
+    offline["traffic"] = {"mode": "offline", "prompt_tokens": {"p50": 800, "p99": 3000},
+                          "output_tokens": {"samples": [100, 200, 300]}}
+    answer = client.post("/v1/serving-estimates", json=offline)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["decode"]["batch"] == 256  # max_batch
+    fixed = copy.deepcopy(offline)
+    fixed["traffic"]["mode"] = "fixed_batch"
+    fixed["traffic"]["batch_size"] = 8
+    small = client.post("/v1/serving-estimates", json=fixed).json()
+    assert small["decode"]["batch"] == 8
+    assert small["decode"]["memory_bound_s"] > small["decode"]["compute_bound_s"]
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"deployment": {"accelerator": "h100-sxm5-80gb", "gpus_per_replica": 4, "tp": 2}},
+     "deployment.gpus_per_replica"),
+    ({"deployment": {"accelerator": "nope", "gpus_per_replica": 1}}, "deployment.accelerator"),
+    ({"deployment": {"accelerator": "h100-sxm5-80gb", "gpus_per_replica": 4, "tp": 4,
+                     "prefix_caching": True}}, "deployment"),
+    ({"traffic": {"mode": "online", "prompt_tokens": {"mean": 10},
+                  "output_tokens": {"mean": 10}}}, "traffic"),
+    ({"traffic": {"mode": "offline", "prompt_tokens": {"p50": 10},
+                  "output_tokens": {"mean": 10}}}, "traffic.prompt_tokens"),
+    ({"traffic": {"mode": "online", "prompt_tokens": {"mean": -1},
+                  "output_tokens": {"mean": 10}, "requests_per_s": 1}},
+     "traffic.prompt_tokens.mean"),
+    ({"traffic": {"mode": "online", "prompt_tokens": {"mean": 10},
+                  "output_tokens": {"mean": 10}, "requests_per_s": 1, "extra": 1}},
+     "traffic.extra"),
+])
+def test_bad_requests_are_problems_naming_the_field(client: TestClient, change: dict[str, Any],
+                                                    field: str) -> None:
+    request = {**copy.deepcopy(SERVING_EXAMPLE), **change}
+    assert_problem(client.post("/v1/serving-estimates", json=request), 422, field)
+
+
+def test_nan_is_refused(client: TestClient) -> None:
+    text = ('{"model": {"preset": "llama3.1-8b"}, "deployment": {"accelerator": '
+            '"h100-sxm5-80gb", "gpus_per_replica": 1}, "traffic": {"mode": "online", '
+            '"prompt_tokens": {"mean": NaN}, "output_tokens": {"mean": 10}, '
+            '"requests_per_s": 1}}')
+    response = client.post("/v1/serving-estimates", content=text,
+                           headers={"content-type": "application/json"})
+    assert response.status_code in (400, 422)
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_serving_plans_rank_by_cost_and_every_plan_meets_the_slo(client: TestClient) -> None:
+    from service.api.schemas.serving import SERVING_PLAN_EXAMPLE
+    response = client.post("/v1/serving-plans", json=SERVING_PLAN_EXAMPLE)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    plans = answer["plans"]
+    assert plans
+    costs = [Decimal(p["estimate"]["cost"]["usd_per_hour"]) for p in plans]
+    assert costs == sorted(costs)
+    for plan in plans:
+        e = plan["estimate"]
+        assert e["sizing"]["meets_slo"] is True
+        assert e["memory"]["fits"] is True
+        assert e["latency"]["ttft_s"]["p99"] <= 2.0
+        assert e["latency"]["tpot_s"]["p99"] <= 0.1
+        # The plan's own serving estimate reproduces it.
+        again = client.post("/v1/serving-estimates", json={
+            "model": SERVING_PLAN_EXAMPLE["model"], "deployment": plan["deployment"],
+            "traffic": SERVING_PLAN_EXAMPLE["traffic"]}).json()
+        assert again["sizing"]["replicas"] == e["sizing"]["replicas"]
+    front = answer["pareto"]
+    ttfts = [p["estimate"]["latency"]["ttft_s"]["p99"] for p in front]
+    assert ttfts == sorted(ttfts, reverse=True)
+    assert front[0]["estimate"]["cost"] == plans[0]["estimate"]["cost"]
+    # 3 accelerators x tp options x 2 x 2 precisions, A100 has no fp8 peak.
+    assert answer["search"]["candidates_total"] >= 3 * 4 * 4
+    assert answer["search"]["feasible"] >= len(plans)
+
+
+def test_serving_plans_with_an_impossible_slo_return_the_closest(client: TestClient) -> None:
+    from service.api.schemas.serving import SERVING_PLAN_EXAMPLE
+    request = copy.deepcopy(SERVING_PLAN_EXAMPLE)
+    request["traffic"]["slo"] = {"tpot_p99_s": 0.0005}
+    answer = client.post("/v1/serving-plans", json=request).json()
+    assert answer["plans"] == []
+    assert answer["pareto"] == []
+    assert answer["closest"]
+    bad = copy.deepcopy(SERVING_PLAN_EXAMPLE)
+    bad["price_per_gpu_hour_usd"] = {"b200-sxm-180gb": "5.00"}
+    assert_problem(client.post("/v1/serving-plans", json=bad), 422)

@@ -1,0 +1,153 @@
+"""The serving model (issue 19) against hand-computed cases."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from benchmarks.accuracy import seed_accelerators
+from service.core import serving as s
+from service.core.errors import InvalidSpecError
+from service.core.params import count_parameters
+from service.core.presets import PRESETS
+
+ACC = seed_accelerators()
+H100 = ACC["h100-sxm5-80gb"]
+L70 = PRESETS["llama3.1-70b"].model
+L8 = PRESETS["llama3.1-8b"].model
+
+
+def deployment(**changes: object) -> s.Deployment:
+    base = {"accelerator": H100, "gpus_per_replica": 1, "tp": 1, "pp": 1,
+            "engine": s.Engine.VLLM}
+    return s.Deployment(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def traffic(**changes: object) -> s.Traffic:
+    base = {"mode": s.TrafficMode.OFFLINE, "prompt": s.Lengths.of(mean=1024),
+            "output": s.Lengths.of(mean=256)}
+    return s.Traffic(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_gqa_kv_cache_is_2_layers_kv_heads_head_dim_bytes_per_token() -> None:
+    # Llama 3.1 70B: 80 layers, 8 KV heads of 128: 2 x 80 x 8 x 128 x 2 bytes = 327,680.
+    whole = s.kv_bytes_per_token_per_gpu(L70, deployment(gpus_per_replica=1))
+    assert whole == 2 * 80 * 8 * 128 * 2
+    four = deployment(gpus_per_replica=4, tp=4)
+    assert s.kv_bytes_per_token_per_gpu(L70, four) == whole / 4
+    fp8 = dataclasses.replace(four, kv_cache_precision=s.KvPrecision.FP8)
+    assert s.kv_bytes_per_token_per_gpu(L70, fp8) == whole / 8
+    # More tp ranks than KV heads: each rank keeps a whole head (8 heads over tp 16).
+    wide = s.Deployment(accelerator=ACC["gb200-nvl72"], gpus_per_replica=16, tp=16)
+    assert s.kv_bytes_per_token_per_gpu(L70, wide) == 2 * 80 * 1 * 128 * 2
+
+
+def test_a_memory_bound_decode_step_is_bytes_moved_over_bandwidth_times_efficiency() -> None:
+    d = deployment(weight_precision=s.WeightPrecision.FP8)
+    r = s._Replica.build(L8, d)
+    context = 2000.0
+    step, memory_s, compute_s = r.decode_step(1, context)
+    weights = count_parameters(L8).total * 1.0  # fp8: one byte per weight
+    kv = context * 2 * 32 * 8 * 128 * 2  # Llama 3.1 8B: 32 layers, 8 KV heads of 128
+    eff = s.ENGINE_EFFICIENCY[s.Engine.VLLM]
+    assert memory_s == pytest.approx((weights + kv) / (H100.hbm_bytes_per_s * eff.hbm_fraction),
+                                     rel=1e-12)
+    assert memory_s > 10 * compute_s  # batch 1 is far below the roofline's ridge
+    assert step == pytest.approx(memory_s + eff.step_overhead_s, rel=1e-12)  # tp 1: no all-reduce
+
+
+def test_the_crossover_batch_is_where_the_two_roofline_terms_meet() -> None:
+    r = s._Replica.build(L8, deployment())
+    # Short contexts: with 1,152 tokens the KV cache read per sequence outweighs its FLOPs
+    # (GQA at bf16, about 4 FLOP/byte), and decode never becomes compute-bound.
+    assert s._crossover(r, 1152.0) is None
+    context = 64.0
+    crossover = s._crossover(r, context)
+    assert crossover is not None
+    _, below_mem, below_flops = r.decode_step(crossover * 0.9, context)
+    _, above_mem, above_flops = r.decode_step(crossover * 1.1, context)
+    assert below_mem > below_flops
+    assert above_flops > above_mem
+    _, at_mem, at_flops = r.decode_step(crossover, context)
+    assert at_mem == pytest.approx(at_flops, rel=1e-9)
+
+
+def test_a_moe_decode_step_reads_only_the_experts_its_batch_touches() -> None:
+    mixtral = PRESETS["mixtral-8x7b"].model
+    r = s._Replica.build(mixtral, deployment(gpus_per_replica=2, tp=2))
+    k, experts = mixtral.experts_per_token, mixtral.num_experts
+    assert r.weight_bytes_read(1) == pytest.approx(
+        r.dense_weight_bytes_per_gpu + r.expert_bytes_per_gpu * k / experts, rel=1e-12)
+    assert r.weight_bytes_read(1000) == pytest.approx(r.weights_bytes_per_gpu, rel=1e-9)
+
+
+def test_speculative_decoding_yields_the_expected_tokens_per_step() -> None:
+    r = s._Replica.build(L8, deployment(speculative_acceptance_rate=0.8,
+                                        speculative_draft_tokens=4))
+    assert r.tokens_per_step() == pytest.approx((1 - 0.8 ** 5) / (1 - 0.8))  # 3.3616
+    plain = s.serve(L8, deployment(), traffic(mode=s.TrafficMode.FIXED_BATCH, batch_size=1))
+    fast = s.serve(L8, deployment(speculative_acceptance_rate=0.8),
+                   traffic(mode=s.TrafficMode.FIXED_BATCH, batch_size=1))
+    assert fast.tpot_s.p50 < plain.tpot_s.p50 / 2.5
+
+
+def test_online_batch_obeys_littles_law() -> None:
+    d = deployment(gpus_per_replica=4, tp=4, weight_precision=s.WeightPrecision.FP8)
+    t = traffic(mode=s.TrafficMode.ONLINE, requests_per_s=5.0)
+    e = s.serve(L70, d, t, replicas=1)
+    decode_time = 256 * e.decode_step_s / (1 - 5.0 * e.prefill_s.p50)
+    assert e.batch == pytest.approx(5.0 * decode_time, rel=1e-6)
+    assert e.requests_per_s == 5.0
+    assert not e.saturated
+
+
+def test_sizing_adds_replicas_with_load_and_says_when_an_slo_cannot_be_met() -> None:
+    d = deployment(gpus_per_replica=4, tp=4, weight_precision=s.WeightPrecision.FP8,
+                   engine=s.Engine.TRTLLM)
+    slo = s.Slo(ttft_p99_s=2.0, tpot_p99_s=0.1)
+    light = s.serve(L70, d, traffic(mode=s.TrafficMode.ONLINE, requests_per_s=2.0, slo=slo))
+    heavy = s.serve(L70, d, traffic(mode=s.TrafficMode.ONLINE, requests_per_s=200.0, slo=slo))
+    assert light.meets_slo
+    assert heavy.meets_slo
+    assert heavy.replicas > light.replicas
+    assert heavy.requests_per_s <= heavy.capacity_requests_per_s
+    # A TPOT below one batch-1 decode step cannot be met by any number of replicas.
+    floor = s._Replica.build(L70, d).decode_step(1, 1152)[0]
+    hopeless = s.serve(L70, d, traffic(mode=s.TrafficMode.ONLINE, requests_per_s=2.0,
+                                       slo=s.Slo(tpot_p99_s=floor / 2)))
+    assert hopeless.meets_slo is False
+    assert hopeless.replicas < 10
+
+
+def test_a_model_too_big_for_the_replica_does_not_fit_and_says_so() -> None:
+    e = s.serve(L70, deployment(), traffic())
+    assert not e.memory.fits
+    assert e.memory.max_concurrency == 0
+    assert any("does not fit" in w for w in e.warnings)
+
+
+def test_offline_throughput_is_the_capacity_at_the_largest_batch() -> None:
+    d = deployment(gpus_per_replica=4, tp=4, weight_precision=s.WeightPrecision.FP8,
+                   max_batch=128)
+    e = s.serve(L70, d, traffic())
+    assert e.batch == 128
+    assert e.output_tokens_per_s == pytest.approx(e.capacity_requests_per_s * 256)
+
+
+def test_p50_p99_lengths_fit_a_lognormal_whose_mean_exceeds_the_median() -> None:
+    lengths = s.Lengths.of(p50=500, p99=4000)
+    sigma = math.log(8) / 2.3263478740408408
+    assert lengths.mean == pytest.approx(500 * math.exp(sigma ** 2 / 2))
+    assert lengths.second_moment > lengths.mean ** 2
+    samples = s.Lengths.of(samples=[100, 200, 300])
+    assert (samples.mean, samples.p50) == (200, 200)
+
+
+def test_a_layout_that_does_not_match_the_replica_is_refused() -> None:
+    with pytest.raises(InvalidSpecError) as error:
+        deployment(gpus_per_replica=4, tp=2)
+    assert error.value.field == "deployment.gpus_per_replica"
+    with pytest.raises(InvalidSpecError):
+        deployment(gpus_per_replica=16, tp=16)  # beyond the H100's 8-GPU NVLink domain

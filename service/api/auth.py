@@ -16,6 +16,11 @@ from service.catalog.keys import authenticate, grants, key_digest
 
 ANONYMOUS = "anonymous"
 
+SCOPE_CHECKS: dict[Callable[..., Any], tuple[str, bool]] = {}
+"""Each dependency made by ``require`` or ``read_access``: its scope, and whether it is open
+unless ``CQ_REQUIRE_READ_AUTH`` is set. ``service/api/openapi.py`` turns them into each
+operation's ``security`` requirement."""
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -86,6 +91,7 @@ def require(scope: str) -> Any:
     async def dependency(request: Request) -> Principal:  # no I/O on a hit: no hand-off
         return check_scope(await _caller(request), scope)
 
+    SCOPE_CHECKS[dependency] = (scope, False)
     return Depends(dependency)
 
 
@@ -98,6 +104,7 @@ def read_access(scope: str) -> Any:
             return principal or Principal(name=ANONYMOUS, scopes=())
         return check_scope(principal, scope)
 
+    SCOPE_CHECKS[dependency] = (scope, True)
     return Depends(dependency)
 
 

@@ -4,6 +4,8 @@ A change breaks clients generated from OLD when it:
 - removes a path or an operation;
 - changes an operationId;
 - adds a required field to a request body (at any depth);
+- adds a required parameter, or makes an optional one required (unless the server already
+  refused requests without it: ``ALREADY_REQUIRED``);
 - removes a field from a response body (at any depth);
 - narrows an enum (removes a value) anywhere in a request or response schema.
 ``tests/api/test_openapi.py`` runs it between ``openapi/released/v1.json`` (the last release)
@@ -18,6 +20,15 @@ from pathlib import Path
 from typing import Any
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
+
+ALREADY_REQUIRED = {
+    ("header", "idempotency-key"):
+        "create_quote and requote_quote have answered 400 without it since v1, whose "
+        "description said 'Required'; v1 marked it optional only so that FastAPI let the "
+        "handler give that 400 (issue 18 marks it required in the document)",
+}
+"""Parameters that became ``required`` in the document only: a documentation fix of what the
+server already enforced, not a change that breaks a working client (each with its reason)."""
 
 
 def _resolve(spec: dict[str, Any], schema: Any) -> Any:
@@ -96,9 +107,13 @@ def breaking_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                              f"{new_op.get('operationId')}")
             old_params = {(p["in"], p["name"]): p for p in op.get("parameters", [])}
             for p in new_op.get("parameters", []):
-                if p.get("required") and (p["in"], p["name"]) not in old_params:
-                    found.append(f"{where}: new required {p['in']} parameter {p['name']}")
                 old_param = old_params.get((p["in"], p["name"]))
+                if p.get("required") and old_param is None:
+                    found.append(f"{where}: new required {p['in']} parameter {p['name']}")
+                elif (p.get("required") and old_param is not None
+                      and not old_param.get("required")
+                      and (p["in"], p["name"].lower()) not in ALREADY_REQUIRED):
+                    found.append(f"{where}: {p['in']} parameter {p['name']} became required")
                 if old_param is not None:
                     _walk(old, new, old_param.get("schema"), p.get("schema"),
                           f"{where} {p['name']}", "request", found)

@@ -74,12 +74,23 @@ def insert_quote(session: Session, row: Quote) -> Quote:
     return row
 
 
+class QuoteNotFoundError(NotFoundError):
+    """No quote with the id that the reader may read; its message names no id, so a
+    malformed one is not echoed back."""
+
+    def __init__(self, quote_id: str) -> None:
+        super().__init__("quote", quote_id)
+
+    def __str__(self) -> str:
+        return "No quote with this id"
+
+
 def get_quote(session: Session, quote_id: str, reader: Reader) -> Quote:
     """The quote, if ``reader`` may read it. Another principal's quote is "not found", as a
     missing one is, so ids cannot be probed for existence."""
     row = session.get(Quote, quote_id)
     if row is None or not reader.may_read(row):
-        raise NotFoundError("quote", quote_id)
+        raise QuoteNotFoundError(quote_id)
     return row
 
 

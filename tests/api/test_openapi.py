@@ -94,10 +94,106 @@ def _tiny(**changes: object) -> dict[str, Any]:
     ({"OP/parameters": [{"in": "query", "name": "q", "required": True,
                          "schema": {"type": "string"}}]}, "new required query parameter q"),
     ({"OP/responses": {}}, "response 201 removed"),
+    ({"OP/parameters": [{"in": "query", "name": "mode", "required": True,
+                         "schema": {"enum": ["a", "b"]}}]}, "parameter mode became required"),
 ])
 def test_each_breaking_rule_is_caught(changes: dict[str, object], expected: str) -> None:
     found = breaking_changes(_tiny(), _tiny(**changes))
     assert any(expected in line for line in found), found
+
+
+def test_a_header_the_server_already_required_may_be_marked_required() -> None:
+    """Issue 18: Idempotency-Key was answered 400 when missing, yet documented optional."""
+    header = {"in": "header", "name": "idempotency-key", "schema": {"type": "string"}}
+    old = _tiny(**{"OP/parameters": [{**header, "required": False}]})
+    assert breaking_changes(old, _tiny(**{"OP/parameters": [{**header, "required": True}]})) == []
+    other = {**header, "name": "x-other"}
+    assert breaking_changes(_tiny(**{"OP/parameters": [{**other, "required": False}]}),
+                            _tiny(**{"OP/parameters": [{**other, "required": True}]})) == [
+        "POST /v1/things: header parameter x-other became required"]
+
+
+def test_each_operation_declares_the_security_the_server_enforces(client: TestClient) -> None:
+    """Issue 18: a bearer scheme and per-operation security, so Swagger UI has an Authorize
+    button and generated clients send the key; checked against the server, keyless."""
+    spec = json.loads(json.dumps(build_openapi(client.app)))  # type: ignore[arg-type]
+    scheme = spec["components"]["securitySchemes"]["bearerAuth"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    keyed_operations = 0
+    for path, path_item in spec["paths"].items():
+        for method, operation in path_item.items():
+            security = operation["security"]
+            anonymous = security == [] or {} in security
+            for requirement in (r for r in security if r):
+                (scope,) = requirement["bearerAuth"]
+                assert f"scope `{scope}`" in operation["description"]
+                assert {"401", "403"} <= set(operation["responses"])
+                keyed_operations += 1
+            url = re.sub(r"\{[^}]+\}", "x", path)
+            status = client.request(method.upper(), url).status_code
+            assert (status == 401) == (not anonymous), (method, path, status)
+    assert keyed_operations > 20
+
+
+def test_idempotency_key_is_a_required_header(tmp_path: Path) -> None:
+    """The server answers 400 without it (tests/api/test_quotes_api.py); the document says so,
+    so generated clients make it a required argument."""
+    spec: Any = _spec(tmp_path)
+    for path in ("/v1/quotes", "/v1/quotes/{quote_id}/requote"):
+        (header,) = [p for p in spec["paths"][path]["post"]["parameters"]
+                     if p["name"].lower() == "idempotency-key"]
+        assert header["in"] == "header"
+        assert header["required"] is True
+        assert header["schema"]["type"] == "string"
+        assert "anyOf" not in header["schema"]
+
+
+def test_servers_license_contact_and_named_schemas(tmp_path: Path) -> None:
+    spec: Any = _spec(tmp_path)
+    assert spec["servers"]
+    assert all(s["url"] for s in spec["servers"])
+    assert spec["info"]["license"]["name"]
+    assert spec["info"]["contact"]["name"]
+    schemas = spec["components"]["schemas"]
+
+    def inline_enums(node: Any, where: str) -> list[str]:
+        if isinstance(node, dict):
+            return ([where] if "enum" in node else []) + [
+                x for k, v in node.items() for x in inline_enums(v, f"{where}/{k}")]
+        if isinstance(node, list):
+            return [x for i, v in enumerate(node) for x in inline_enums(v, f"{where}/{i}")]
+        return []
+
+    found = inline_enums(spec["paths"], "paths") + [
+        x for name, schema in schemas.items()
+        for key, value in schema.items() if key != "enum"
+        for x in inline_enums(value, f"{name}/{key}")]
+    assert found == [], "name each enum (a StrEnum or a typing_extensions.TypeAliasType)"
+
+    def nullable_ref(model: str, field: str) -> str:
+        (ref,) = [v["$ref"] for v in schemas[model]["properties"][field]["anyOf"] if "$ref" in v]
+        return str(ref.rsplit("/", 1)[-1])
+
+    assert nullable_ref("QuoteOut", "verdict") == "Verdict"
+    assert nullable_ref("QuoteOut", "budget") == "MoneyOut"
+    assert nullable_ref("QuoteOut", "discount_book") == "DiscountBookRef"
+    assert nullable_ref("QuoteLineOut", "plan") == "Parallelism"
+    assert schemas["QuoteRequest"]["properties"]["terms"]["items"] == {
+        "$ref": "#/components/schemas/QuoteTerm"}
+
+
+def test_component_examples_keep_their_null_members(tmp_path: Path) -> None:
+    """FastAPI drops nulls from the document; an example must still have every required
+    member (Redocly's no-invalid-schema-examples caught OfferOut's)."""
+    schemas: Any = _spec(tmp_path)["components"]["schemas"]
+    checked = 0
+    for schema in schemas.values():
+        for example in schema.get("examples", []):
+            if isinstance(example, dict):
+                assert set(schema.get("required", [])) <= set(example)
+                checked += 1
+    assert checked
+    assert schemas["OfferOut"]["examples"][0]["zone"] is None
 
 
 def test_removed_paths_and_operations_are_caught() -> None:
@@ -133,5 +229,11 @@ def test_docs_pages_use_only_assets_the_app_serves(client: TestClient) -> None:
 
 def test_readme_documents_every_setting(repo_root: Path) -> None:
     readme = (repo_root / "README.md").read_text()
-    for name in Settings.model_fields:
-        assert f"CQ_{name.upper()}" in readme, f"README lacks CQ_{name.upper()}"
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        if alias is None:
+            variable = f"CQ_{name.upper()}"
+        else:  # OpenTelemetry's own variable names; the last choice is the general one
+            choices = alias.choices if hasattr(alias, "choices") else [alias]
+            variable = str(choices[-1])
+        assert variable in readme, f"README lacks {variable}"

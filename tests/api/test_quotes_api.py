@@ -204,6 +204,20 @@ class TestStorage:
         assert quote_id not in {q["id"] for q in approved}
         assert_problem(client.get("/v1/quotes/q_" + "0" * 32, headers=writer), 404)
 
+    @pytest.mark.parametrize("quote_id", ["q_" + "0" * 32, "nope", "q_" + "A" * 32,
+                                          "q_" + "0" * 33, "x" * 300])
+    def test_an_unknown_quote_id_of_any_form_is_404(
+        self, client: TestClient, api_key: KeyMaker, quote_id: str
+    ) -> None:
+        """Issue 18: an id that is not q_ and 32 hex digits was a 422 showing the pattern."""
+        key = {**api_key("quotes:read", "quotes:write"), "Idempotency-Key": "unknown-id"}
+        for method, suffix in (("GET", ""), ("GET", "/lines"), ("POST", "/verify"),
+                               ("POST", "/requote")):
+            response = client.request(method, f"/v1/quotes/{quote_id}{suffix}", headers=key)
+            problem = assert_problem(response, 404)
+            assert problem["detail"] == "No quote with this id", (method, suffix)
+            assert "[0-9a-f]" not in response.text
+
     def test_list_pages_newest_first(self, client: TestClient, writer: dict[str, str]) -> None:
         made = [post(client, writer, GPU_HOURS_QUOTE).json()["id"] for _ in range(5)]
         seen: list[str] = []

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from typing_extensions import TypeAliasType
 
 from service.api.auth import Principal, read_access, require
 from service.api.deps import (
@@ -52,6 +53,7 @@ OfferId = Annotated[
 Slug = Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 CatalogRead = Annotated[Principal, read_access("catalog:read")]
 CatalogWrite = Annotated[Principal, require("catalog:write")]
+ExportFormat = TypeAliasType("ExportFormat", Literal["csv", "json"])
 
 CSV_MEDIA_TYPE = "text/csv"
 IMPORT_BODY_OPENAPI: dict[str, Any] = {
@@ -130,7 +132,7 @@ def get_catalog_version(
 )
 def export_catalog_version(
     session: SessionDep, _: CatalogRead, version_id: VersionId,
-    format: Annotated[Literal["csv", "json"], Query(description="csv or json")] = "csv",  # noqa: A002
+    format: Annotated[ExportFormat, Query(description="csv or json")] = "csv",  # noqa: A002
 ) -> Response:
     """Every offer of the version, ordered by id, in the format imports take."""
     version = prices.get_version(session, version_id)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response
 from sqlalchemy.orm import Session
 
-from service.api.auth import CallerDep, Principal, check_scope, read_access, require
+from service.api.auth import Principal, read_access, require
 from service.api.budget_plans import budget_plan
 from service.api.deps import (
     AcceleratorCache,
@@ -62,11 +63,11 @@ QuotesWrite = Annotated[Principal, require("quotes:write")]
 QuotesRead = Annotated[Principal, read_access("quotes:read")]
 
 
-def quote_reader(principal: CallerDep) -> store.Reader:
+def quote_reader(principal: Annotated[Principal, require("quotes:read")]) -> store.Reader:
     """Stored quotes always need a key with ``quotes:read``, whatever CQ_REQUIRE_READ_AUTH
     says: a quote belongs to the principal that made it (and its team); ``quotes:admin``
     reads every principal's (issue 14, OWASP API1:2023)."""
-    return reader_of(check_scope(principal, "quotes:read"))
+    return reader_of(principal)
 
 
 def reader_of(principal: Principal) -> store.Reader:
@@ -79,7 +80,21 @@ Timestamp = Annotated[str | None, Query(
     pattern=r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?)?$",
     max_length=32, description="ISO 8601 date or date-time; UTC when no zone is given.",
     examples=["2026-11-01T00:00:00Z"])]
-QuoteId = Annotated[str, Path(pattern=r"^q_[0-9a-f]{32}$", examples=["q_" + "0" * 32])]
+QUOTE_ID_PATTERN = r"^q_[0-9a-f]{32}$"
+
+
+def _quote_id(quote_id: Annotated[str, Path(
+        examples=["q_" + "0" * 32], json_schema_extra={"pattern": QUOTE_ID_PATTERN},
+        description="q_ and 32 hexadecimal digits; any other value is 404, as an unknown id "
+                    "is.")]) -> str:
+    """An id of another form names no quote: 404, as an unknown one is (issue 18: it was a
+    422 that showed the pattern)."""
+    if re.fullmatch(QUOTE_ID_PATTERN, quote_id) is None:
+        raise store.QuoteNotFoundError(quote_id)
+    return quote_id
+
+
+QuoteId = Annotated[str, Depends(_quote_id)]
 IdempotencyKey = Annotated[str | None, Header(
     max_length=255, pattern=r"^[!-~]+$",
     description="Required (printable ASCII, at most 255). The same key and body replay the "

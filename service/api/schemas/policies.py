@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
+from typing_extensions import TypeAliasType
 
 from service.api.schemas.common import RequestModel
 from service.api.schemas.prices import DecimalString
 from service.api.schemas.quotes import CurrencyCode, PolicyName, Slug, TermName
 from service.core.quote import DEFAULT_POLICY, RULES
 
-RuleName = Literal[
+PolicyRuleName = TypeAliasType("PolicyRuleName", Literal[
     "budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",
     "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
     "max_price_age_s", "max_duration_s", "min_success_probability", "require_node_fit",
-    "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates"]
-assert set(RuleName.__args__) == set(RULES)  # type: ignore[attr-defined] # noqa: S101
+    "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates"])
+RuleName = PolicyRuleName
+assert set(get_args(PolicyRuleName.__value__)) == set(RULES)  # noqa: S101
 
 POLICY_EXAMPLE: dict[str, Any] = {
     "name": "finance-2027",

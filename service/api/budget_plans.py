@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.api.deps import AcceleratorCache
+from service.api.presentation import money
 from service.api.quoting import (
     Computed,
     budget_conversion,
@@ -161,8 +162,8 @@ def _explain(computed: Computed, within: list[QuoteLine], in_time: list[QuoteLin
         cheapest = min(x.amounts.total for x in feasible if x.amounts)
         if not within:
             parts.append(f"nothing fits the budget: the cheapest line's "
-                         f"{computed.options.accounting.value} total is {cheapest} "
-                         f"{computed.options.currency}")
+                         f"{computed.options.accounting.value} total is "
+                         f"{money(str(cheapest), computed.options.currency)}")
         if not in_time:
             fastest = min(x.amounts.wall_clock_s for x in feasible if x.amounts)
             parts.append(f"nothing meets the deadline: the fastest line takes "

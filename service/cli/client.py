@@ -4,8 +4,9 @@ the local database (``--local``) through the very same app, so both give the sam
 from __future__ import annotations
 
 import getpass
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,28 @@ def _httpx() -> Any:
 
     return httpx
 TIMEOUT_S = 660.0  # above the longest search deadline the service accepts (600 s)
+MAX_RETRY_WAIT_S = 10.0
+"""A 503 is retried once, after its ``Retry-After`` (delta-seconds or an HTTP date; 1 s when
+absent), waiting at most this long; a longer ``Retry-After`` is not waited for."""
+
+
+def retry_wait_s(retry_after: str | None, now_s: float | None = None) -> float | None:
+    """Seconds to wait before the one retry of a 503, or None not to retry (the server asks
+    for longer than :data:`MAX_RETRY_WAIT_S`)."""
+    if not retry_after:
+        return 1.0
+    text = retry_after.strip()
+    if text.isdigit():
+        wait = float(text)
+    else:
+        import email.utils
+
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return 1.0
+        wait = max(0.0, when.timestamp() - (time.time() if now_s is None else now_s))
+    return wait if wait <= MAX_RETRY_WAIT_S else None
 
 
 class CliError(Exception):
@@ -40,12 +63,13 @@ class CliError(Exception):
 
 @dataclass
 class ApiProblemError(Exception):
-    """An RFC 9457 problem the service answered."""
+    """An RFC 9457 problem the service answered (``body``: the problem document as sent)."""
 
     status: int
     title: str
     detail: str
     errors: list[dict[str, Any]] = field(default_factory=list)
+    body: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> ApiProblemError:
@@ -58,7 +82,8 @@ class ApiProblemError(Exception):
         return cls(status=response.status_code,
                    title=str(body.get("title") or response.reason_phrase or "Error"),
                    detail=str(body.get("detail") or response.text[:500]),
-                   errors=[e for e in body.get("errors") or [] if isinstance(e, dict)])
+                   errors=[e for e in body.get("errors") or [] if isinstance(e, dict)],
+                   body=body)
 
 
 class Api:
@@ -67,6 +92,7 @@ class Api:
     def __init__(self, client: httpx.Client, api_key: str | None) -> None:
         self.client = client
         self.api_key = api_key
+        self.sleep: Callable[[float], None] = time.sleep  # a test replaces it
 
     def call(self, method: str, path: str, *, json: Any = None,
              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
@@ -75,13 +101,20 @@ class Api:
         if self.api_key:
             sent["Authorization"] = f"Bearer {self.api_key}"
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        try:
-            response = self.client.request(method, path, json=json, params=query,
-                                           headers=sent, content=content)
-        except _httpx().TransportError as exc:
-            raise CliError(f"cannot reach the service at {self.client.base_url}: {exc}. "
-                           "Start it (cq serve), point --api/CQ_API_URL at it, or use "
-                           "--local") from None
+        for attempt in (1, 2):
+            try:
+                response = self.client.request(method, path, json=json, params=query,
+                                               headers=sent, content=content)
+            except _httpx().TransportError as exc:
+                raise CliError(f"cannot reach the service at {self.client.base_url}: {exc}. "
+                               "Start it (cq serve), point --api/CQ_API_URL at it, or use "
+                               "--local") from None
+            # One retry of a 503 (shed under load, or a deadline): the service stored
+            # nothing, and quotes carry an Idempotency-Key, so sending it again is safe.
+            wait = retry_wait_s(response.headers.get("Retry-After"))
+            if response.status_code != 503 or attempt == 2 or wait is None:
+                break
+            self.sleep(wait)
         if response.status_code >= 400:
             raise ApiProblemError.from_response(response)
         return response

@@ -1,10 +1,12 @@
-"""``cq estimate|optimise|quote|budget-plan|offers|catalog|quotes|serve``: the API from a
-terminal.
+"""``cq estimate|optimise|quote|budget-plan|offers|models|accelerators|catalog|quotes|serve``:
+the API from a terminal.
 
 Every command builds the same JSON body the API takes (from flags, or ``--request FILE``),
 sends it (``--api URL`` or ``--local``), and prints a table, or the raw answer with ``--json``.
 Quotes also print Markdown (``--format markdown``) and gate CI jobs (``--fail-on``): exit 3
-when the verdict is reject, 4 when the policy warned (see ``service/cli/report.py``).
+when the verdict is reject, 4 when the policy warned (see ``service/cli/report.py``). Tables
+are built by ``service/cli/tables.py`` to stay legible at 80 columns; with ``--json`` an error
+is JSON on stdout too.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
 from service.api import presentation as fmt
 from service.cli import report
+from service.cli import tables as tb
 from service.cli.client import (
     DEFAULT_API_URL,
     Api,
@@ -73,9 +76,31 @@ Utilisation = Annotated[str | None, typer.Option(
 PolicyOption = Annotated[str | None, typer.Option(
     "--policy", help="A stored policy's name to judge by (default: the server's).")]
 
-# Piped output is not cut to 80 columns: tables stay one row per line for grep and logs.
-out = Console() if sys.stdout.isatty() else Console(width=200)
+PIPED_WIDTH = 200
+
+
+class _Screen(Console):
+    """stdout at the terminal's width, or ``COLUMNS`` when set; piped without ``COLUMNS``, 200
+    columns, so that tables stay one row per line for grep and logs. Read at each print, so
+    ``COLUMNS=80 cq ...`` (and a test's environment) takes effect."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self._width is None and not self.is_terminal and not self._environ.get("COLUMNS"):
+            return ConsoleDimensions(PIPED_WIDTH, 25)
+        return super().size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+out = _Screen()
 err = Console(stderr=True)
+
+
+def _table(title: str | None, columns: list[tb.Col | str]) -> Table:
+    return tb.table(title, columns, width=out.width)
 
 
 def _load(request: Path | None) -> dict[str, Any]:
@@ -135,6 +160,52 @@ def _gpu_range(text: str) -> dict[str, int]:
     return {"start": start, "stop": stop, "step": step}
 
 
+def _count_or_auto(text: str | None) -> int | str | None:
+    """--vp and --micro-batch: a count, or "auto" (the API names any other word)."""
+    if text is None:
+        return None
+    return int(text) if text.isdigit() else text
+
+
+def _price(text: str) -> str:
+    try:
+        price = Decimal(text)
+    except InvalidOperation:
+        price = Decimal(-1)
+    if not price.is_finite() or price < 0:
+        raise typer.BadParameter("a price per GPU-hour, e.g. 2.10", param_hint="--price")
+    return text
+
+
+def _provider_price(client: Api, accelerator: str, provider: str) -> dict[str, Any]:
+    """The provider's cheapest on-demand offer of the accelerator, per GPU-hour (the offers
+    list is sorted by it)."""
+    page = client.call("GET", "/v1/offers", params={
+        "accelerator": accelerator, "provider": provider, "term": "on_demand",
+        "page_size": 1}).json()
+    if not page["items"]:
+        raise CliError(f"the catalogue has no on-demand offer of {accelerator} from "
+                       f"{provider}; cq offers --accelerator {accelerator} lists who has one")
+    offer = page["items"][0]
+    where = " ".join(p for p in (offer["provider"], offer["region"], offer.get("zone"),
+                                 offer["instance_type"]) if p)
+    return {"price_per_gpu_hour": offer["price_per_gpu_hour"], "currency": offer["currency"],
+            "source": f"{where} on demand, offer {offer['id']}", "offer_id": offer["id"]}
+
+
+def _cost_json(answer: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
+    """--json with a price: the API's answer plus a ``cost`` block (amounts as decimal
+    strings, like the API's money)."""
+    time = answer["time"]
+    total = Decimal(cost["price_per_gpu_hour"]) * Decimal(str(time["gpu_hours"]))
+    tps = time["tokens_per_s"]
+    return {"price_per_gpu_hour": cost["price_per_gpu_hour"], "currency": cost["currency"],
+            "source": cost["source"], "offer_id": cost.get("offer_id"),
+            "total": f"{total:.2f}",
+            "total_low": f"{total * Decimal(str(tps / time['tokens_per_s_high'])):.2f}",
+            "total_high": f"{total * Decimal(str(tps / time['tokens_per_s_low'])):.2f}"}
+
+
 def _model(model: str | None) -> dict[str, Any] | None:
     return {"preset": model} if model else None
 
@@ -145,6 +216,8 @@ def working(label: str) -> Iterator[None]:
     if not err.is_terminal:
         yield
         return
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   TimeElapsedColumn(), console=err, transient=True) as progress:
         progress.add_task(label, total=None)
@@ -207,14 +280,40 @@ def _figures_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return table
 
 
-def render_estimate(answer: dict[str, Any]) -> None:
-    out.print(_figures_table("Estimate", fmt.estimate_figures(answer)))
+def band_figures(answer: dict[str, Any], cost: dict[str, Any] | None = None,
+                 ) -> list[tuple[str, str]]:
+    """The 80% band (time.tokens_per_s_low/high) as throughput, training time and, with a
+    price, cost: time and cost scale with tokens/s ÷ the band's end."""
+    time = answer["time"]
+    tps, low, high = time["tokens_per_s"], time["tokens_per_s_low"], time["tokens_per_s_high"]
+    rows = [("tokens/s, 80% band", f"{fmt.number(low)} – {fmt.number(high)}"),
+            ("time, 80% band", f"{fmt.duration(time['train_s'] * tps / high)} – "
+                               f"{fmt.duration(time['train_s'] * tps / low)}")]
+    if cost is not None:
+        price, currency = Decimal(cost["price_per_gpu_hour"]), cost["currency"]
+        total = price * Decimal(str(time["gpu_hours"]))
+        rows.insert(0, ("cost", f"{fmt.money(str(total), currency)} at "
+                                f"{fmt.money(str(price), currency)} per GPU-hour "
+                                f"({cost['source']})"))
+        rows.append(("cost, 80% band",
+                     f"{fmt.money(str(total * Decimal(str(tps / high))), currency)} – "
+                     f"{fmt.money(str(total * Decimal(str(tps / low))), currency)}"))
+    return rows
+
+
+def render_estimate(answer: dict[str, Any], cost: dict[str, Any] | None = None) -> None:
+    figures = fmt.estimate_figures(answer)
+    at = next(i for i, (name, _) in enumerate(figures) if name == "training time") + 1
+    out.print(_figures_table("Estimate", [*figures[:at], *band_figures(answer, cost),
+                                          *figures[at:]]))
     step = answer["time"]["step_s"]
-    parts = Table("step time part", "time", "share", title="Step time", title_justify="left")
+    parts = _table("Step time", [tb.Col("step time part", max_width=40), tb.num("time"),
+                                   tb.num("share")])
     for label, seconds in fmt.step_parts(answer):
         parts.add_row(label, fmt.duration(seconds), fmt.percent(seconds / step))
     out.print(parts)
-    memory = Table("memory part", "per GPU", title="Memory per GPU", title_justify="left")
+    memory = _table("Memory per GPU", [tb.Col("memory part", max_width=40),
+                                         tb.num("per GPU")])
     for label, size in fmt.memory_parts(answer):
         memory.add_row(label, fmt.gib(size))
     memory.add_row("capacity", fmt.gib(answer["memory"]["capacity_bytes_per_gpu"]))
@@ -223,21 +322,45 @@ def render_estimate(answer: dict[str, Any]) -> None:
         out.print(f"[yellow]warning:[/] {warning}")
 
 
+def _plan_figures(plan: dict[str, Any]) -> tuple[Any, ...]:
+    """What a plans table shows of a plan besides its layout: plans equal in these are
+    permutations with identical figures, and share a row."""
+    return (plan["accelerator"], plan["num_gpus"], plan["global_batch_seqs"],
+            fmt.duration(plan["time"]["train_s"]), fmt.number(plan["time"]["gpu_hours"]),
+            fmt.percent(plan["time"]["mfu_fraction"]),
+            fmt.gib(plan["memory"]["peak_bytes_per_gpu"]), plan.get("cost_usd"))
+
+
 def render_plans(answer: dict[str, Any]) -> None:
-    table = Table("#", "accelerator", "GPUs", "layout", "batch", "time", "GPU-hours", "MFU",
-                  "memory/GPU", "cost", title=f"Best plans ({answer['objective']})",
-                  title_justify="left")
-    for plan in answer["plans"]:
-        table.add_row(str(plan["rank"]), plan["accelerator"], f"{plan['num_gpus']:,}",
-                      fmt.layout(plan["parallelism"], short=True),
-                      str(plan["global_batch_seqs"]),
-                      fmt.duration(plan["time"]["train_s"]),
-                      fmt.number(plan["time"]["gpu_hours"]),
-                      fmt.percent(plan["time"]["mfu_fraction"]),
-                      fmt.gib(plan["memory"]["peak_bytes_per_gpu"]),
-                      fmt.money(plan["cost_usd"]) if plan["cost_usd"] else "—")
-    out.print(table)
+    plans = answer["plans"]
     search = answer["search"]
+    accelerators = {p["accelerator"] for p in plans}
+    batches = {p["global_batch_seqs"] for p in plans}
+    costed = any(p.get("cost_usd") for p in plans)
+    rows = tb.group_alike(plans, _plan_figures)
+    alike = sum(more for _, more in rows)
+    title = (f"Best plans ({answer['objective']}): "
+             f"{tb.shown_of(len(plans), search['feasible'], 'feasible plans')}"
+             + (f", {alike} alike folded" if alike else "")
+             + (f"; on {next(iter(accelerators))}" if len(accelerators) == 1 else ""))
+    columns: list[tb.Col | str] = [
+        tb.num("#"), *(["accelerator"] if len(accelerators) > 1 else []), tb.num("GPUs"),
+        tb.Col("layout", max_width=24), *([tb.num("batch")] if len(batches) > 1 else []),
+        tb.num("time"), tb.num("GPU-hours"), tb.num("MFU"), tb.num("mem/GPU"),
+        *([tb.num("cost USD")] if costed else [])]
+    table = _table(title, columns)
+    for plan, more in rows:
+        figures = _plan_figures(plan)
+        table.add_row(str(plan["rank"]),
+                      *([plan["accelerator"]] if len(accelerators) > 1 else []),
+                      f"{plan['num_gpus']:,}",
+                      fmt.layout(plan["parallelism"], short=True)
+                      + (f" (+{more} alike)" if more else ""),
+                      *([str(plan["global_batch_seqs"])] if len(batches) > 1 else []),
+                      *figures[3:7],
+                      *([tb.amount(plan["cost_usd"], "USD", "USD") if plan["cost_usd"]
+                         else "—"] if costed else []))
+    out.print(table)
     out.print(f"{search['candidates_evaluated']:,} layouts evaluated in "
               f"{fmt.duration(search['elapsed_s'])}; {search['feasible']:,} feasible; "
               f"Pareto front: {len(answer['pareto'])} plans"
@@ -249,27 +372,48 @@ def _lines_table(title: str, lines: list[dict[str, Any]],
     """Commitment (cash signed for) first, then the job's own cost; under amortised
     accounting also the amount judged."""
     amortised = any(line.get("accounting") == "amortised" for line in lines)
-    columns = ["term", "where", "GPUs", "days p50 (p10–p90)", "commitment", "job cost",
-               *(["judged (amortised)"] if amortised else []), "within budget", "policy",
-               "flags"]
-    table = Table(*columns, title=title, title_justify="left")
+    currency = tb.common_currency(lines)
+    columns: list[tb.Col | str] = [
+        "line", tb.Col("days p50 (p10–p90)", max_width=11),
+        tb.num(tb.money_header("commitment", currency)),
+        tb.num(tb.money_header("job cost", currency)),
+        *([tb.num(tb.money_header("judged", currency))] if amortised else []),
+        tb.Col("budget, policy", max_width=8), tb.Col("flags", max_width=6)]
+    table = _table(title, columns)
+    letters = tb.FlagLetters()
     for line in lines:
         budget = {True: "yes", False: "no", None: "—"}[line.get("within_budget")]
-        judged = ([fmt.money(line.get("total"), line["currency"]) if line["feasible"]
+        judged = ([tb.amount(line.get("total"), line["currency"], currency) if line["feasible"]
                    else "—"] if amortised else [])
         mark = "★ " if report.same_line(line, recommended) else ""
-        table.add_row(mark + line["term"], fmt.line_where(line), f"{line['num_gpus']:,}",
-                      report.days(line), report.commitment(line), report.job_cost(line),
-                      *judged, budget, line.get("policy_outcome") or "—",
-                      ", ".join(line.get("flags") or []))
+        table.add_row(f"{mark}{_line_label(line)}", report.days(line),
+                      *_line_amounts(line, currency), *judged,
+                      f"{budget}, {line.get('policy_outcome') or '—'}",
+                      letters.cell(line.get("flags") or []))
+    table.caption = letters.legend() or None
+    table.caption_justify = "left"
     return table
+
+
+def _line_label(line: dict[str, Any]) -> str:
+    """'512 × aws us-east-1 p5.48xlarge spot': the GPU count as an integer, then where, then
+    the term."""
+    return f"{line['num_gpus']:,} × {report.line_where(line)}"
+
+
+def _line_amounts(line: dict[str, Any], currency: str | None) -> tuple[str, str]:
+    if not line.get("feasible", True):
+        return report.commitment(line), "—"
+    return (tb.amount(line.get("commitment_total"), line["currency"], currency),
+            tb.amount(line.get("job_cost_total"), line["currency"], currency))
 
 
 def render_quote(answer: dict[str, Any]) -> None:
     recommended = answer.get("recommended")
     lines = answer.get("lines") or list(answer["cheapest_per_term"].values())
-    out.print(_lines_table(f"Quote {answer['id']} — best per provider and term (★ recommended)",
-                           lines, recommended))
+    shown = tb.shown_of(len(lines), answer["summary"]["lines"], "lines")
+    out.print(_lines_table(f"Quote {answer['id']}: {shown}, the best per provider and term "
+                           "(★ recommended)", lines, recommended))
     summary = answer["summary"]
     judged = "amortised totals" if answer.get("accounting") == "amortised" else "commitments"
     out.print(f"{summary['lines']} lines ({summary['feasible_lines']} feasible); {judged} from "
@@ -310,6 +454,46 @@ def render_quote(answer: dict[str, Any]) -> None:
               f"{answer.get('estimator_version', '?')}; stored as /v1/quotes/{answer['id']}"
               + (f"; requote of {answer['requote_of']}" if answer.get("requote_of") else ""),
               highlight=False)
+
+
+def _every_item(client: Api, path: str) -> list[dict[str, Any]]:
+    """Every item of a paged list (models and accelerators are a few dozen)."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        page = client.call("GET", path, params={"page_size": 200, "page_token": token}).json()
+        items += page["items"]
+        token = page.get("next_page_token")
+        if not token:
+            return items
+
+
+def render_models(answer: dict[str, Any]) -> None:
+    items = answer["items"]
+    table = _table(f"Model presets: {len(items)}",
+                     ["preset", tb.num("params"), tb.num("active"), tb.num("layers"),
+                      tb.num("hidden"), tb.num("heads"), tb.num("experts")])
+    for m in items:
+        experts = (f"{m['experts_per_token']} of {m['num_experts']}" if m["num_experts"] > 1
+                   else "—")
+        table.add_row(m["name"], fmt.si(m["params_total"]), fmt.si(m["params_active"]),
+                      f"{m['num_layers']:,}", f"{m['hidden_size']:,}", f"{m['num_heads']:,}",
+                      experts)
+    out.print(table)
+
+
+def render_accelerators(answer: dict[str, Any]) -> None:
+    items = answer["items"]
+    table = _table(f"Accelerators: {len(items)}",
+                     [tb.Col("id", max_width=22), tb.num("memory"), tb.num("HBM TB/s"),
+                      tb.num("BF16 TFLOP/s"), tb.num("TDP W"), tb.num("NVLink"),
+                      "calibrated"])
+    for a in items:
+        table.add_row(a["id"], f"{a['memory_gib']:,.0f} GiB", f"{a['hbm_tbytes_per_s']:,.2f}",
+                      f"{a['bf16_tflops']:,.0f}" if a.get("bf16_tflops") else "—",
+                      f"{a['tdp_w']:,.0f}", f"{a['scaleup_domain_size']:,}",
+                      "yes" if a.get("calibrated") else "no")
+    out.print(table)
 
 
 def render_verify(answer: dict[str, Any], quote_id: str) -> None:
@@ -368,6 +552,10 @@ def render_diff(diff: dict[str, Any], show_unchanged: bool = False) -> None:
               highlight=False)
 
 
+PLAN_ROWS = 10
+"""Rows of each budget-plan table (the title says how many lines there are)."""
+
+
 class PlanObjective(StrEnum):
     soonest = "soonest"
     largest_model = "largest_model"
@@ -377,15 +565,23 @@ def _plan_table(title: str, lines: list[dict[str, Any]]) -> Table:
     """A budget plan's lines: the commitment (cash signed for) first, then the job's own cost,
     then how long and where."""
     amortised = any(line.get("accounting") == "amortised" for line in lines)
-    columns = ["#", "commitment", "job cost", *(["judged (amortised)"] if amortised else []),
-               "days p50 (p10–p90)", "where", "term", "GPUs", "policy", "flags"]
-    table = Table(*columns, title=title, title_justify="left")
+    currency = tb.common_currency(lines)
+    columns: list[tb.Col | str] = [
+        tb.num("#"), tb.num(tb.money_header("commitment", currency)),
+        tb.num(tb.money_header("job cost", currency)),
+        *([tb.num(tb.money_header("judged", currency))] if amortised else []),
+        tb.Col("days p50 (p10–p90)", max_width=11), tb.Col("line", max_width=14),
+        tb.Col("policy", max_width=6), tb.Col("flags", max_width=6)]
+    table = _table(title, columns)
+    letters = tb.FlagLetters()
     for rank, line in enumerate(lines, 1):
-        judged = [fmt.money(line.get("total"), line["currency"])] if amortised else []
-        table.add_row(str(rank), report.commitment(line), report.job_cost(line), *judged,
-                      report.days(line), fmt.line_where(line), line["term"],
-                      f"{line['num_gpus']:,}", line.get("policy_outcome") or "—",
-                      ", ".join(line.get("flags") or []))
+        judged = ([tb.amount(line.get("total"), line["currency"], currency)]
+                  if amortised else [])
+        table.add_row(str(rank), *_line_amounts(line, currency), *judged, report.days(line),
+                      _line_label(line), line.get("policy_outcome") or "—",
+                      letters.cell(line.get("flags") or []))
+    table.caption = letters.legend() or None
+    table.caption_justify = "left"
     return table
 
 
@@ -409,7 +605,8 @@ def render_budget_plan(answer: dict[str, Any]) -> None:
              "cheapest_before_deadline", "no line meets the deadline")):
         lines = answer.get(key) or []
         if lines:
-            out.print(_plan_table(title, lines[:10]))
+            shown = tb.shown_of(min(len(lines), PLAN_ROWS), len(lines), "lines")
+            out.print(_plan_table(f"{title}: {shown}", lines[:PLAN_ROWS]))
         else:
             out.print(f"{title}: {empty}", highlight=False, markup=False)
     if explanation:
@@ -446,9 +643,13 @@ def handled(function: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        as_json = bool(kwargs.get("as_json")) or kwargs.get("output_format") == OutputFormat.json
         try:
             function(*args, **kwargs)
         except ApiProblemError as problem:
+            if as_json:
+                _json_error(problem.body or {"title": problem.title, "status": problem.status,
+                                             "detail": problem.detail}, exit_code=1)
             err.print(f"[bold red]{problem.status} {problem.title}:[/] {problem.detail}",
                       highlight=False)
             for error in problem.errors:
@@ -457,10 +658,25 @@ def handled(function: Callable[..., None]) -> Callable[..., None]:
                           highlight=False)
             raise typer.Exit(code=1) from None
         except CliError as exc:
+            if as_json:
+                _json_error({"title": "cq could not complete the command", "detail": str(exc)},
+                            exit_code=2)
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(code=2) from None
+        except typer.BadParameter as exc:
+            if as_json:
+                _json_error({"title": "Invalid option", "detail": exc.format_message(),
+                             "option": exc.param_hint}, exit_code=2)
+            raise
 
     return wrapper
+
+
+def _json_error(problem: dict[str, Any], exit_code: int) -> None:
+    """With --json an error is JSON on stdout too (the problem document the service sent, or
+    one in its shape), so a script reads one stream; the exit code still tells failure."""
+    sys.stdout.write(json.dumps({**problem, "exit_code": exit_code}, indent=2) + "\n")
+    raise typer.Exit(code=exit_code)
 
 
 def register(app: typer.Typer) -> None:
@@ -473,28 +689,52 @@ def register(app: typer.Typer) -> None:
         pp: Annotated[int | None, typer.Option(help="Pipeline stages.")] = None,
         dp: Annotated[int | None, typer.Option(help="Data-parallel size.")] = None,
         cp: Annotated[int | None, typer.Option(help="Context-parallel size.")] = None,
-        micro_batch: Annotated[int | None, typer.Option(help="Sequences per micro-batch.")]
-        = None,
-        zero: Annotated[int | None, typer.Option(help="ZeRO stage (3 = FSDP).")] = None,
-        recompute: Annotated[str | None, typer.Option(help="none, selective or full.")]
-        = None,
+        ep: Annotated[int | None, typer.Option(help="Expert-parallel size (MoE).")] = None,
+        vp: Annotated[str | None, typer.Option(
+            help="Virtual pipeline stages per GPU, or auto.")] = None,
+        micro_batch: Annotated[str | None, typer.Option(
+            help="Sequences per micro-batch, or auto.")] = None,
+        zero_stage: Annotated[int | None, typer.Option(
+            "--zero-stage", "--zero", min=0, max=3, help="ZeRO stage (3 = FSDP).")] = None,
+        recompute: Annotated[str | None, typer.Option(
+            help="none, selective, full or auto.")] = None,
+        sequence_parallel: Annotated[bool | None, typer.Option(
+            "--sequence-parallel/--no-sequence-parallel",
+            help="Megatron sequence parallelism (the API's default: on).")] = None,
+        price: Annotated[str | None, typer.Option(
+            help="USD per GPU-hour, to show a cost (and its 80% band).")] = None,
+        provider: Annotated[str | None, typer.Option(
+            help="Show the cost at this provider's cheapest on-demand offer of the "
+                 "accelerator (per GPU-hour), named.")] = None,
         request: RequestFile = None, api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None,
         local: Local = False, as_json: AsJson = False,
     ) -> None:
-        """Time, memory, MFU, GPU-hours and energy of one training run on one layout."""
+        """Time, memory, MFU, GPU-hours and energy of one training run on one layout, with
+        the 80% band; a cost with --price or --provider."""
+        if price is not None and provider is not None:
+            raise typer.BadParameter("give --price or --provider, not both",
+                                     param_hint="--price")
+        cost = None if price is None else {"price_per_gpu_hour": _price(price),
+                                           "currency": "USD", "source": "--price"}
         body = _load(request)
         _put_model_and_training(body, model, tokens, seq_len, global_batch)
         for path, value in (("cluster.accelerator", accelerator), ("cluster.num_gpus", gpus),
                             ("parallelism.tp", tp), ("parallelism.pp", pp),
                             ("parallelism.dp", dp), ("parallelism.cp", cp),
-                            ("parallelism.micro_batch", micro_batch),
-                            ("parallelism.zero_stage", zero),
-                            ("parallelism.recompute", recompute)):
+                            ("parallelism.ep", ep), ("parallelism.vp", _count_or_auto(vp)),
+                            ("parallelism.micro_batch", _count_or_auto(micro_batch)),
+                            ("parallelism.zero_stage", zero_stage),
+                            ("parallelism.recompute", recompute),
+                            ("parallelism.sequence_parallel", sequence_parallel)):
             _put(body, path, value)
         _defaults(body)
         with connect(api, api_key, local) as client:
             answer = client.call("POST", "/v1/estimates", json=body).json()
-        _emit(answer, as_json, render_estimate)
+            if provider is not None:
+                cost = _provider_price(client, answer["resolved"]["accelerator"], provider)
+        if as_json and cost is not None:
+            answer = {**answer, "cost": _cost_json(answer, cost)}
+        _emit(answer, as_json, functools.partial(render_estimate, cost=cost))
 
     @app.command()
     @handled
@@ -651,28 +891,41 @@ def register(app: typer.Typer) -> None:
         api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None, local: Local = False,
         as_json: AsJson = False,
     ) -> None:
-        """Price offers, cheapest per GPU-hour first."""
+        """Price offers per GPU-hour, cheapest first: on-demand and spot side by side (or the
+        --term given), one row per instance type and zone.
+
+        --json prints the API's page of offers (the --limit cheapest, --term's or of every
+        term)."""
         params = {"accelerator": accelerator, "provider": provider, "region": region,
-                  "term": term, "version": version, "page_size": limit}
+                  "term": term, "version": version}
         with connect(api, api_key, local) as client:
-            answer = client.call("GET", "/v1/offers", params=params).json()
+            if as_json:
+                answer = client.call("GET", "/v1/offers",
+                                     params={**params, "page_size": limit}).json()
+                _emit(answer, True, lambda _: None)
+                return
+            terms = [term] if term else list(OFFER_TERMS)
+            found = [o for t in terms for o in _every_offer(client, {**params, "term": t})]
+        render_offers(found, terms, limit)
 
-        def render(page: dict[str, Any]) -> None:
-            table = Table("offer", "provider", "region", "instance", "accelerator", "GPUs",
-                          "term", "per hour", "as of", "flags", title="Offers",
-                          title_justify="left")
-            for o in page["items"]:
-                table.add_row(o["id"], o["provider"], o["region"], o["instance_type"],
-                              o["accelerator"], str(o["gpus_per_instance"]), o["term"],
-                              fmt.money(o["price_per_hour"], o["currency"]),
-                              o["as_of"] or "unknown",
-                              ", ".join(f["flag"] if isinstance(f, dict) else str(f)
-                                        for f in o.get("quality_flags") or []))
-            out.print(table)
-            if page.get("next_page_token"):
-                out.print("more offers match; narrow the filters or raise --limit")
+    @app.command()
+    @handled
+    def models(api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None, local: Local = False,
+               as_json: AsJson = False) -> None:
+        """Model presets (--model takes their names): parameters, layers, width, experts."""
+        with connect(api, api_key, local) as client:
+            items = _every_item(client, "/v1/models")
+        _emit({"items": items}, as_json, render_models)
 
-        _emit(answer, as_json, render)
+    @app.command()
+    @handled
+    def accelerators(api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None,
+                     local: Local = False, as_json: AsJson = False) -> None:
+        """The hardware catalogue (--accelerator takes its ids): memory, bandwidth, peak
+        BF16, power, NVLink domain, and whether the model is calibrated on it."""
+        with connect(api, api_key, local) as client:
+            items = _every_item(client, "/v1/accelerators")
+        _emit({"items": items}, as_json, render_accelerators)
 
     @app.command()
     @handled
@@ -689,6 +942,76 @@ def register(app: typer.Typer) -> None:
         migrate_and_seed(Settings().resolved_database_url)
         uvicorn.run("service.main:create_app", factory=True, host=host, port=port,
                     access_log=False, server_header=False)
+
+
+OFFER_TERMS = ("on_demand", "spot")
+"""The terms `cq offers` puts side by side when no --term is given."""
+OFFER_PAGES = 50
+"""At most 10,000 offers per term are read to pair and count (the seed has about 3,000)."""
+
+
+def _every_offer(client: Api, params: dict[str, Any]) -> list[dict[str, Any]]:
+    offers: list[dict[str, Any]] = []
+    token: str | None = None
+    for _ in range(OFFER_PAGES):
+        page = client.call("GET", "/v1/offers",
+                           params={**params, "page_size": 200, "page_token": token}).json()
+        offers += page["items"]
+        token = page.get("next_page_token")
+        if not token:
+            break
+    return offers
+
+
+def _offer_row_key(offer: dict[str, Any]) -> tuple[Any, ...]:
+    return (offer["provider"], offer["region"], offer.get("zone") or "",
+            offer["instance_type"], offer["accelerator"], offer["gpus_per_instance"],
+            offer["currency"])
+
+
+def render_offers(offers: list[dict[str, Any]], terms: list[str], limit: int) -> None:
+    """One row per instance type and zone with each term's price per GPU-hour, sorted by the
+    first term's (on-demand unless --term), rows without it after, by the next term's."""
+    rows: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    for offer in offers:
+        rows.setdefault(_offer_row_key(offer), {}).setdefault(offer["term"], offer)
+
+    def order(by_term: dict[str, dict[str, Any]]) -> tuple[Decimal, ...]:
+        missing = Decimal("Infinity")
+        return tuple(Decimal(by_term[t]["price_per_gpu_hour"]) if t in by_term else missing
+                     for t in terms)
+
+    ranked = sorted(rows.items(), key=lambda item: order(item[1]))
+    currency = tb.common_currency([o for _, by_term in ranked for o in by_term.values()])
+    accelerators = {key[4] for key in rows}
+    sort_label = fmt.term_label(terms[0])
+    title = (f"Offers: {tb.shown_of(min(limit, len(ranked)), len(ranked), 'instance types')}"
+             f" ({len(offers):,} offers), cheapest {sort_label} price per GPU-hour first"
+             + (f"; {next(iter(accelerators))}" if len(accelerators) == 1 else ""))
+    columns: list[tb.Col | str] = [
+        tb.Col("where", max_width=18), tb.Col("instance", max_width=26),
+        *(["accelerator"] if len(accelerators) > 1 else []), tb.num("GPUs"),
+        *[tb.num(f"{t.replace('_', '-')}{' ▲' if t == terms[0] else ''}\n"
+                 f"{currency + '/' if currency else 'per '}GPU-h") for t in terms],
+        tb.Col("as of", max_width=10), tb.Col("flags", max_width=6)]
+    table = _table(title, columns)
+    letters = tb.FlagLetters()
+    for key, by_term in ranked[:limit]:
+        provider, region, zone, instance, accelerator, per_instance, _ = key
+        present = list(by_term.values())
+        dates = sorted(o["as_of"] for o in present if o.get("as_of"))
+        flags = [f for o in present for f in o.get("quality_flags") or []]
+        table.add_row(" ".join(p for p in (provider, region, zone) if p), instance,
+                      *([accelerator] if len(accelerators) > 1 else []), tb.gpus(per_instance),
+                      *[tb.amount(by_term[t]["price_per_gpu_hour"], by_term[t]["currency"],
+                                  currency) if t in by_term else "—" for t in terms],
+                      dates[0] if dates else "undated", letters.cell(flags, unique=True))
+    table.caption = letters.legend() or None
+    table.caption_justify = "left"
+    out.print(table)
+    if len(ranked) > limit:
+        out.print(f"{len(ranked) - limit:,} more; narrow the filters or raise --limit",
+                  highlight=False)
 
 
 def _defaults(body: dict[str, Any]) -> None:
@@ -711,11 +1034,15 @@ def register_catalog(catalog_app: typer.Typer) -> None:
                                  params={"page_size": 100}).json()
 
         def render(page: dict[str, Any]) -> None:
-            table = Table("version", "created", "by", "kind", "offers", "note",
-                          title="Catalogue versions", title_justify="left")
+            table = _table(f"Catalogue versions: {len(page['items'])}"
+                           + (" (the newest 100)" if page.get("next_page_token") else ""),
+                           ["version", tb.Col("created (UTC)", max_width=10), "by", "kind",
+                            tb.num("offers"), tb.Col("note", max_width=24)])
             for v in page["items"]:
-                table.add_row(v["id"], v["created_at"], v["created_by"], v["kind"],
-                              str(v.get("offer_count", "")), v.get("note") or "")
+                table.add_row(v["id"], v["created_at"][:16].replace("T", " "),
+                              v["created_by"], v["kind"],
+                              f"{v['offer_count']:,}" if v.get("offer_count") is not None
+                              else "", v.get("note") or "")
             out.print(table)
 
         _emit(answer, as_json, render)
@@ -865,7 +1192,10 @@ def fetch_live(kind: str, provider: str) -> bytes:
     if kind == "aws":
         raise typer.BadParameter(
             "download the region's offer file (https://pricing.us-east-1.amazonaws.com/offers/"
-            "v1.0/aws/AmazonEC2/current/<region>/index.json) and pass --from-file",
+            "v1.0/aws/AmazonEC2/current/<region>/index.json), or its Savings Plans file "
+            "(https://pricing.us-east-1.amazonaws.com/savingsPlan/v1.0/aws/"
+            "AWSComputeSavingsPlan/current/region_index.json lists each region's), and pass "
+            "--from-file",
             param_hint="--from-file")
     httpx = _httpx()
     try:

@@ -27,7 +27,7 @@ from service.cli import app
 from service.main import create_app, dispose
 from service.settings import Settings
 from tests.factories import date_offers_at, seeded_database_with_key
-from tests.live_server import free_port, live_server
+from tests.live_server import STARTUP_WAIT_S, free_port, live_server
 
 runner = CliRunner()
 ESTIMATE_FLAGS = ["--model", "llama3.1-70b", "--accelerator", "h100-sxm5-80gb", "--gpus", "64",
@@ -63,10 +63,32 @@ def flat(text: str) -> str:
     return re.sub(r"[│╭╮╰╯─\s]+", " ", text)
 
 
-def cq(*args: str) -> Any:
-    result = runner.invoke(app, list(args))
+def cq(*args: str, columns: int | None = None) -> Any:
+    result = runner.invoke(app, list(args),
+                           env=None if columns is None else {"COLUMNS": str(columns)})
     assert "Traceback" not in result.output
     return result
+
+
+def bare(amount: str | None, currency: str = "USD") -> str:
+    """An amount as a table shows it when its header names the currency."""
+    return fmt.money(amount, currency).removesuffix(f" {currency}")
+
+
+def column_of(text: str, header: str) -> int:
+    """Where a header starts in a table's (possibly several-line) header."""
+    rows = text.splitlines()
+    rule = next(i for i, row in enumerate(rows) if row.startswith("───"))
+    return min(row.index(header) for row in rows[:rule] if header in row)
+
+
+def legible(text: str, width: int = 80) -> str:
+    """Asserts that no line is wider than the terminal and nothing was cut with an ellipsis;
+    returns the text."""
+    for row in text.splitlines():
+        assert len(row) <= width, row
+    assert "…" not in text
+    return text
 
 
 def test_estimate_local_json_equals_the_api(local: str, api: TestClient) -> None:
@@ -157,7 +179,7 @@ def test_quote_local_is_stored_and_gated(local: str, api: TestClient) -> None:
     line = answer["cheapest_per_term"]["on_demand"]
     table = cq("quote", "--local", "--gpu-hours", "100000", "--accelerator", "h100-sxm5-80gb",
                "--gpus", "512", "--provider", "aws", "--term", "on_demand")
-    assert fmt.money(line["total"], line["currency"]) in table.stdout
+    assert bare(line["total"], line["currency"]) in table.stdout
 
 
 def test_budget_plan_and_offers_local(local: str, api: TestClient) -> None:
@@ -189,13 +211,18 @@ def test_budget_plan_table_shows_commitment_first(local: str) -> None:
              "200000", "--deadline-days", "60", "--provider", "aws"]
     answer = json.loads(cq(*flags, "--json").stdout)
     assert {line["provider"] for line in answer["soonest_within_budget"]} == {"aws"}
-    result = cq(*flags)
+    result = cq(*flags, columns=80)
     assert result.exit_code == 0, result.output
-    header = next(row for row in result.stdout.splitlines() if row.startswith("┃ #"))
-    assert header.index("commitment") < header.index("job cost") < header.index("days p50")
+    legible(result.stdout)
+    assert column_of(result.stdout, "commitment") < column_of(result.stdout, "job cost") \
+        < column_of(result.stdout, "days")
     first = answer["soonest_within_budget"][0]
-    assert re.search(rf"│ 1\s+│ {re.escape(fmt.money(first['commitment_total'], 'USD'))} │",
-                     result.stdout)
+    assert re.search(rf"^\s*1\s+{re.escape(bare(first['commitment_total']))}\s+"
+                     rf"{re.escape(bare(first['job_cost_total']))}\s", result.stdout, re.M)
+    lines = answer["soonest_within_budget"]
+    assert (f"Soonest within the budget: {min(len(lines), 10)} of {len(lines)} lines"
+            if len(lines) > 10 else f"Soonest within the budget: {len(lines)} lines") \
+        in flat(result.stdout)
     assert "why:" not in result.stdout  # neither list is empty
 
 
@@ -297,7 +324,7 @@ def test_cq_serve_migrates_seeds_and_serves(tmp_path: Path) -> None:
                                 "--port", str(port)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STARTUP_WAIT_S
         while True:
             assert process.poll() is None, "cq serve exited"
             try:
@@ -430,11 +457,11 @@ def test_amortised_accounting_flags(local: str) -> None:
     line = answer["recommended"]
     assert line["total"] != line["commitment_total"]
     table = cq("quote", "--local", *AWS_8_RESERVED, "--utilisation", "0.5")
-    assert "judged (amortised)" in table.stdout
+    assert "judged" in table.stdout
+    assert bare(line["total"]) in table.stdout
     # The commitment comes before the job cost in the table.
-    commitment = fmt.money(line["commitment_total"], "USD")
-    assert table.stdout.index(commitment) < table.stdout.index(
-        fmt.money(line["job_cost_total"], "USD"))
+    commitment = bare(line["commitment_total"])
+    assert table.stdout.index(commitment) < table.stdout.index(bare(line["job_cost_total"]))
     refused = cq("quote", "--local", *AWS_8_RESERVED, "--accounting", "amortised")
     assert refused.exit_code == 1
     assert "reservation_utilisation_fraction" in flat(refused.output)
@@ -562,3 +589,345 @@ def test_a_eur_budget_prints_the_recommended_line_in_euros_with_its_fixing(local
     flat = " ".join(text.output.split())
     assert f"in EUR: commitment {fmt.money(shown['commitment_total'], 'EUR')}" in flat
     assert answer["fx"]["fixing_date"] in flat
+
+
+# --- issue 18: commands, flags, 80-column tables, bands, errors, retry, start-up, keys ------
+
+def test_version_and_shell_completion() -> None:
+    from importlib.metadata import version
+
+    result = cq("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"cq {version('computequote')}"
+    help_text = cq("--help").stdout
+    assert "--install-completion" in help_text
+    assert "--show-completion" in help_text
+    assert "cq models" in flat(cq("estimate", "--help").stdout)  # the help names it: it exists
+    script = cq("--show-completion", "bash")
+    assert script.exit_code == 0, script.output
+    assert "complete" in script.stdout
+
+
+def test_models_and_accelerators_list_the_catalogue(local: str, api: TestClient) -> None:
+    models = json.loads(cq("models", "--local", "--json").stdout)["items"]
+    assert [m["name"] for m in models] == [m["name"] for m in
+                                          api.get("/v1/models", params={"page_size": 200})
+                                          .json()["items"]]
+    table = legible(cq("models", "--local", columns=80).stdout)
+    assert f"Model presets: {len(models)}" in table
+    for m in models:
+        assert m["name"] in table
+    accelerators = json.loads(cq("accelerators", "--local", "--json").stdout)["items"]
+    assert {a["id"] for a in accelerators} >= {"h100-sxm5-80gb", "a100-sxm4-80gb"}
+    table = legible(cq("accelerators", "--local", columns=80).stdout)
+    for a in accelerators:
+        assert a["id"] in table
+
+
+def test_estimate_takes_every_layout_flag(local: str, api: TestClient) -> None:
+    flags = ["--vp", "5", "--micro-batch", "2", "--zero-stage", "2", "--recompute",
+             "selective", "--no-sequence-parallel", "--ep", "1"]
+    result = cq("estimate", "--local", "--json", *ESTIMATE_FLAGS, *flags)
+    assert result.exit_code == 0, result.output
+    resolved = json.loads(result.stdout)["resolved"]["parallelism"]
+    assert (resolved["vp"], resolved["micro_batch"], resolved["zero_stage"],
+            resolved["recompute"], resolved["sequence_parallel"], resolved["ep"]) == (
+        5, 2, 2, "selective", False, 1)
+    body = {"model": {"preset": "llama3.1-70b"},
+            "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 64},
+            "parallelism": {"tp": 4, "pp": 4, "cp": 2, "vp": 5, "micro_batch": 2,
+                            "zero_stage": 2, "recompute": "selective",
+                            "sequence_parallel": False, "ep": 1},
+            "training": {"seq_len": 8192, "global_batch_seqs": 128, "tokens": 15e12}}
+    assert json.loads(result.stdout) == api.post("/v1/estimates", json=body).json()
+    auto = json.loads(cq("estimate", "--local", "--json", *ESTIMATE_FLAGS, "--micro-batch",
+                         "auto").stdout)
+    assert auto["resolved"]["parallelism"]["micro_batch"] >= 1
+    assert cq("estimate", "--local", *ESTIMATE_FLAGS, "--zero-stage", "4").exit_code == 2
+
+
+def test_estimate_shows_the_band_and_a_cost(local: str, api: TestClient) -> None:
+    answer = json.loads(cq("estimate", "--local", "--json", *ESTIMATE_FLAGS, "--price",
+                           "2.50").stdout)
+    time_ = answer["time"]
+    cost = answer["cost"]
+    assert cost["price_per_gpu_hour"] == "2.50"
+    assert float(cost["total"]) == pytest.approx(2.5 * time_["gpu_hours"], abs=0.01)
+    assert float(cost["total_low"]) < float(cost["total"]) < float(cost["total_high"])
+    table = legible(cq("estimate", "--local", *ESTIMATE_FLAGS, "--price", "2.50",
+                       columns=80).stdout)
+    text = flat(table)
+    assert (f"tokens/s, 80% band {fmt.number(time_['tokens_per_s_low'])} – "
+            f"{fmt.number(time_['tokens_per_s_high'])}") in text
+    low_s = time_["train_s"] * time_["tokens_per_s"] / time_["tokens_per_s_high"]
+    assert f"time, 80% band {fmt.duration(low_s)} –" in text
+    assert f"cost {fmt.money(cost['total'], 'USD')} at 2.50 USD per GPU-hour" in text
+    assert (f"cost, 80% band {fmt.money(cost['total_low'], 'USD')} – "
+            f"{fmt.money(cost['total_high'], 'USD')}") in text
+    # --provider: that provider's cheapest on-demand offer of the accelerator, named.
+    offer = api.get("/v1/offers", params={"accelerator": "h100-sxm5-80gb", "provider": "aws",
+                                          "term": "on_demand", "page_size": 1}).json()["items"][0]
+    priced = json.loads(cq("estimate", "--local", "--json", *ESTIMATE_FLAGS, "--provider",
+                           "aws").stdout)["cost"]
+    assert (priced["price_per_gpu_hour"], priced["offer_id"]) == (offer["price_per_gpu_hour"],
+                                                                  offer["id"])
+    assert offer["id"] in flat(cq("estimate", "--local", *ESTIMATE_FLAGS, "--provider",
+                                  "aws").stdout)
+    both = cq("estimate", "--local", *ESTIMATE_FLAGS, "--price", "1", "--provider", "aws")
+    assert both.exit_code == 2
+    nobody = cq("estimate", "--local", *ESTIMATE_FLAGS, "--provider", "no-such-cloud")
+    assert nobody.exit_code == 2
+    assert "no on-demand offer" in flat(nobody.output)
+
+
+def test_offers_side_by_side_at_80_columns(local: str, api: TestClient) -> None:
+    result = cq("offers", "--local", "--accelerator", "h100-sxm5-80gb", "--limit", "10",
+                columns=80)
+    assert result.exit_code == 0, result.output
+    table = legible(result.stdout)
+    on_demand = _every(api, {"accelerator": "h100-sxm5-80gb", "term": "on_demand"})
+    spot = _every(api, {"accelerator": "h100-sxm5-80gb", "term": "spot"})
+    keys = {(o["provider"], o["region"], o["zone"], o["instance_type"]) for o in on_demand + spot}
+    assert f"Offers: 10 of {len(keys)} instance types ({len(on_demand) + len(spot)} offers)" \
+        in flat(table)
+    assert "on-demand ▲" in table
+    assert "spot" in table
+    assert column_of(table, "on-demand") < column_of(table, "spot")
+    cheapest = on_demand[0]
+    row = next(r for r in table.splitlines() if r.startswith(cheapest["provider"]))
+    assert bare(cheapest["price_per_gpu_hour"]) in row  # per GPU-hour, the price it sorts by
+    pair = next((o for o in spot if (o["provider"], o["region"], o["zone"],
+                                     o["instance_type"]) == (cheapest["provider"],
+                                                             cheapest["region"],
+                                                             cheapest["zone"],
+                                                             cheapest["instance_type"])), None)
+    if pair is not None:
+        assert bare(pair["price_per_gpu_hour"]) in row
+    # The zone is shown where an offer has one.
+    zoned = cq("offers", "--local", "--limit", "200", "--term", "spot")
+    zones = [o for o in _every(api, {"term": "spot"}) if o.get("zone")][:1]
+    for offer in zones:
+        assert offer["zone"] in zoned.stdout
+
+
+def _every(api: TestClient, params: dict[str, str]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    token = None
+    while True:
+        page = api.get("/v1/offers", params={**params, "page_size": 200,
+                                             **({"page_token": token} if token else {})}).json()
+        items += page["items"]
+        token = page.get("next_page_token")
+        if not token:
+            return items
+
+
+def test_gpu_counts_are_integers_and_fractions_stay() -> None:
+    from service.cli import tables
+
+    assert tables.gpus(8.0) == "8"
+    assert tables.gpus(1024.0) == "1,024"
+    assert tables.gpus(0.25) == "0.25"
+
+
+def test_plans_with_identical_figures_share_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.cli import commands
+
+    def plan(rank: int, tp: int, train_s: float) -> dict[str, Any]:
+        return {"rank": rank, "accelerator": "h100-sxm5-80gb", "num_gpus": 64,
+                "global_batch_seqs": 512, "cost_usd": "1234567.891",
+                "parallelism": {"tp": tp, "pp": 2, "dp": 64 // (2 * tp), "micro_batch": 1,
+                                "zero_stage": 1, "recompute": "none"},
+                "time": {"train_s": train_s, "gpu_hours": 1000.0, "mfu_fraction": 0.5},
+                "memory": {"peak_bytes_per_gpu": 50 * 2**30}}
+
+    answer = {"objective": "time", "plans": [plan(1, 2, 100.0), plan(2, 4, 100.0),
+                                             plan(3, 8, 200.0)],
+              "pareto": [], "search": {"candidates_evaluated": 10, "elapsed_s": 0.1,
+                                       "feasible": 1234, "truncated": False}}
+    screen = io.StringIO()
+    from rich.console import Console
+
+    monkeypatch.setattr(commands, "out", Console(file=screen, width=80))
+    commands.render_plans(answer)
+    text = legible(screen.getvalue())
+    assert "3 of 1,234 feasible plans, 1 alike folded" in flat(text)
+    assert "(+1 alike)" in flat(text)
+    assert "tp4" not in text  # the permutation folded into rank 1's row
+    assert "1,234,567.89" in text  # money to the cent, never cut
+
+
+def test_tables_are_legible_at_80_columns(local: str) -> None:
+    optimise = cq("optimise", "--local", "--model", "gpt3-175b", "--accelerator",
+                  "a100-sxm4-80gb", "--gpus", "256", "--tokens", "300e9", "--seq-len", "2048",
+                  "--global-batch", "1536", "--top-k", "5", "--price", "2.10", columns=80)
+    assert optimise.exit_code == 0, optimise.output
+    answer = json.loads(cq("optimise", "--local", "--json", "--model", "gpt3-175b",
+                           "--accelerator", "a100-sxm4-80gb", "--gpus", "256", "--tokens",
+                           "300e9", "--seq-len", "2048", "--global-batch", "1536", "--top-k",
+                           "5", "--price", "2.10").stdout)
+    text = legible(optimise.stdout)
+    assert f"of {answer['search']['feasible']:,} feasible plans" in flat(text)
+    assert bare(answer["plans"][0]["cost_usd"]) in text
+    quote = cq("quote", "--local", *AWS_512, "--budget", "1.00", columns=80)
+    answer = quote_json(*AWS_512, "--budget", "1.00")
+    text = legible(quote.stdout)
+    shown = len(answer["lines"]) if answer.get("lines") else len(answer["cheapest_per_term"])
+    assert f"{shown} of {answer['summary']['lines']} lines" in flat(text)
+    for line in answer["lines"] or answer["cheapest_per_term"].values():
+        assert bare(line["commitment_total"]) in text
+        assert bare(line["job_cost_total"]) in text
+        assert f"{line['num_gpus']:,} ×" in text
+    assert re.search(r"^\s+job cost\s*$|job cost", text)
+    assert "flags: a " in text  # letters, explained under the table
+
+
+def test_a_rejected_quote_shows_formatted_amounts(local: str) -> None:
+    answer = quote_json(*AWS_512, "--term", "on_demand", "--budget", "1.00")
+    assert answer["verdict"] == "reject"
+    text = flat(legible(cq("quote", "--local", *AWS_512, "--term", "on_demand", "--budget",
+                           "1.00", columns=80).stdout))
+    line = answer["recommended"]
+    commitment = fmt.money(line["commitment_total"], "USD")
+    assert re.search(r"\d{1,3}(,\d{3})+\.\d{2} USD", commitment)
+    assert f"commitment {commitment} exceeds the budget of 1.00 USD" in text
+    assert f"vs budget {fmt.money('1.00', 'USD')}" in text
+    plan = flat(cq("budget-plan", "--local", *LARGEST_FLAGS, "--budget", "10").stdout)
+    assert re.search(r"commitment total is \d{1,3}(,\d{3})*\.\d{2} USD", plan)
+
+
+def test_json_errors_are_json_on_stdout(local: str) -> None:
+    problem = cq("estimate", "--local", "--json", "--model", "llama3.1-70b", "--accelerator",
+                 "no-such-gpu", "--gpus", "8", "--tokens", "1e9")
+    assert problem.exit_code == 1
+    body = json.loads(problem.stdout)
+    assert body["status"] == 422
+    assert body["exit_code"] == 1
+    assert body["type"].endswith("validation-error") or body["title"]
+    unreachable = cq("offers", "--json", "--api", "http://127.0.0.1:9")
+    assert unreachable.exit_code == 2
+    body = json.loads(unreachable.stdout)
+    assert "cannot reach the service" in body["detail"]
+    assert body["exit_code"] == 2
+    usage = cq("estimate", "--local", "--json", "--price", "1", "--provider", "aws")
+    assert usage.exit_code == 2
+    assert json.loads(usage.stdout)["option"] == "--price"
+    quote = cq("quotes", "get", "--local", "--format", "json", "q_" + "0" * 32)
+    assert quote.exit_code == 1
+    assert json.loads(quote.stdout)["status"] == 404
+
+
+def _api_with(answers: list[httpx.Response]) -> tuple[Any, list[float]]:
+    from service.cli.client import Api
+
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return answers[len(sent) - 1]
+
+    client = Api(httpx.Client(transport=httpx.MockTransport(handler),
+                              base_url="http://service"), None)
+    waits: list[float] = []
+    client.sleep = waits.append
+    return client, waits
+
+
+def test_one_bounded_retry_honours_retry_after() -> None:
+    from service.cli.client import MAX_RETRY_WAIT_S, ApiProblemError, retry_wait_s
+
+    client, waits = _api_with([httpx.Response(503, headers={"Retry-After": "2"}),
+                               httpx.Response(200, json={"ok": True})])
+    assert client.call("GET", "/v1/offers").json() == {"ok": True}
+    assert waits == [2.0]
+    client, waits = _api_with([httpx.Response(503, headers={"Retry-After": "1"}),
+                               httpx.Response(503, headers={"Retry-After": "1"},
+                                              json={"title": "Overloaded", "detail": "shed"})])
+    with pytest.raises(ApiProblemError) as raised:
+        client.call("POST", "/v1/estimates", json={})
+    assert raised.value.status == 503
+    assert waits == [1.0]  # one retry, not more
+    client, waits = _api_with([httpx.Response(503, headers={"Retry-After": "3600"})])
+    with pytest.raises(ApiProblemError):
+        client.call("GET", "/v1/offers")
+    assert waits == []  # longer than the cap: reported, not waited for
+    client, waits = _api_with([httpx.Response(500), httpx.Response(200)])
+    with pytest.raises(ApiProblemError):
+        client.call("GET", "/v1/offers")  # only a 503 is retried
+    assert retry_wait_s(None) == 1.0
+    assert retry_wait_s("Wed, 25 Nov 2026 12:00:05 GMT", now_s=1795608000.0) == 5.0
+    assert retry_wait_s(str(int(MAX_RETRY_WAIT_S) + 1)) is None
+
+
+def test_cq_help_imports_no_heavy_layer() -> None:
+    """cq --help and remote commands start without the database layer, settings, pydantic,
+    FastAPI or httpx (timed by benchmarks/cli_startup.py)."""
+    from benchmarks.cli_startup import HEAVY
+
+    probe = ("import sys, service.cli; print(' '.join(m for m in " + repr(HEAVY)
+             + " if m in sys.modules))")
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,  # noqa: S603
+                           check=True, cwd=Path(__file__).resolve().parents[2]).stdout.split()
+    assert found == []
+
+
+def test_keys_use_one_database_whatever_the_directory(
+        local_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("CQ_DATABASE_URL", raising=False)
+    monkeypatch.delenv("CQ_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    expected = tmp_path / "xdg" / "computequote" / "computequote.sqlite3"
+    assert Settings().resolved_database_url == f"sqlite:///{expected}"
+    missing = cq("keys", "list")
+    assert missing.exit_code == 1
+    assert "no database at" in flat(missing.output)
+    assert not expected.exists()  # nothing created
+    assert not (elsewhere / "data").exists()
+    expected.parent.mkdir(parents=True)
+    expected.touch()  # a file that is not a migrated database
+    unmigrated = cq("keys", "list")
+    assert unmigrated.exit_code == 1
+    assert "cannot use the database" in flat(unmigrated.output)
+    monkeypatch.setenv("CQ_DATABASE_URL", local_url)  # honoured over the default
+    name = f"anywhere-{uuid.uuid4().hex[:6]}"
+    created = cq("keys", "create", "--name", name, "--scope", "quotes:read")
+    assert created.exit_code == 0, created.output
+    assert name in cq("keys", "list").stdout
+    assert cq("keys", "revoke", name).exit_code == 0
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_uses_one_key_variable_with_the_scopes_its_examples_need() -> None:
+    text = README.read_text()
+    assert "$CQ_KEY" not in text
+    assert '"$KEY"' not in text
+    assert "CQ_API_KEY" in text
+    create = re.search(r"export CQ_API_KEY=\$\(\.venv/bin/cq keys create (.*?)\)", text,
+                       re.S)
+    assert create is not None
+    scopes = set(re.findall(r"--scope (\S+)", create.group(1)))
+    # cq quote / quotes requote write quotes, quotes get|verify|diff read them, and
+    # cq catalog import writes the catalogue.
+    assert {"quotes:write", "quotes:read", "catalog:write"} <= scopes
+
+
+def test_readme_catalog_lines_work_as_written(local: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    lines = [line.split("#")[0].strip() for line in README.read_text().splitlines()
+             if line.startswith(("cq catalog versions", "cq catalog export",
+                                 "cq catalog import"))]
+    assert [shlex.split(line)[2] for line in lines] == ["versions", "export", "import"]
+    for line in lines:
+        assert "|" not in line
+        args = shlex.split(line)[1:]
+        result = cq(*args, "--local")  # the README's server, in process
+        assert result.exit_code == 0, (line, result.output)
+    assert (tmp_path / "prices.csv").stat().st_size > 0

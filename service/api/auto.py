@@ -5,6 +5,7 @@ clock, one small space), so a quote that uses it recomputes the same."""
 
 from __future__ import annotations
 
+from service.api.observability import search_attributes, timed_search
 from service.api.schemas.estimate import ParallelismIn
 from service.core.errors import NoFeasiblePlanError
 from service.core.search import SearchRequest, SearchSpace, frozen_clock, search
@@ -20,9 +21,12 @@ def resolve_plan(model: ModelSpec, cluster: ClusterSpec, parallelism: Parallelis
     if not autos:
         return plan, ()
     try:
-        result = search(SearchRequest(
-            model=model, clusters=(cluster,), training=training,
-            space=SearchSpace(vary=autos, base=plan), top_k=1, energy=energy), frozen_clock)
+        with timed_search("auto") as current:
+            result = search(SearchRequest(
+                model=model, clusters=(cluster,), training=training,
+                space=SearchSpace(vary=autos, base=plan), top_k=1, energy=energy), frozen_clock)
+            if current is not None:
+                current.set_attributes(search_attributes(result))
     except NoFeasiblePlanError as exc:
         raise NoFeasiblePlanError(
             "no value of " + ", ".join(sorted(autos)) + " fits in memory with the other "

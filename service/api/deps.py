@@ -42,6 +42,9 @@ class AcceleratorCache:
         self._lock = threading.Lock()
         self._specs: dict[str, AcceleratorSpec] | None = None
         self._loaded_at = 0.0
+        self.hits = 0
+        self.misses = 0
+        """Reads answered from memory, and reads that went to the database (metrics)."""
 
     def _load(self) -> dict[str, AcceleratorSpec]:
         with unit_of_work(self._factory) as session:
@@ -51,6 +54,7 @@ class AcceleratorCache:
         with self._lock:
             specs = self._specs
             if specs is None or self._clock() - self._loaded_at >= self._ttl_s:
+                self.misses += 1
                 try:
                     specs = self._load()
                 except Exception:
@@ -58,6 +62,8 @@ class AcceleratorCache:
                         raise
                 else:
                     self._specs, self._loaded_at = specs, self._clock()
+            else:
+                self.hits += 1
             return specs
 
     def fresh(self) -> bool:

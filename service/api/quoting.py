@@ -20,6 +20,12 @@ from sqlalchemy.orm import Session
 from service import __version__
 from service.api.auto import resolve_plan
 from service.api.deps import AcceleratorCache
+from service.api.observability import (
+    pricing_attributes,
+    search_attributes,
+    timed_pricing,
+    timed_search,
+)
 from service.api.page_cache import PageCache
 from service.api.schemas.estimate import ModelIn, plan_dict
 from service.api.schemas.fx import FxConversionOut
@@ -165,9 +171,16 @@ def optimised_jobs(
                 max_candidates=budget.remaining,
                 deadline_s=DEFAULT_DEADLINE_S if left is None else max(left, 0.0))
             try:
-                result = run_cpu_bound(workers, search, request,
-                                       frozen_clock if left is None else budget.clock,
-                                       timeout_s=left, stop=budget.cancelled)
+                with timed_search("sizing") as current:
+                    if current is not None:
+                        current.set_attributes({"computequote.model": model.name,
+                                                "computequote.accelerator": accelerator.id,
+                                                "computequote.num_gpus": cluster.num_gpus})
+                    result = run_cpu_bound(workers, search, request,
+                                           frozen_clock if left is None else budget.clock,
+                                           timeout_s=left, stop=budget.cancelled)
+                    if current is not None:
+                        current.set_attributes(search_attributes(result))
             except NoFeasiblePlanError as exc:
                 if exc.truncated:
                     raise budget.late() from None
@@ -250,6 +263,8 @@ class Computed:
     request_fraction: Decimal
     conversion: Conversion | None = None
     """How the budget was converted; lines then show their amounts in its currency too."""
+    num_offers: int = 0
+    """Offers of the catalogue version that matched the request's filters (spans)."""
 
 
 def budget_conversion(session: Session, request: QuoteRequest | BudgetPlanRequest,
@@ -383,6 +398,21 @@ def price(
     """Load the offers, time each job on each fabric, price and judge. The offers of a
     version are a pure function of the version id and the filters (versions are immutable),
     so ``offer_cache`` may hold them (issue 16: loading was a quarter of a quote's CPU)."""
+    with timed_pricing() as current:
+        computed = _price(session, request, jobs, version_id, policy, now, gated=gated,
+                          offer_cache=offer_cache, conversion=conversion, book=book)
+        if current is not None:
+            current.set_attributes(pricing_attributes(computed.result, version_id,
+                                                      computed.num_offers))
+    return computed
+
+
+def _price(
+    session: Session, request: QuoteRequest | BudgetPlanRequest,
+    jobs: Sequence[tuple[SizedJob, Plan | None]], version_id: str, policy: Policy,
+    now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None,
+    conversion: Conversion | None, book: DiscountBook | None,
+) -> Computed:
     options = options_for(request, conversion)
     accelerators = frozenset(j.accelerator for j, _ in jobs)
 
@@ -417,7 +447,7 @@ def price(
         options=options, policy=policy, today=now.date().toordinal(), version_id=version_id,
         gated=gated)
     return Computed(result=result, options=options, request_fraction=legacy,
-                    conversion=conversion)
+                    conversion=conversion, num_offers=len(offers))
 
 
 # --- JSON ----------------------------------------------------------------------------------

@@ -60,7 +60,9 @@ def get_readiness(request: Request) -> Health | JSONResponse:
                      "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
 )
 def get_metrics(request: Request) -> Response:
-    """Request counts and latency by method, route template and status; quotes created;
-    budget rejections; optimiser candidates evaluated."""
+    """``computequote_*`` metrics (request counts and latency by method, route template and
+    status; quotes created; budget rejections; requests shed; optimiser candidates; search
+    and quote-pricing durations; cache hits and misses), and the ``process_*``,
+    ``python_gc_*`` and ``python_info`` collectors."""
     return Response(generate_latest(request.app.state.metrics.registry),
                     media_type=CONTENT_TYPE_LATEST)

@@ -133,10 +133,12 @@ def line_where(line: dict[str, Any]) -> str:
 
 
 TERM_LABELS: dict[str, str] = {
-    "on_demand": "on demand", "spot": "spot", "reserved_1y": "reserved, 1 year",
-    "reserved_3y": "reserved, 3 years", "capacity_block": "capacity block",
-    "onprem": "on-premises (bought)",
+    "on_demand": "on-demand", "spot": "spot",
+    "reserved_1y": "1-year reservation", "reserved_3y": "3-year reservation",
+    "capacity_block": "capacity block", "onprem": "on-premises (bought)",
 }
+"""Purchase terms (service/core/quote.py ``Term``) in words; the portal shows the id in a
+tooltip."""
 
 FLAG_LABELS: dict[str, str] = {
     "indicative_price": "indicative price (published list or estimate, not a quote)",

@@ -14,6 +14,7 @@ Modules:
     calibration  the fitted constants, as data with provenance
     estimate     ``estimate()``: the whole training estimate
     presets      published model architectures
+    plausibility warnings for plans nobody would run (too long, too dear)
 """
 
 from service.core.errors import (

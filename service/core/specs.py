@@ -553,6 +553,17 @@ def validate_plan(
     pipeline stages, which is stated as a warning.
     """
     warnings: list[str] = []
+    model_parallel = plan.tp * plan.pp * plan.cp
+    if cluster.num_gpus % model_parallel:
+        # The common mistake, said in the user's words with the two nearest counts that work.
+        lower = cluster.num_gpus // model_parallel * model_parallel
+        counts = [c for c in (lower, lower + model_parallel) if c > 0]
+        raise InvalidSpecError(
+            f"GPU count ({cluster.num_gpus:,}) must be a multiple of TP×PP×CP = "
+            f"{plan.tp}×{plan.pp}×{plan.cp} = {model_parallel:,}: try "
+            + " or ".join(f"{c:,}" for c in counts),
+            field="parallelism",
+        )
     if plan.num_gpus != cluster.num_gpus:
         raise InvalidSpecError(
             f"tp*pp*dp*cp ({plan.tp}*{plan.pp}*{plan.dp}*{plan.cp} = {plan.num_gpus}) must "

@@ -50,9 +50,45 @@ def test_a_scatter_marks_the_recommended_plan_and_names_its_axes() -> None:
                          x_unit="cost (USD)", y_unit="training time (days)")
     root = ET.fromstring(svg)  # noqa: S314 - our own output
     texts = [t.text for t in root.iter(f"{SVG}text")]
-    assert "cost (USD)" in texts
+    # Costs of 100-104 would crowd one edge from zero: the axis starts near them, and says so.
+    assert "cost (USD); axis starts at 99, not 0" in texts
     assert "training time (days)" in texts
     stars = list(root.iter(f"{SVG}polygon"))
     assert len(stars) == 1
     assert "Recommended: plan 0" in (stars[0].find(f"{SVG}title").text or "")  # type: ignore[union-attr]
     assert len(list(root.iter(f"{SVG}polyline"))) == 1  # the front
+
+
+def test_a_cost_axis_starts_at_zero_when_the_costs_reach_down_to_it() -> None:
+    """Issue 18: axes start at a sensible zero or say that they do not."""
+    points = [charts.Point(x, 10.0, f"plan {x}") for x in (15.0, 40.0, 90.0)]
+    svg = charts.scatter("p", "Time against cost", points, points, None,
+                         x_unit="cost (USD)", y_unit="training time (days)")
+    root = ET.fromstring(svg)  # noqa: S314 - our own output
+    label = next(t for t in root.iter(f"{SVG}text") if t.get("class") == "x-label")
+    assert label.text == "cost (USD)"
+    ticks = [t.text for t in root.iter(f"{SVG}text") if t.get("text-anchor") == "middle"]
+    assert ticks[0] == "0"
+
+
+def test_the_narrow_drawing_stacks_its_legend_and_wraps_its_title() -> None:
+    """Issue 18: on a phone the chart re-flows: one legend column, the title on two lines,
+    legend text drawn at 12 units in a drawing about as wide as the phone's column."""
+    parts = [charts.Part(name, 1.0) for name in ("weights", "gradients", "optimizer")]
+    title = "Step time breakdown of the recommended plan, per step"
+    wide = ET.fromstring(charts.stacked_bar("s", title, parts, unit="s"))  # noqa: S314
+    narrow = ET.fromstring(charts.stacked_bar(  # noqa: S314 - our own output
+        "s-narrow", title, parts, unit="s", width=charts.NARROW_W))
+    def legend_xs(root: ET.Element) -> set[str]:
+        return {t.get("x", "") for t in root.iter(f"{SVG}text") if t.get("class") == "legend"}
+    assert len(legend_xs(wide)) == 2
+    assert len(legend_xs(narrow)) == 1
+    assert narrow.get("viewBox", "").split()[2] == str(charts.NARROW_W)
+    headings = [t for t in narrow if t.tag == f"{SVG}text" and t.get("font-weight") == "600"]
+    assert len(headings) == 2
+    assert " ".join(t.text or "" for t in headings) == title
+    assert all(t.get("font-size") == "12" for t in narrow.iter(f"{SVG}text")
+               if t.get("class") == "legend")
+    both = charts.responsive("<svg/>", "<svg/>")
+    assert 'class="chart-wide"' in both
+    assert 'class="chart-narrow"' in both

@@ -419,3 +419,28 @@ class TestCapacityFactor:
         request["parallelism"]["moe_capacity_factor"] = factor
         assert_problem(client.post("/v1/estimates", json=request), 422,
                        "parallelism.moe_capacity_factor")
+
+
+class TestImpracticalRuns:
+    """Issue 18: a 6.7-year plan answered with no warning."""
+
+    def test_a_run_over_the_wall_clock_limit_is_warned(self, client: TestClient) -> None:
+        answer = client.post("/v1/estimates", json=body()).json()  # 70B on 64 GPUs, 15T
+        assert answer["time"]["train_s"] > 365 * 86_400
+        warned = [w for w in answer["warnings"] if w.startswith("impractical wall-clock: ")]
+        assert len(warned) == 1
+        assert f"{answer['time']['train_s'] / 86_400:,.0f} days" in warned[0]
+        assert "365-day limit" in warned[0]
+
+    def test_a_run_within_the_limit_is_not(self, client: TestClient) -> None:
+        answer = client.post("/v1/estimates", json=body(**{"training.tokens": 1e11})).json()
+        assert not [w for w in answer["warnings"] if w.startswith("impractical")]
+
+    def test_the_limit_is_a_setting(self, client: TestClient) -> None:
+        from service.api.deps import get_settings
+        from service.settings import Settings
+
+        app: Any = client.app
+        app.dependency_overrides[get_settings] = lambda: Settings(max_reasonable_train_days=1)
+        answer = client.post("/v1/estimates", json=body(**{"training.tokens": 1e11})).json()
+        assert any("more than the 1-day limit" in w for w in answer["warnings"])

@@ -185,3 +185,29 @@ def test_a_cluster_grid_intensity_out_of_range_is_a_problem_naming_it(
     response = client.post("/v1/parallelism-plans", json=body(
         cluster={"accelerator": "a100-sxm4-80gb", "num_gpus": 8, "grid_gco2e_per_kwh": 2001}))
     assert_problem(response, 422, "cluster.grid_gco2e_per_kwh")
+
+
+def test_plans_nobody_would_run_are_warned(client: TestClient) -> None:
+    """Issue 18: a plan over 10x the cheapest of the same answer, or over the wall-clock limit
+    (365 days by default), carries a warning with a stable prefix."""
+    request = body(
+        model={"preset": "llama3.1-8b"},
+        training={"seq_len": 8192, "global_batch_seqs": 512, "tokens": 1e12},
+        cluster=None,
+        clusters=[{"accelerator": "h100-sxm5-80gb", "num_gpus": 64},
+                  {"accelerator": "a100-sxm4-80gb", "num_gpus": 8}],
+        constraints={"price_per_gpu_hour_usd": {"h100-sxm5-80gb": "100.00",
+                                                "a100-sxm4-80gb": "1.00"}},
+        objective="pareto", top_k=100,
+    )
+    response = client.post("/v1/parallelism-plans", json=request)
+    assert response.status_code == 200, response.text
+    plans = response.json()["plans"]
+    cheapest = min(float(p["cost_usd"]) for p in plans)
+    for plan in plans:
+        costly = [w for w in plan["warnings"] if w.startswith("impractical cost: ")]
+        assert bool(costly) == (float(plan["cost_usd"]) > 10 * cheapest), plan["cost_usd"]
+        slow = [w for w in plan["warnings"] if w.startswith("impractical wall-clock: ")]
+        assert bool(slow) == (plan["time"]["train_s"] > 365 * 86_400)
+    assert any(w.startswith("impractical cost: ") for p in plans for w in p["warnings"])
+    assert any(w.startswith("impractical wall-clock: ") for p in plans for w in p["warnings"])

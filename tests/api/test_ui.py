@@ -13,6 +13,7 @@ from markupsafe import escape
 from sqlalchemy.orm import Session
 
 from service.api import presentation as fmt
+from service.api import ui
 from tests.factories import date_offers
 
 FORM = {"model": "llama3.1-70b", "tokens": "2e12", "seq_len": "8192", "global_batch": "512",
@@ -82,8 +83,9 @@ def test_estimate_shows_the_apis_figures_and_two_charts(client: TestClient) -> N
     assert fmt.gib(api["memory"]["peak_bytes_per_gpu"]) in html
     assert re.search(r"<dt>Cost</dt><dd>[\d,]+\.\d\d USD</dd>", html)  # cheapest on-demand
     svgs = re.findall(r"<svg[^>]*role=\"img\".*?</svg>", html, re.S)
-    assert len(svgs) == 2
-    memory, step = svgs
+    assert len(svgs) == 4  # each chart drawn wide and narrow (the stylesheet shows one)
+    memory, step = svgs[0], svgs[2]
+    assert 'id="estimate-memory-narrow"' in svgs[1]
     assert "<title" in memory
     assert "GiB" in memory
     assert "GPU memory 80.0 GiB" in memory
@@ -124,7 +126,126 @@ def test_non_finite_numbers_are_named_not_a_500(client: TestClient, text: str,
 def test_a_modelling_rule_is_shown_above_the_form(client: TestClient) -> None:
     response = client.post("/ui", data={**FORM, "tp": "7", "action": "estimate"})
     assert response.status_code == 422
-    assert 'id="form-errors"' in response.text
+    assert response.text.index('id="error-summary"') < response.text.index("<form")
+
+
+def test_a_gpu_count_off_the_layout_speaks_the_users_language(client: TestClient) -> None:
+    """Issue 18: the rule says what to type, with the two nearest counts that work."""
+    response = client.post("/ui", data={**FORM, "gpus": "100", "tp": "4", "pp": "3",
+                                        "action": "estimate"})
+    assert response.status_code == 422
+    summary = _summary(response.text)
+    assert "GPU count (100) must be a multiple of TP×PP×CP = 4×3×1 = 12: try 96 or 108" \
+        in summary
+
+
+def _summary(html: str) -> str:
+    match = re.search(r'<div class="error-summary" id="error-summary"[^>]*>(.*?)</div>', html,
+                      re.S)
+    assert match is not None, "no error summary"
+    return match.group(1)
+
+
+def test_every_error_is_summarised_at_the_top_and_takes_focus(client: TestClient) -> None:
+    """Issue 18: the GOV.UK error-summary pattern: field errors too, each linked to its
+    field, in the form's order; the summary takes focus when the page loads."""
+    response = client.post("/ui", data={**FORM, "tokens": "lots", "gpus": "-4",
+                                        "action": "estimate"})
+    html = response.text
+    tag = re.search(r'<div class="error-summary"[^>]*>', html)
+    assert tag is not None
+    for attribute in ('role="alert"', 'tabindex="-1"', "autofocus",
+                      'aria-labelledby="error-summary-title"'):
+        assert attribute in tag.group(0)
+    assert html.count("autofocus") == 1
+    summary = _summary(html)
+    links = re.findall(r'<a href="#(f-\w+)">([^<]*)</a>', summary)
+    assert [target for target, _ in links] == ["f-tokens", "f-gpus"]
+    assert links[0][1] == "Training tokens: Input should be a valid number"
+    assert links[1][1].startswith("GPU count: ")
+    assert html.index('id="error-summary"') < html.index("<form")
+    assert 'role="alert"' not in html[html.index("<form"):]  # only the summary announces
+
+
+def test_a_result_takes_focus_when_there_is_no_error(client: TestClient) -> None:
+    html = client.post("/ui", data={**FORM, "action": "estimate"}).text
+    assert '<h2 id="result-heading" tabindex="-1" autofocus>Estimate</h2>' in html
+    assert "error-summary" not in html
+    assert "autofocus" not in client.get("/ui").text
+
+
+def test_an_estimate_that_does_not_fit_says_so_first_and_mutes_its_time_and_cost(
+        client: TestClient) -> None:
+    """Issue 18: the banner comes before the figures; time, GPU-hours and cost are muted."""
+    response = client.post("/ui", data={**FORM, "model": "llama3.1-405b", "gpus": "8",
+                                        "tp": "8", "pp": "1", "action": "estimate"})
+    assert response.status_code == 200, response.text[:500]
+    html = response.text
+    results = html[html.index('<section id="results"'):]
+    assert results.index('id="does-not-fit"') < results.index('id="figures"')
+    assert "does not fit in GPU memory" in results
+    muted = re.findall(r'<div class=" muted"><dt>([^<]*)</dt>', results)
+    assert muted == ["Training time (would not run)", "GPU-hours (would not run)",
+                     "Cost (would not run)"]
+    fits = client.post("/ui", data={**FORM, "action": "estimate"}).text
+    assert 'id="does-not-fit"' not in fits
+    assert " muted" not in fits
+
+
+def test_a_plan_nobody_would_run_is_warned_in_a_banner(client: TestClient) -> None:
+    """Issue 18: a 6.7-year plan answered with no warning."""
+    response = client.post("/ui", data={**FORM, "gpus": "64", "tp": "4", "pp": "4",
+                                        "tokens": "15e12", "action": "estimate"})
+    html = response.text
+    banner = re.search(r'<div class="banner warn" id="impractical".*?</div>', html, re.S)
+    assert banner is not None
+    assert "Impractical wall-clock: training takes" in banner.group(0)
+    assert html.index('id="impractical"') < html.index('id="figures"')
+    short = client.post("/ui", data={**FORM, "tokens": "1e11", "action": "estimate"}).text
+    assert 'id="impractical"' not in short
+
+
+def test_optimise_has_an_objective_selector_and_a_default_deadline(client: TestClient) -> None:
+    page = client.get("/ui").text
+    options = re.findall(r'<option value="(\w+)"[^>]*>', page[page.index('id="f-objective"'):
+                                                              page.index("</select>",
+                                                                         page.index(
+                                                                             'id="f-objective"'))])
+    assert options == ["time", "cost", "cost_deadline"]
+    data = {**FORM, "gpus_min": "128", "gpus_max": "512", "gpus_step": "128",
+            "objective": "cost_deadline", "action": "optimise"}
+    html = client.post("/ui", data=data).text
+    note = re.search(r'<p id="objective-note">(.*?)</p>', html, re.S)
+    assert note is not None
+    assert "Ranked by cost (GPU-hours" in note.group(1)
+    assert "the default deadline of 90 days" in note.group(1)
+    body = ui.optimise_body({**ui.DEFAULTS, **data})
+    assert body["objective"] == "gpu_hours"
+    assert body["constraints"]["max_train_s"] == 90 * fmt.DAY_S
+    priced = ui.optimise_body({**ui.DEFAULTS, **data, "price_per_gpu_hour": "2.5",
+                               "deadline_days": "30"})
+    assert priced["objective"] == "cost"
+    assert priced["constraints"]["max_train_s"] == 30 * fmt.DAY_S
+    fastest = ui.optimise_body({**ui.DEFAULTS, **data, "objective": "time",
+                                "price_per_gpu_hour": "2.5"})
+    assert fastest["objective"] == "time"
+    assert "max_train_s" not in fastest["constraints"]
+    bad = client.post("/ui", data={**data, "objective": "speed"})
+    assert bad.status_code == 422
+    assert "Optimise for: choose time, cost, or cost under a deadline" in _summary(bad.text)
+
+
+def test_terms_and_flags_carry_human_labels_with_the_id_in_a_tooltip() -> None:
+    """Issue 18: every term of the core's closed set has words; the raw id is the tooltip."""
+    from service.core.quote import Term
+
+    assert set(fmt.TERM_LABELS) == {t.value for t in Term}
+    assert fmt.term_label("reserved_3y") == "3-year reservation"
+    assert fmt.flag_label("indicative_price").startswith("indicative price")
+    term = ui.templates.get_template("_quote.html").module.term  # type: ignore[attr-defined]
+    assert str(term("reserved_3y")) == (
+        '<span class="term" title="reserved_3y" data-id="reserved_3y">3-year reservation'
+        "</span>")
 
 
 def test_optimise_draws_the_pareto_front_with_the_recommended_plan(
@@ -288,11 +409,15 @@ def test_an_unknown_stored_quote_is_a_readable_404(client: TestClient, quote_id:
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("text/html")
     assert "<h1>Quote not found</h1>" in response.text
+    assert "No quote with this id" in response.text
+    assert "[0-9a-f]" not in response.text  # issue 18: no regex shown
     assert 'href="/ui"' in response.text
     assert "<script>" not in response.text
     key = reader["Authorization"].split()[1]
-    assert client.post(f"/ui/quotes/{quote_id}/verify",
-                       data={"api_key": key}).status_code == 404
+    for path in (f"/ui/quotes/{quote_id}", f"/ui/quotes/{quote_id}/verify"):
+        keyed = client.post(path, data={"api_key": key})
+        assert keyed.status_code == 404
+        assert "No quote with this id" in keyed.text
 
 
 def test_the_portal_quote_shows_commitment_policy_and_reason_codes(
@@ -355,7 +480,7 @@ def test_budget_plan_shows_both_lists_commitment_first(client: TestClient,
     response = client.post("/ui", data={**PLAN_FORM, "action": "budget_plan"})
     assert response.status_code == 200, response.text[:800]
     html = response.text
-    assert "<h2>Budget plan</h2>" in html
+    assert ">Budget plan</h2>" in html
     assert 'id="plan-explanation"' not in html  # neither list is empty
     for table_id, key in (("soonest", "soonest_within_budget"),
                           ("cheapest", "cheapest_before_deadline")):
@@ -373,7 +498,8 @@ def test_budget_plan_shows_both_lists_commitment_first(client: TestClient,
         assert cells[2] == (f"{band['p50'] / fmt.DAY_S:,.1f} ({band['p10'] / fmt.DAY_S:,.1f}–"
                             f"{band['p90'] / fmt.DAY_S:,.1f})")
         assert fmt.line_where(first) in cells[3]
-        assert cells[4] == fmt.term_label(first["term"])
+        assert f'title="{first["term"]}"' in cells[4]
+        assert f'>{fmt.term_label(first["term"])}</span>' in cells[4]
         assert cells[5].startswith(f"{first['num_gpus']:,}")
         assert table.count("<tr>") == len(api[key]) + 1  # + the header row
     assert "region" in html
@@ -412,7 +538,7 @@ def test_largest_model_shows_the_model_its_line_and_the_models_tried(
         "budget": {"amount": "2000000", "currency": "USD"}}).json()
     largest = api["largest_model"]
     assert largest is not None
-    assert "<h2>Largest model</h2>" in html
+    assert ">Largest model</h2>" in html
     answer = re.search(r'<p id="largest-answer">(.*?)</p>', html, re.S)
     assert answer is not None
     assert f"<strong>{largest['preset']}</strong>" in answer.group(1)
@@ -458,10 +584,9 @@ def test_budget_plan_errors_appear_next_to_their_fields(client: TestClient) -> N
     unknown = client.post("/ui", data={**LARGEST_FORM, "candidate_models": "llama3.1-8b, nope",
                                        "action": "largest_model"})
     assert unknown.status_code == 422  # a modelling rule: shown above the form, as for others
-    errors = re.search(r'id="form-errors">(.*?)</div>', unknown.text, re.S)
-    assert errors is not None
-    assert "not a model preset" in errors.group(1)
-    assert "nope" not in errors.group(1)  # input is never echoed (issue 14)
+    errors = _summary(unknown.text)
+    assert "not a model preset" in errors
+    assert "nope" not in errors  # input is never echoed (issue 14)
 
 
 def test_a_eur_budget_shows_the_commitment_in_euros_with_its_ecb_fixing(

@@ -18,6 +18,16 @@ class TestValidatePlan:
             validate_plan(model(), cluster(128), plan(), training())
         assert e.value.field == "parallelism"
 
+    def test_a_gpu_count_off_the_layout_names_the_nearest_counts(self) -> None:
+        """Issue 18: the rule in the user's words, with the two counts that would work."""
+        with pytest.raises(InvalidSpecError) as e:
+            validate_plan(model(), cluster(100), plan(tp=4, pp=3, dp=8, cp=1, vp=1),
+                          training())
+        assert str(e.value).startswith(
+            "GPU count (100) must be a multiple of TP×PP×CP = 4×3×1 = 12: try 96 or 108")
+        with pytest.raises(InvalidSpecError, match=r"= 32: try 32$"):
+            validate_plan(model(), cluster(8), plan(tp=4, pp=4, dp=1, cp=2), training())
+
     def test_heads_must_divide_by_tp(self) -> None:
         m = model("llama3.1-8b")
         with pytest.raises(InvalidSpecError, match=r"divisible by parallelism\.tp") as e:

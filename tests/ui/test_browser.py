@@ -26,6 +26,8 @@ from tests.live_server import live_server
 CHROMIUM = Path(os.environ.get("CQ_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = Path(os.environ.get("CQ_TEST_ARTIFACTS", "test-artifacts"))
 LAPTOP = {"width": 1366, "height": 768}
+PHONE = {"width": 390, "height": 844}
+SCREENS = {"laptop": LAPTOP, "phone": PHONE}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,7 @@ def test_estimate_shows_figures_and_charts(page: Page, server: tuple[str, str]) 
     assert fmt.number(api["time"]["gpu_hours"]) in figures
     assert fmt.percent(api["time"]["mfu_fraction"]) in figures
     assert "USD" in figures  # priced at the cheapest on-demand offer
-    charts = page.locator("svg[role=img]")
+    charts = page.locator("svg[role=img]:visible")  # each drawn wide and narrow; one shows
     assert charts.count() == 2
     box = charts.first.bounding_box()
     assert box is not None
@@ -291,3 +293,210 @@ def test_text_meets_wcag_aa_contrast_on_a_laptop_screen(page: Page) -> None:
     assert _low_contrast(pairs) == []
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= LAPTOP["width"]
+
+
+# Issue 18: the portal at a laptop's 1366x768 and a phone's 390x844.
+
+@pytest.fixture(params=list(SCREENS))
+def screen(request: pytest.FixtureRequest, browser: Browser,
+           server: tuple[str, str]) -> Iterator[tuple[str, Page]]:
+    """A page at each screen size, with the size's name (for screenshots)."""
+    context = browser.new_context(viewport=SCREENS[request.param], base_url=server[0])
+    opened = context.new_page()
+    yield request.param, opened
+    context.close()
+
+
+def _overflow(page: Page) -> int:
+    """How many CSS px the page is wider than its viewport (0: no sideways scrolling)."""
+    width: int = page.evaluate(
+        "() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    return width
+
+
+def _legend_px(page: Page) -> list[float]:
+    """The drawn height of every visible chart legend's text, in CSS px: its font size in
+    the drawing's units times the scale the drawing is shown at."""
+    sizes: list[float] = page.evaluate("""() => [...document.querySelectorAll('svg.chart')]
+        .filter(svg => svg.getClientRects().length > 0)
+        .flatMap(svg => {
+            const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+            return [...svg.querySelectorAll('text.legend')].map(
+                t => parseFloat(t.getAttribute('font-size')) * scale); })""")
+    return sizes
+
+
+def _focus(page: Page) -> dict[str, Any]:
+    """The focused element's id and whether its top is on screen."""
+    focused: dict[str, Any] = page.evaluate("""() => { const e = document.activeElement;
+        const r = e.getBoundingClientRect();
+        return {id: e.id, top: r.top, visible: r.top >= 0 && r.top < innerHeight}; }""")
+    return focused
+
+
+def test_a_result_takes_focus_reflows_and_never_scrolls_sideways(
+        screen: tuple[str, Page]) -> None:
+    name, page = screen
+    page.goto("/ui")
+    assert _overflow(page) == 0
+    page.fill("#f-tokens", "15e12")
+    page.fill("#f-gpus", "512")
+    page.click("button[value=estimate]")
+    page.wait_for_selector("#figures")
+    focus = _focus(page)
+    assert focus["id"] == "result-heading"
+    assert 0 <= focus["top"] < SCREENS[name]["height"] / 3  # the answer's top, on screen
+    assert _overflow(page) == 0
+    legends = _legend_px(page)
+    assert len(legends) >= 4  # the memory and step charts' legends, as shown
+    assert min(legends) >= 11
+    drawn = "narrow" if name == "phone" else "wide"
+    assert page.locator(f".chart-{drawn} svg").first.is_visible()
+    shot(page, f"ui-estimate-{name}")
+
+
+def test_errors_are_summarised_at_the_top_and_take_focus(screen: tuple[str, Page]) -> None:
+    name, page = screen
+    page.goto("/ui")
+    page.fill("#f-tokens", "a lot")
+    page.fill("#f-gpus", "0")
+    page.click("button[value=estimate]")
+    page.wait_for_selector("#error-summary")
+    focus = _focus(page)
+    assert focus["id"] == "error-summary"
+    assert focus["visible"]
+    links = page.locator("#error-summary a")
+    assert links.count() == 2
+    assert links.first.inner_text() == "Training tokens: Input should be a valid number"
+    assert _overflow(page) == 0
+    assert _low_contrast(_colours(page, "#error-summary, #error-summary *")) == []
+    shot(page, f"ui-error-summary-{name}")
+    links.first.click()
+    assert page.evaluate("() => location.hash") == "#f-tokens"
+
+
+def test_a_layout_rule_speaks_the_users_language(page: Page) -> None:
+    page.goto("/ui")
+    page.fill("#f-gpus", "100")
+    page.fill("#f-tp", "4")
+    page.fill("#f-pp", "3")
+    page.click("button[value=estimate]")
+    page.wait_for_selector("#error-summary")
+    assert ("GPU count (100) must be a multiple of TP×PP×CP = 4×3×1 = 12: try 96 or 108"
+            in page.inner_text("#error-summary"))
+
+
+def test_an_estimate_that_does_not_fit_says_so_first(screen: tuple[str, Page]) -> None:
+    name, page = screen
+    page.goto("/ui")
+    page.select_option("#f-model", "llama3.1-405b")
+    page.fill("#f-gpus", "8")
+    page.fill("#f-tp", "8")
+    page.fill("#f-pp", "1")
+    page.click("button[value=estimate]")
+    page.wait_for_selector("#does-not-fit")
+    banner = page.locator("#does-not-fit").bounding_box()
+    figures = page.locator("#figures").bounding_box()
+    assert banner is not None
+    assert figures is not None
+    assert banner["y"] + banner["height"] <= figures["y"]  # said first
+    muted = page.locator("#figures .muted dd")
+    assert muted.count() == 3
+    assert page.locator("#figures .muted dt").first.inner_text() == \
+        "Training time (would not run)"
+    # Muted, yet still readable (WCAG AA).
+    assert _low_contrast(_colours(page, "#figures .muted dd, #does-not-fit *")) == []
+    assert _overflow(page) == 0
+    shot(page, f"ui-does-not-fit-{name}")
+
+
+def test_a_plan_nobody_would_run_is_warned(page: Page) -> None:
+    page.goto("/ui")
+    page.fill("#f-tokens", "15e12")
+    page.fill("#f-gpus", "64")
+    page.fill("#f-tp", "4")
+    page.fill("#f-pp", "4")
+    page.click("button[value=estimate]")
+    page.wait_for_selector("#impractical")
+    assert "more than the 365-day limit" in page.inner_text("#impractical")
+
+
+def test_optimise_for_cost_under_a_default_deadline(screen: tuple[str, Page]) -> None:
+    name, page = screen
+    page.goto("/ui")
+    page.fill("#f-tokens", "2e12")
+    page.fill("#f-gpus_min", "128")
+    page.fill("#f-gpus_max", "1024")
+    page.fill("#f-gpus_step", "128")
+    page.fill("#f-price_per_gpu_hour", "2.40")
+    page.select_option("#f-objective", "cost_deadline")
+    page.click("button[value=optimise]")
+    page.wait_for_selector("#objective-note")
+    note = page.inner_text("#objective-note")
+    assert "Ranked by cost (USD)" in note
+    assert "default deadline of 90 days" in note
+    assert _focus(page)["id"] == "result-heading"
+    assert _overflow(page) == 0
+    legends = _legend_px(page)
+    assert min(legends) >= 11
+    label = page.locator("svg.chart:visible text.x-label").first.text_content() or ""
+    assert label.startswith("cost (USD)")
+    ticks = page.evaluate("""() => [...document.querySelectorAll('svg.chart')]
+        .filter(s => s.getClientRects().length && s.id.startsWith('pareto'))[0]
+        .querySelectorAll('text[text-anchor=middle]')[0].textContent""")
+    assert ticks == "0" or "not 0" in label  # a sensible zero, or it says it does not start at 0
+    shot(page, f"ui-optimise-{name}")
+
+
+def test_quote_terms_and_flags_carry_labels_with_the_id_in_a_tooltip(
+        screen: tuple[str, Page], server: tuple[str, str]) -> None:
+    name, page = screen
+    page.goto("/ui")
+    page.fill("#f-budget", "250000")
+    page.fill("#f-providers", "aws, onprem")
+    page.fill("#f-api_key", server[1])
+    page.fill("#f-tokens", "1e11")
+    page.click("button[value=quote]")
+    page.wait_for_selector("#verdict")
+    terms = page.locator("#per-term .term")
+    assert terms.count() >= 2
+    for i in range(terms.count()):
+        raw = terms.nth(i).get_attribute("title") or ""
+        assert raw in fmt.TERM_LABELS
+        assert terms.nth(i).inner_text() == fmt.term_label(raw)
+    assert "3-year reservation" in page.locator("#per-term").inner_text()
+    assert "reserved_3y" not in page.locator("#per-term").inner_text()  # only in the tooltip
+    flags = page.locator("#per-term .flags li[title]")
+    if flags.count():
+        raw = flags.first.get_attribute("title") or ""
+        assert flags.first.inner_text().startswith(fmt.flag_label(raw))
+    assert _overflow(page) == 0
+    shot(page, f"ui-quote-{name}")
+
+
+def test_budget_plan_never_scrolls_sideways_on_a_phone(browser: Browser,
+                                                       server: tuple[str, str]) -> None:
+    context = browser.new_context(viewport=PHONE, base_url=server[0])
+    page = context.new_page()
+    _plan_form(page, "200000")
+    page.click("button[value=budget_plan]")
+    page.wait_for_selector("#plan-figures")
+    assert page.locator("#soonest .term").count() >= 1
+    assert _overflow(page) == 0
+    shot(page, "ui-budget-plan-phone")
+    context.close()
+
+
+def test_the_print_stylesheet_prints_the_answer_not_the_form(page: Page) -> None:
+    page.goto("/ui")
+    page.click("button[value=estimate]")
+    page.wait_for_selector("#figures")
+    page.emulate_media(media="print")
+    assert not page.locator("form.workload").is_visible()
+    assert not page.locator(".actions").is_visible()
+    assert page.locator("#figures").is_visible()
+    assert page.locator(".chart-wide svg").first.is_visible()
+    assert not page.locator(".chart-narrow svg").first.is_visible()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    pdf = page.pdf(path=str(ARTIFACTS / "ui-estimate.pdf"))
+    assert len(pdf) > 10_000

@@ -10,10 +10,13 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from service.api.auto import resolve_plan
-from service.api.deps import AcceleratorCache, AcceleratorsDep
+from service.api.deps import AcceleratorCache, AcceleratorsDep, SettingsDep
+from service.api.observability import estimate_attributes, span
 from service.api.problems import problem_responses
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE, EstimateRequest, EstimateResponse
 from service.core.estimate import estimate
+from service.core.plausibility import long_run_warning
+from service.core.units import SECONDS_PER_DAY
 
 router = APIRouter(tags=["estimates"])
 
@@ -31,6 +34,7 @@ async def create_estimate(
         }}),
     ],
     accelerators: AcceleratorsDep,
+    settings: SettingsDep,
 ) -> Response:
     """FLOPs, memory per GPU, step time with its breakdown, throughput, MFU, energy.
     ``vp``, ``micro_batch`` and ``recompute`` may be ``"auto"``: the optimiser picks the
@@ -40,11 +44,14 @@ async def create_estimate(
     # "auto" fields runs a search, and a stale accelerator cache reads the database: those
     # go to the pool, as blocking work must.
     if request.parallelism.auto_dimensions() or not accelerators.fresh():
-        return await run_in_threadpool(_estimate_response, request, accelerators)
-    return _estimate_response(request, accelerators)
+        return await run_in_threadpool(_estimate_response, request, accelerators,
+                                       settings.max_reasonable_train_days * SECONDS_PER_DAY)
+    return _estimate_response(request, accelerators,
+                              settings.max_reasonable_train_days * SECONDS_PER_DAY)
 
 
-def _estimate_response(request: EstimateRequest, accelerators: AcceleratorCache) -> Response:
+def _estimate_response(request: EstimateRequest, accelerators: AcceleratorCache,
+                       max_reasonable_train_s: float) -> Response:
     """The estimate as JSON bytes, serialised once by the schema that documents it (the
     declared ``response_model`` still documents the contract; nothing validates it twice)."""
     model = request.model.to_core()
@@ -52,10 +59,15 @@ def _estimate_response(request: EstimateRequest, accelerators: AcceleratorCache)
     cluster = request.cluster.to_core(accelerator)
     training = request.training.to_core()
     energy = request.energy.to_core()
-    plan, chosen = resolve_plan(model, cluster, request.parallelism, training, energy)
-    result = estimate(model, cluster, plan, training, energy=energy)
+    with span("computequote.estimate") as current:
+        plan, chosen = resolve_plan(model, cluster, request.parallelism, training, energy)
+        result = estimate(model, cluster, plan, training, energy=energy)
+        if current is not None:
+            current.set_attributes(estimate_attributes(model, cluster, plan, result))
     if chosen:
         result = dataclasses.replace(result, assumptions=(*result.assumptions, *chosen))
+    if warning := long_run_warning(result.throughput.train_s, max_reasonable_train_s):
+        result = dataclasses.replace(result, warnings=(*result.warnings, warning))
     body = EstimateResponse.from_core(result, model=model, cluster=cluster, plan=plan,
                                       energy=energy)
     return Response(content=body.model_dump_json(), media_type="application/json")

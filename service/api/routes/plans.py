@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Request
 
 from service.api.deps import AcceleratorsDep, SettingsDep
+from service.api.observability import search_attributes, timed_search
 from service.api.problems import problem_responses
 from service.api.schemas.plans import (
     PLAN_SEARCH_EXAMPLE,
@@ -21,6 +22,7 @@ from service.api.workers import run_cpu_bound
 from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.search import SearchRequest, search
 from service.core.specs import ClusterSpec
+from service.core.units import SECONDS_PER_DAY
 
 router = APIRouter(tags=["plans"])
 
@@ -63,20 +65,29 @@ def optimise_parallelism(
     batches = request.training.batches()
     core_training = request.training.to_core(batches[0])
     energy = request.energy.to_core()
-    result = run_cpu_bound(
-        settings.search_workers, search,
-        SearchRequest(
-            model=model, clusters=tuple(clusters), training=core_training,
-            global_batches=tuple(batches),
-            space=constraints.to_space(),
-            objective=request.objective, top_k=request.top_k,
-            max_train_s=constraints.max_train_s,
-            budget_usd=Decimal(constraints.budget_usd) if constraints.budget_usd else None,
-            price_per_gpu_hour_usd=price_map, energy=energy,
-            max_candidates=settings.search_max_candidates, deadline_s=settings.search_deadline_s,
-        ),
-        time.monotonic, stop=gone,
-    )
+    with timed_search("plans") as current:
+        if current is not None:
+            current.set_attributes({"computequote.model": model.name,
+                                    "computequote.search.clusters": len(clusters),
+                                    "computequote.search.objective": str(request.objective)})
+        result = run_cpu_bound(
+            settings.search_workers, search,
+            SearchRequest(
+                model=model, clusters=tuple(clusters), training=core_training,
+                global_batches=tuple(batches),
+                space=constraints.to_space(),
+                objective=request.objective, top_k=request.top_k,
+                max_train_s=constraints.max_train_s,
+                budget_usd=Decimal(constraints.budget_usd) if constraints.budget_usd else None,
+                price_per_gpu_hour_usd=price_map, energy=energy,
+                max_candidates=settings.search_max_candidates,
+                deadline_s=settings.search_deadline_s,
+            ),
+            time.monotonic, stop=gone,
+        )
+        if current is not None:
+            current.set_attributes(search_attributes(result))
     http_request.app.state.metrics.candidates.inc(result.stats.candidates_evaluated)
-    return PlanSearchResponse.from_core(result, request.objective, model,
-                                        DEFAULT_CALIBRATION.version)
+    return PlanSearchResponse.from_core(
+        result, request.objective, model, DEFAULT_CALIBRATION.version,
+        max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
@@ -22,6 +23,7 @@ from service.api.schemas.estimate import (
     TrainingIn,
 )
 from service.api.schemas.prices import DecimalString
+from service.core.plausibility import costly_warnings, long_run_warning
 from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult, SearchSpace
 from service.core.specs import (
     AcceleratorSpec,
@@ -325,14 +327,19 @@ class PlanSearchResponse(BaseModel):
 
     @classmethod
     def from_core(cls, result: SearchResult, objective: Objective, model: ModelSpec,
-                  calibration_version: str) -> PlanSearchResponse:
+                  calibration_version: str, *,
+                  max_reasonable_train_s: float | None = None) -> PlanSearchResponse:
+        """``max_reasonable_train_s`` (the service's setting) marks plans nobody would run;
+        plans costing over 10x the cheapest of this answer are marked too."""
         stats = result.stats
+        plans = [PlanOut.from_core(i + 1, p, model, p.energy)
+                 for i, p in enumerate(result.plans)]
+        pareto = [PlanOut.from_core(i + 1, p, model, p.energy)
+                  for i, p in enumerate(result.pareto)]
+        _mark_impractical([*plans, *pareto], result.cost_basis, max_reasonable_train_s)
         return cls(
             objective=objective, cost_basis=result.cost_basis,
-            plans=[PlanOut.from_core(i + 1, p, model, p.energy)
-                   for i, p in enumerate(result.plans)],
-            pareto=[PlanOut.from_core(i + 1, p, model, p.energy)
-                    for i, p in enumerate(result.pareto)],
+            plans=plans, pareto=pareto,
             search=SearchOut(
                 candidates_total=stats.candidates_total,
                 candidates_evaluated=stats.candidates_evaluated, feasible=stats.feasible,
@@ -341,3 +348,18 @@ class PlanSearchResponse(BaseModel):
                 covered_fraction=stats.covered_fraction),
             calibration_version=calibration_version,
         )
+
+
+def _mark_impractical(plans: list[PlanOut], cost_basis: str,
+                      max_reasonable_train_s: float | None) -> None:
+    """Add the plausibility warnings (service/core/plausibility.py) to each plan: a run over
+    the wall-clock limit, and a cost (USD when priced, else GPU-hours) over 10x the cheapest
+    plan of the same answer (the ranked plans and the Pareto front together)."""
+    priced = cost_basis == "usd"
+    costs: list[Decimal | float | None] = [
+        (Decimal(p.cost_usd) if p.cost_usd is not None else None) if priced
+        else p.time.gpu_hours for p in plans]
+    costly = costly_warnings(costs, "USD" if priced else "GPU-hours")
+    for plan, ratio_warning in zip(plans, costly, strict=True):
+        extra = [long_run_warning(plan.time.train_s, max_reasonable_train_s), ratio_warning]
+        plan.warnings = [*plan.warnings, *(w for w in extra if w)]

@@ -26,8 +26,10 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api import presentation as fmt
 from service.api.deps import SessionDep
+from service.api.tracing import traced_client
 from service.api.ui import charts
 from service.catalog.models import Quote
+from service.core.plausibility import COSTLY_PREFIX, LONG_RUN_PREFIX
 
 router = APIRouter(include_in_schema=False)
 templates = Environment(loader=PackageLoader("service.api.ui", "templates"),
@@ -45,8 +47,28 @@ DEFAULTS: dict[str, str] = {
     "gpus_step": "", "tp": "8", "pp": "4", "cp": "1", "micro_batch": "1", "zero_stage": "1",
     "recompute": "none", "budget": "", "currency": "USD", "deadline_days": "",
     "providers": "", "price_per_gpu_hour": "", "tokens_per_param": "20",
-    "candidate_models": "", "api_key": "", "nonce": "",
+    "candidate_models": "", "api_key": "", "nonce": "", "objective": "time",
 }
+FIELD_LABELS: dict[str, str] = {
+    "model": "Model preset", "tokens": "Training tokens", "seq_len": "Sequence length",
+    "global_batch": "Global batch", "accelerator": "Accelerator", "gpus": "GPU count",
+    "gpus_min": "GPU range: from", "gpus_max": "to", "gpus_step": "step",
+    "tp": "Tensor parallel", "pp": "Pipeline stages", "cp": "Context parallel",
+    "micro_batch": "Micro-batch", "zero_stage": "ZeRO stage", "recompute": "Recompute",
+    "objective": "Optimise for", "budget": "Budget", "currency": "Currency",
+    "deadline_days": "Deadline (days)", "price_per_gpu_hour": "Price per GPU-hour (USD)",
+    "providers": "Providers (Quote, budget plans)", "api_key": "API key (Quote)",
+    "tokens_per_param": "Tokens per parameter", "candidate_models": "Candidate presets",
+}
+"""Each form field's label, written once: the form and the error summary both use it."""
+SUMMARY_LABELS: dict[str, str] = {"gpus_max": "GPU range: to", "gpus_step": "GPU range: step"}
+"""Where a label leans on its neighbour on the form, the error summary's fuller name."""
+OBJECTIVES: dict[str, str] = {
+    "time": "Time: the fastest plan", "cost": "Cost: the cheapest plan",
+    "cost_deadline": "Cost under a deadline: the cheapest that meets it"}
+DEFAULT_DEADLINE_DAYS = 90
+"""Optimise's deadline when 'cost under a deadline' is chosen and none is given: a quarter,
+about the length of the largest published pre-training runs (Llama 3 405B: 54 days)."""
 # Where an API field error belongs on the form (after the workload prefix is removed).
 FIELD_OF: dict[str, str] = {
     "model": "model", "model.preset": "model", "training.tokens": "tokens",
@@ -65,6 +87,7 @@ FIELD_OF: dict[str, str] = {
     "providers": "providers", "providers.0": "providers",
     "constraints.price_per_gpu_hour_usd": "price_per_gpu_hour", "authorization": "api_key",
     "tokens_per_param": "tokens_per_param", "candidate_models": "candidate_models",
+    "objective": "objective",
 }
 NUMBER_FIELDS = ("tokens", "seq_len", "global_batch", "gpus", "gpus_min", "gpus_max",
                  "gpus_step", "tp", "pp", "cp", "micro_batch", "zero_stage")
@@ -81,6 +104,16 @@ class Outcome:
     result: dict[str, Any] | None = None
     charts: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> list[tuple[str | None, str]]:
+        """Every error for the summary at the top of the page (the GOV.UK error-summary
+        pattern): the service's general errors, then each field's, in the form's order, with
+        the id of the field it links to (None: no field)."""
+        items: list[tuple[str | None, str]] = [(None, e) for e in self.general_errors]
+        for name in FIELD_LABELS:
+            label = SUMMARY_LABELS.get(name, FIELD_LABELS[name])
+            items += [(f"f-{name}", f"{label}: {e}") for e in self.errors.get(name, [])]
+        return items
 
 
 def _number(text: str) -> Any:
@@ -143,13 +176,20 @@ def _cluster(v: dict[str, str]) -> dict[str, Any]:
 
 
 def optimise_body(v: dict[str, str]) -> dict[str, Any]:
+    """The plan search for the chosen objective: time ranks by training time; cost by USD
+    with a price, else by GPU-hours (the cost the service can compute without one); cost
+    under a deadline as cost, with the deadline given or ``DEFAULT_DEADLINE_DAYS``."""
+    by_cost = v["objective"] in ("cost", "cost_deadline")
     body: dict[str, Any] = {"model": {"preset": v["model"]}, "training": _training(v),
-                            "cluster": _cluster(v), "objective": "time", "top_k": 30}
+                            "cluster": _cluster(v), "top_k": 30,
+                            "objective": ("cost" if v["price_per_gpu_hour"] else "gpu_hours")
+                            if by_cost else "time"}
     if v["price_per_gpu_hour"]:
         body["constraints"] = {"price_per_gpu_hour_usd": v["price_per_gpu_hour"]}
-        body["objective"] = "cost"
-    if v["deadline_days"]:
-        body.setdefault("constraints", {})["max_train_s"] = _days_as_s(v["deadline_days"])
+    deadline = v["deadline_days"] or (
+        str(DEFAULT_DEADLINE_DAYS) if v["objective"] == "cost_deadline" else "")
+    if deadline:
+        body.setdefault("constraints", {})["max_train_s"] = _days_as_s(deadline)
     return body
 
 
@@ -220,8 +260,9 @@ def _place_errors(outcome: Outcome, problem: dict[str, Any], prefix: str = "") -
 
 
 def _api(request: Request) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=request.app),
-                             base_url="http://ui.internal", timeout=660.0)
+    return traced_client(request.app, httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=request.app), base_url="http://ui.internal",
+        timeout=660.0))
 
 
 def _problem(response: httpx.Response) -> dict[str, Any]:
@@ -233,18 +274,24 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
 
 
 def _estimate_charts(answer: dict[str, Any], ident: str) -> dict[str, str]:
-    memory = charts.stacked_bar(
-        f"{ident}-memory", "Memory per GPU",
+    memory = _both(
+        charts.stacked_bar, f"{ident}-memory", "Memory per GPU",
         [charts.Part(label, size) for label, size in fmt.memory_parts(answer)],
         unit="GiB", scale=fmt.GIB_BYTES, limit=answer["memory"]["capacity_bytes_per_gpu"],
         limit_label="GPU memory")
     step = answer["time"]["step_s"]
     scale, unit = (1.0, "seconds per step") if step >= 1 else (1e-3, "milliseconds per step")
-    timing = charts.stacked_bar(
-        f"{ident}-step", "Step time breakdown",
+    timing = _both(
+        charts.stacked_bar, f"{ident}-step", "Step time breakdown",
         [charts.Part(label, seconds) for label, seconds in fmt.step_parts(answer)],
         unit=unit, scale=scale)
     return {"memory": memory, "step": timing}
+
+
+def _both(draw: Any, ident: str, *args: Any, **kwargs: Any) -> str:
+    """A chart's wide and narrow drawings (the stylesheet shows one)."""
+    return charts.responsive(draw(ident, *args, **kwargs),
+                             draw(f"{ident}-narrow", *args, width=charts.NARROW_W, **kwargs))
 
 
 async def _cheapest_on_demand(client: httpx.AsyncClient,
@@ -293,6 +340,11 @@ async def run_estimate(request: Request, outcome: Outcome) -> None:
 
 
 async def run_optimise(request: Request, outcome: Outcome) -> None:
+    if outcome.values["objective"] not in OBJECTIVES:
+        outcome.errors["objective"] = ["choose time, cost, or cost under a deadline"]
+        return
+    if outcome.values["objective"] == "cost_deadline" and not outcome.values["deadline_days"]:
+        outcome.extra["default_deadline_days"] = DEFAULT_DEADLINE_DAYS
     async with _api(request) as client:
         response = await client.post("/v1/parallelism-plans", json=optimise_body(outcome.values))
     if response.status_code != 200:
@@ -310,8 +362,8 @@ async def run_optimise(request: Request, outcome: Outcome) -> None:
                  f"{fmt.layout(plan['parallelism'], short=True)}")
         return charts.Point(x=x, y=plan["time"]["train_s"] / fmt.DAY_S, label=label)
 
-    outcome.charts["pareto"] = charts.scatter(
-        "pareto", "Training time against cost: ranked plans and the Pareto front",
+    outcome.charts["pareto"] = _both(
+        charts.scatter, "pareto", "Training time against cost: ranked plans and the Pareto front",
         [point(p) for p in answer["plans"]], [point(p) for p in answer["pareto"]],
         point(answer["plans"][0]),
         x_unit="cost (USD)" if by_cost else "cost (GPU-hours)", y_unit="training time (days)")
@@ -363,8 +415,9 @@ async def _choices(request: Request) -> dict[str, list[str]]:
 
 def _page(outcome: Outcome, choices: dict[str, list[str]], status: int = 200) -> HTMLResponse:
     outcome.values["nonce"] = uuid.uuid4().hex  # a fresh page is a fresh quote
-    html = templates.get_template("portal.html").render(o=outcome, choices=choices,
-                                                        actions=ACTION_LABELS)
+    html = templates.get_template("portal.html").render(
+        o=outcome, choices=choices, actions=ACTION_LABELS, labels=FIELD_LABELS,
+        objectives=OBJECTIVES, default_deadline_days=DEFAULT_DEADLINE_DAYS)
     return HTMLResponse(html, status_code=status)
 
 
@@ -443,6 +496,14 @@ def _sentence(text: str) -> str:
 
 templates.globals.update(when=_when, short=_short, setting=_setting, days=_days,
                          sentence=_sentence)
+
+
+def _impractical(warning: str) -> bool:
+    """A warning that the plan is one nobody would run (too long or too dear)."""
+    return warning.startswith((LONG_RUN_PREFIX, COSTLY_PREFIX))
+
+
+templates.tests["impractical"] = _impractical
 
 
 def _tokens(value: Any) -> str:
@@ -575,7 +636,7 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
     caller's key, from the Authorization header or the page's key form, so the API decides
     who may see it. Without a key the page asks for one."""
     if not QUOTE_ID.match(quote_id):
-        return _quote_error(404, "There is no such quote: a quote id is q_ followed by 32 "
+        return _quote_error(404, "No quote with this id: a quote id is q_ followed by 32 "
                                  "hexadecimal digits.")
     headers = {}
     if key:
@@ -594,7 +655,7 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
             problem = _problem(response)
             detail = str(problem.get("detail") or problem.get("title") or "the request failed")
             if response.status_code == 404:
-                detail = (f"There is no stored quote {quote_id} that this key may read: it "
+                detail = (f"No quote with this id ({quote_id}) that this key may read: it "
                           "may not exist, or belong to another principal.")
             return _quote_error(response.status_code, detail, quote_id)
         if verify:

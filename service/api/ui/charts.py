@@ -1,5 +1,9 @@
 """A small SVG writer for the portal's charts, rendered on the server (no script, no CDN).
 
+Each chart is drawn twice, for a wide and a narrow column (``responsive``): the stylesheet
+shows one, so on a phone the legend stacks in one column and its text stays at least
+``MIN_LEGEND_PX`` CSS pixels tall instead of shrinking with a 720-unit drawing.
+
 Every chart has a title, axes with units, labelled ticks, a legend, and an accessible name and
 description (``role="img"``, ``<title>``, ``<desc>`` listing the values), in the Okabe-Ito
 colour-blind-safe palette (Okabe & Ito 2008, "Color Universal Design").
@@ -8,6 +12,7 @@ colour-blind-safe palette (Okabe & Ito 2008, "Color Universal Design").
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -17,6 +22,11 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F
 FONT = 'font-family="system-ui, sans-serif"'
 INK = "#1a1a1a"
 GRID = "#d0d0d0"
+WIDE_W = 720
+NARROW_W = 340
+"""Drawing widths: the results column on a laptop, and a 390 px phone less its margins (the
+narrow drawing is shown from 600 px down, where it is drawn at about scale 1)."""
+MIN_LEGEND_PX = 11
 
 
 def nice_ticks(upper: float, count: int = 5) -> list[float]:
@@ -63,35 +73,56 @@ class Part:
     value: float
 
 
+def _title_lines(title: str, width: int) -> list[str]:
+    """The visible title, wrapped to the drawing's width (about 8.5 units a character)."""
+    return textwrap.wrap(title, max(20, int((width - 16) / 8.5))) or [title]
+
+
 def _open(width: int, height: int, title: str, description: str, ident: str) -> list[str]:
+    """The SVG's head, its accessible name and description, and its visible title; what
+    follows is drawn below the title (shifted down when the title wraps) until ``_close``."""
+    lines = _title_lines(title, width)
+    shift = 18 * (len(lines) - 1)
     return [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height + shift}" '
         f'width="100%" role="img" aria-labelledby="{ident}-t {ident}-d" {FONT} '
         f'class="chart" id="{ident}">',
         f'<title id="{ident}-t">{escape(title)}</title>',
         f'<desc id="{ident}-d">{escape(description)}</desc>',
-        f'<text x="8" y="20" font-size="15" font-weight="600" fill="{INK}">{escape(title)}</text>',
+        *(f'<text x="8" y="{20 + 18 * i}" font-size="15" font-weight="600" fill="{INK}">'
+          f'{escape(line)}</text>' for i, line in enumerate(lines)),
+        f'<g transform="translate(0 {shift})">',
     ]
+
+
+_CLOSE = "</g></svg>"
+
+
+def responsive(wide: str, narrow: str) -> str:
+    """The wide and the narrow drawing of one chart; the stylesheet shows one of them."""
+    return f'<div class="chart-wide">{wide}</div><div class="chart-narrow">{narrow}</div>'
 
 
 def stacked_bar(ident: str, title: str, parts: Sequence[Part], *, unit: str,
                 scale: float = 1.0, limit: float | None = None,
-                limit_label: str = "capacity") -> str:
+                limit_label: str = "capacity", width: int = WIDE_W) -> str:
     """One horizontal bar made of ``parts`` (values in base units, divided by ``scale`` for
-    display in ``unit``), with an optional limit line (a GPU's memory)."""
-    width, left, right = 720, 16, 24
+    display in ``unit``), with an optional limit line (a GPU's memory). A narrow ``width``
+    stacks the legend in one column."""
+    left, right = 16, 24
+    columns = 2 if width >= 2 * NARROW_W else 1
     bar_y, bar_h = 44, 34
     shown = [Part(p.label, p.value / scale) for p in parts if p.value > 0]
     total = sum(p.value for p in shown)
     cap = limit / scale if limit is not None else None
-    ticks = nice_ticks(max(total, cap or 0.0) * 1.02)
+    ticks = nice_ticks(max(total, cap or 0.0) * 1.02, 5 if columns == 2 else 4)
     top = ticks[-1]
     plot_w = width - left - right
 
     def x(value: float) -> float:
         return left + plot_w * value / top
 
-    legend_rows = math.ceil(len(shown) / 2)
+    legend_rows = math.ceil(len(shown) / columns)
     height = bar_y + bar_h + 48 + 22 * legend_rows
     description = "; ".join(f"{p.label} {p.value:,.2f} {unit}" for p in shown)
     description += f"; total {total:,.2f} {unit}"
@@ -117,20 +148,21 @@ def stacked_bar(ident: str, title: str, parts: Sequence[Part], *, unit: str,
         svg.append(f'<line x1="{x(cap):.1f}" x2="{x(cap):.1f}" y1="{bar_y - 10}" '
                    f'y2="{bar_y + bar_h + 6}" stroke="{INK}" stroke-width="2.5" '
                    f'stroke-dasharray="5 3"/>')
-        anchor = "end" if x(cap) > width - 140 else "start"
+        anchor = "end" if x(cap) > width - min(140, width / 2) else "start"
         dx = -4 if anchor == "end" else 4
         svg.append(f'<text x="{x(cap) + dx:.1f}" y="{bar_y - 12}" font-size="12" '
                    f'text-anchor="{anchor}" fill="{INK}">{escape(limit_label)} '
                    f'{cap:,.1f} {escape(unit)}</text>')
     legend_y = bar_y + bar_h + 58
     for i, part in enumerate(shown):
-        lx = left + (i % 2) * (plot_w / 2)
-        ly = legend_y + (i // 2) * 22
+        lx = left + (i % columns) * (plot_w / columns)
+        ly = legend_y + (i // columns) * 22
         svg.append(f'<rect x="{lx:.1f}" y="{ly - 11}" width="12" height="12" '
                    f'fill="{PALETTE[i % len(PALETTE)]}"/>')
-        svg.append(f'<text x="{lx + 18:.1f}" y="{ly}" font-size="12" fill="{INK}">'
+        svg.append(f'<text x="{lx + 18:.1f}" y="{ly}" font-size="12" fill="{INK}" '
+                   'class="legend">'
                    f'{escape(part.label)}: {part.value:,.2f} {escape(unit.split()[0])}</text>')
-    svg.append("</svg>")
+    svg.append(_CLOSE)
     return "\n".join(svg)
 
 
@@ -143,15 +175,27 @@ class Point:
 
 def scatter(ident: str, title: str, points: Sequence[Point], front: Sequence[Point],
             marked: Point | None, *, x_unit: str, y_unit: str,
-            x_format: Callable[[float], str] = tick_text) -> str:
-    """Plans as dots, the Pareto front as a line, the recommended plan as a ringed star."""
-    width, height = 720, 420
-    left, right, top_pad, bottom = 78, 24, 40, 64
+            x_format: Callable[[float], str] = tick_text, width: int = WIDE_W) -> str:
+    """Plans as dots, the Pareto front as a line, the recommended plan as a ringed star.
+
+    The time axis starts at zero. The cost axis starts at zero when the plans' costs reach
+    down to a fifth of their largest; otherwise it starts near the cheapest plan (the points
+    would crowd one edge) and its label says that it does not start at zero."""
+    narrow = width < 2 * NARROW_W
+    height = 300 if narrow else 420
+    left, right, top_pad, bottom = (56 if narrow else 78), 16 if narrow else 24, 40, 64
     every = [*points, *front, *([marked] if marked else [])]
     xs = [p.x for p in every] or [0.0, 1.0]
     spread = (max(xs) - min(xs)) or max(abs(max(xs)) * 0.1, 1.0)
-    x_ticks = nice_range(max(0.0, min(xs) - 0.05 * spread), max(xs) + 0.05 * spread)
-    y_ticks = nice_ticks(max((p.y for p in every), default=1.0) * 1.05)
+    count = 4 if narrow else 5
+    if min(xs) <= 0.2 * max(xs):
+        x_ticks = nice_ticks(max(xs) * 1.05, count)
+    else:
+        x_ticks = nice_range(max(0.0, min(xs) - 0.05 * spread), max(xs) + 0.05 * spread,
+                             count)
+    if x_ticks[0] > 0:
+        x_unit = f"{x_unit}; axis starts at {x_format(x_ticks[0])}, not 0"
+    y_ticks = nice_ticks(max((p.y for p in every), default=1.0) * 1.05, count)
     plot_w, plot_h = width - left - right, height - top_pad - bottom
 
     def sx(value: float) -> float:
@@ -177,6 +221,7 @@ def scatter(ident: str, title: str, points: Sequence[Point], front: Sequence[Poi
         svg.append(f'<text x="{left - 8}" y="{sy(tick) + 4:.1f}" font-size="12" '
                    f'text-anchor="end" fill="{INK}">{tick_text(tick)}</text>')
     svg.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 22}" font-size="13" '
+               'class="x-label" '
                f'text-anchor="middle" fill="{INK}">{escape(x_unit)}</text>')
     svg.append(f'<text x="18" y="{top_pad + plot_h / 2:.1f}" font-size="13" '
                f'text-anchor="middle" fill="{INK}" transform="rotate(-90 18 '
@@ -201,15 +246,16 @@ def scatter(ident: str, title: str, points: Sequence[Point], front: Sequence[Poi
         svg.append(f'<polygon points="{star}" fill="{PALETTE[5]}" stroke="{INK}" '
                    f'stroke-width="1"><title>Recommended: {escape(marked.label)}</title>'
                    f'</polygon>')
-        anchor = "end" if cx > width - 200 else "start"
+        anchor = "end" if cx > width - min(200, width / 2) else "start"
         svg.append(f'<text x="{cx + (-14 if anchor == "end" else 14):.1f}" y="{cy - 10:.1f}" '
                    f'font-size="12" font-weight="600" text-anchor="{anchor}" fill="{INK}">'
                    f'recommended</text>')
     lx = left + 8
     svg.append(f'<circle cx="{lx}" cy="{top_pad - 10}" r="4.5" fill="{PALETTE[4]}"/>'
-               f'<text x="{lx + 9}" y="{top_pad - 6}" font-size="12" fill="{INK}">plans</text>'
+               f'<text x="{lx + 9}" y="{top_pad - 6}" font-size="12" fill="{INK}" '
+               f'class="legend">plans</text>'
                f'<circle cx="{lx + 70}" cy="{top_pad - 10}" r="5.5" fill="{PALETTE[0]}"/>'
-               f'<text x="{lx + 79}" y="{top_pad - 6}" font-size="12" fill="{INK}">'
-               f'Pareto front</text>')
-    svg.append("</svg>")
+               f'<text x="{lx + 79}" y="{top_pad - 6}" font-size="12" fill="{INK}" '
+               f'class="legend">Pareto front</text>')
+    svg.append(_CLOSE)
     return "\n".join(svg)

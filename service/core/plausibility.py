@@ -1,0 +1,62 @@
+"""Plans nobody would run: warnings for a run too long or too dear to be a real choice.
+
+An estimate or a plan is still answered (it is what was asked), but one that takes longer than
+a wall-clock limit (the service's setting, passed in: the core reads no settings), or that
+costs more than ``COST_RATIO_LIMIT`` times the cheapest alternative in the same answer, carries
+a warning. The wording starts with a stable prefix (``LONG_RUN_PREFIX``, ``COSTLY_PREFIX``)
+that clients may match; the rest of the sentence carries the figures.
+
+- ``long_run_warning(train_s, max_reasonable_train_s)``: the wall-clock check.
+- ``costly_warnings(costs)``: the ratio check over one answer's alternatives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from service.core.units import HOURS_PER_YEAR, SECONDS_PER_DAY, SECONDS_PER_HOUR
+
+DEFAULT_MAX_REASONABLE_TRAIN_S = 365 * SECONDS_PER_DAY
+"""A year of wall-clock time: longer than any published pre-training run (Llama 3 405B took
+about 54 days, Dubey et al. 2024, arXiv 2407.21783, section 3.3.4), and longer than hardware
+stays current. The service's default for CQ_MAX_REASONABLE_TRAIN_DAYS."""
+
+COST_RATIO_LIMIT = 10
+"""An alternative costing more than ten times the cheapest one in the same answer is not a
+choice anyone would make for the same job; a judgement, stated as such."""
+
+LONG_RUN_PREFIX = "impractical wall-clock"
+COSTLY_PREFIX = "impractical cost"
+
+
+def long_run_warning(train_s: float, max_reasonable_train_s: float | None) -> str | None:
+    """The warning for a run longer than ``max_reasonable_train_s`` (None: no limit)."""
+    if max_reasonable_train_s is None or not train_s > max_reasonable_train_s:
+        return None
+    days = train_s / SECONDS_PER_DAY
+    years = train_s / SECONDS_PER_HOUR / HOURS_PER_YEAR
+    limit_days = max_reasonable_train_s / SECONDS_PER_DAY
+    return (f"{LONG_RUN_PREFIX}: training takes {days:,.0f} days ({years:,.1f} years), more "
+            f"than the {limit_days:,.0f}-day limit for a plan anyone would run")
+
+
+def costly_warnings(costs: Sequence[Decimal | float | None],
+                    unit: str) -> list[str | None]:
+    """For each alternative of one answer, the warning when it costs more than
+    ``COST_RATIO_LIMIT`` times the cheapest (``unit`` names the cost: "USD", "GPU-hours").
+    Alternatives without a cost, and answers without a positive cheapest cost, get None."""
+    known = [Decimal(str(c)) for c in costs if c is not None]
+    positive = [c for c in known if c > 0]
+    if not positive:
+        return [None] * len(costs)
+    cheapest = min(positive)
+    out: list[str | None] = []
+    for cost in costs:
+        if cost is None or Decimal(str(cost)) <= cheapest * COST_RATIO_LIMIT:
+            out.append(None)
+            continue
+        ratio = Decimal(str(cost)) / cheapest
+        out.append(f"{COSTLY_PREFIX}: {ratio:,.1f}× the cheapest alternative in this answer "
+                   f"({cheapest:,.0f} {unit}), over the {COST_RATIO_LIMIT}× limit")
+    return out

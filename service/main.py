@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastapi import FastAPI
@@ -42,16 +42,22 @@ from service.api.routes import (
     prices,
     quotes,
     refreshes,
+    serving,
 )
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
 from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
 from service.api.shedding import LoadSheddingMiddleware
+from service.api.tracing import install as install_tracing
+from service.api.tracing import uninstall as uninstall_tracing
 from service.api.ui import router as ui_router
 from service.api.workers import prestart, set_memory_limit, stop_with_app
 from service.catalog.changes import ChangeFeed, GenerationCache, bump_on_commit
 from service.catalog.db import make_engine, make_session_factory
 from service.core.quote import PriceOffer
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +73,8 @@ Errors are `application/problem+json` (RFC 9457). Lists answer
 
 TAGS = [
     {"name": "estimates", "description": "Training-run estimates."},
+    {"name": "serving", "description": "Serving estimates and plans: memory, latency, "
+                                       "throughput and sizing of a deployment at a load."},
     {"name": "plans", "description": "Parallelism search: the best layouts for a model, "
                                      "GPUs and batch."},
     {"name": "quotes", "description": "Priced, stored, reproducible quotes with budget "
@@ -82,7 +90,8 @@ TAGS = [
 
 
 def dispose(app: FastAPI) -> None:
-    """Close both connection pools (tests and shutdown)."""
+    """Close both connection pools and flush the app's spans (tests and shutdown)."""
+    uninstall_tracing(app)
     app.state.engine.dispose()
     app.state.cache_engine.dispose()
 
@@ -113,6 +122,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         warm.cancel()
         app.state.changes.stop()
         await asyncio.to_thread(stop_with_app)
+        await asyncio.to_thread(uninstall_tracing, app)  # the last batch of spans goes out
 
 
 WARM_UP_TIMEOUT_S = 60.0
@@ -156,8 +166,10 @@ def _warm_accelerators(app: FastAPI) -> None:
         app.state.accelerators.all()
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the application. The engine is created lazily: it connects on first use."""
+def create_app(settings: Settings | None = None, *,
+               span_exporter: SpanExporter | None = None) -> FastAPI:
+    """Build the application. The engine is created lazily: it connects on first use.
+    Tracing follows the ``OTEL_*`` settings, or goes to ``span_exporter`` when given (tests)."""
     settings = settings or Settings()
     configure_logging(settings.log_level)
     app = FastAPI(
@@ -169,6 +181,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         lifespan=_lifespan,
+        # FastAPI's own OpenTelemetry support stays off: tracing has one switch, the OTEL_*
+        # settings (service/api/tracing.py), and its per-request check of the global
+        # providers cost about 8 us a request even with nothing configured.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "auto_configure": False},
     )
     engine = make_engine(settings.resolved_database_url, pool_size=settings.db_pool_size,
                          max_overflow=settings.db_pool_overflow)
@@ -196,11 +212,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     bump_on_commit(factory, app.state.changes)
     app.state.state_cache = GenerationCache(app.state.changes)
     app.state.metrics = Metrics()
+    app.state.metrics.watch_caches({
+        "accelerators": app.state.accelerators, "offer_pages": app.state.offer_pages,
+        "quote_offers": app.state.quote_offers, "catalog_state": app.state.state_cache})
+    tracer = install_tracing(app, settings, (engine, cache_engine), exporter=span_exporter)
     install_problem_handlers(app)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics,
-                       internal_token=app.state.warm_up_token)
+                       internal_token=app.state.warm_up_token, tracer=tracer)
     # Outside the request context, so a shed request costs as little as possible: no log
-    # line, no latency histogram; it is counted in requests_shed_total.
+    # line, no latency histogram; it is counted in computequote_requests_shed_total.
     app.add_middleware(LoadSheddingMiddleware, max_in_flight=settings.max_in_flight,
                        on_shed=app.state.metrics.shed.inc)
     # Outermost: the body arrives (within CQ_BODY_TIMEOUT_S and the size limits) before the
@@ -216,7 +236,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body_timeout_s=settings.body_timeout_s,
     )
     for module in (estimates, plans, quotes, policies, catalog, prices, fx, discounts, refreshes,
-                   health, docs):
+                   serving, health, docs):
         app.include_router(module.router)
     app.include_router(ui_router)
     app.mount("/static", docs.static_files(), name="static")

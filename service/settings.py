@@ -1,12 +1,23 @@
-"""Settings: the only module that reads the environment (prefix ``CQ_``)."""
+"""Settings: the only module that reads the environment (prefix ``CQ_``; OpenTelemetry's
+standard ``OTEL_*`` variables keep their names)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    """Where the embedded SQLite database lives unless ``CQ_DATA_DIR`` or ``CQ_DATABASE_URL``
+    says otherwise: ``$XDG_DATA_HOME/computequote``, else ``~/.local/share/computequote``. One
+    place whatever the working directory, so ``make run``, ``cq keys`` and ``cq --local`` share
+    a database from any directory (issue 18)."""
+    base = os.environ.get("XDG_DATA_HOME")
+    return (Path(base) if base else Path.home() / ".local" / "share") / "computequote"
 
 
 class Settings(BaseSettings):
@@ -15,7 +26,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CQ_", extra="ignore", frozen=True)
 
     data_dir: Path = Field(
-        default=Path("data"), description="Directory for the embedded SQLite database."
+        default_factory=default_data_dir,
+        description="Directory for the embedded SQLite database (default: "
+                    "$XDG_DATA_HOME/computequote, else ~/.local/share/computequote).",
     )
     database_url: str | None = Field(
         default=None,
@@ -90,6 +103,11 @@ class Settings(BaseSettings):
     quote_ttl_days: int = Field(
         default=30, ge=1, le=3650, description="Days until a stored quote's expires_at.",
     )
+    max_reasonable_train_days: float = Field(
+        default=365.0, gt=0.0, le=36_500.0,
+        description="An estimate or plan whose training takes longer than this many days of "
+                    "wall-clock time is still answered, with an 'impractical wall-clock' "
+                    "warning: nobody would run it.")
     body_timeout_s: float = Field(
         default=10.0, gt=0, le=600,
         description="Seconds a request body may take to arrive (408 after); the body is read "
@@ -103,6 +121,63 @@ class Settings(BaseSettings):
         description="Seconds the in-process accelerator cache serves before re-reading.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info")
+
+    # OpenTelemetry tracing (service/api/tracing.py): the specification's own variable
+    # names, without the CQ_ prefix, so a standard deployment's settings just work.
+    otel_sdk_disabled: bool = Field(
+        default=False, validation_alias="OTEL_SDK_DISABLED",
+        description="'true' turns tracing off whatever else is set (any other value is "
+                    "false, as the OpenTelemetry specification says).")
+    otel_traces_exporter: Literal["otlp", "console", "none"] | None = Field(
+        default=None, validation_alias="OTEL_TRACES_EXPORTER",
+        description="otlp or console turns tracing on; none keeps it off; unset: on with "
+                    "otlp once an OTLP endpoint is set, else off.")
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None, max_length=2048,
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                                      "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="Where spans go (the exporter itself reads it, and the other "
+                    "OTEL_EXPORTER_OTLP_* variables); setting it turns tracing on.")
+    otel_exporter_otlp_protocol: Literal["http/protobuf"] = Field(
+        default="http/protobuf",
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                                      "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        description="Only http/protobuf is shipped (the specification's default); grpc is "
+                    "refused at start-up rather than silently sent elsewhere.")
+    otel_service_name: str = Field(
+        default="computequote", min_length=1, max_length=255,
+        validation_alias="OTEL_SERVICE_NAME", description="The spans' service.name.")
+
+    @field_validator("otel_sdk_disabled", mode="before")
+    @classmethod
+    def _spec_boolean(cls, value: object) -> bool:
+        """Only "true" (any case) is true; anything else, empty included, is false."""
+        return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+    @field_validator("otel_traces_exporter", "otel_exporter_otlp_endpoint",
+                     "otel_exporter_otlp_protocol", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str):
+            value = value.strip()
+            if not value:
+                return cls.model_fields[info.field_name or ""].default
+            if info.field_name == "otel_traces_exporter":
+                return value.lower()
+            if info.field_name == "otel_exporter_otlp_protocol" and value != "http/protobuf":
+                raise ValueError(
+                    f"OTEL_EXPORTER_OTLP_PROTOCOL (or _TRACES_PROTOCOL) is {value!r}: only "
+                    "http/protobuf is shipped; point it at the collector's HTTP port (4318)")
+        return value
+
+    @property
+    def traces_exporter(self) -> Literal["otlp", "console"] | None:
+        """The span exporter the service runs, or None: tracing off (the default)."""
+        if self.otel_sdk_disabled or self.otel_traces_exporter == "none":
+            return None
+        if self.otel_traces_exporter is not None:
+            return self.otel_traces_exporter
+        return "otlp" if self.otel_exporter_otlp_endpoint else None
 
     @field_validator("database_url")
     @classmethod

@@ -8,7 +8,7 @@ import time
 import httpx
 
 from tests.factories import seeded_database_with_key
-from tests.live_server import server_process
+from tests.live_server import STARTUP_WAIT_S, server_process
 
 
 def test_a_replica_is_ready_only_once_warm_and_its_warm_up_is_not_counted(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -19,7 +19,7 @@ def test_a_replica_is_ready_only_once_warm_and_its_warm_up_is_not_counted(tmp_pa
     log = tmp_path / "server.log"
     with server_process(env, log_path=str(log)) as server:  # ready_path: /livez
         statuses = []
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + STARTUP_WAIT_S  # the warm-up itself gives up at 60 s
         while time.monotonic() < deadline:
             answer = httpx.get(f"{server.url}/readyz", timeout=5)
             statuses.append(answer.status_code)
@@ -32,7 +32,7 @@ def test_a_replica_is_ready_only_once_warm_and_its_warm_up_is_not_counted(tmp_pa
         assert statuses[-1] == 200, statuses
         metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
     counted = [line for line in metrics.splitlines()
-               if line.startswith("http_requests_total{")]
+               if line.startswith("computequote_http_requests_total{")]
     assert not any("parallelism-plans" in line or "/v1/estimates" in line for line in counted)
     assert any('route="/readyz"' in line for line in counted)  # the probes are counted
     lines = log.read_text().splitlines()

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
+from typing_extensions import TypeAliasType
 
 from service.api.auth import Principal, require
 from service.api.deps import SessionDep, commit_before_answer
@@ -21,7 +22,8 @@ from service.core.errors import InvalidSpecError
 router = APIRouter(tags=["catalog"])
 
 CatalogWrite = Annotated[Principal, require("catalog:write")]
-Format = Literal["skypilot", "azure", "aws", "gcp"]
+RefreshFormat = TypeAliasType("RefreshFormat", Literal["skypilot", "azure", "aws", "gcp"])
+Format = RefreshFormat
 SKYPILOT_CLOUDS = ("aws", "gcp", "lambda", "nebius", "azure")
 
 

@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints, model_validator
+from typing_extensions import TypeAliasType
 
 from service.api.schemas.common import IsoDate, RequestModel
 from service.api.schemas.estimate import (
@@ -14,12 +15,13 @@ from service.api.schemas.estimate import (
     EstimateRequest,
     ModelIn,
 )
-from service.api.schemas.fx import FxConversionOut
+from service.api.schemas.fx import FxConversionOut, MoneyOut
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.prices import DecimalString
 from service.catalog.currencies import is_currency
 from service.catalog.quoting import ALL_TERMS
 from service.core import pricing
+from service.core.specs import RecomputeMode
 
 
 def _iso_4217(code: str) -> str:
@@ -30,7 +32,10 @@ def _iso_4217(code: str) -> str:
 
 CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$"),
                          AfterValidator(_iso_4217)]
-AccountingName = Literal["commitment", "amortised"]
+# Closed sets of strings are named type aliases: each is one named schema in the OpenAPI
+# document (a named enum in generated clients), while the values stay plain strings here.
+Accounting = TypeAliasType("Accounting", Literal["commitment", "amortised"])
+AccountingName = Accounting
 ACCOUNTING_DESCRIPTION = (
     "How lines are ranked and the budget is judged. 'commitment' (default): the cash signed "
     "for (every hour of a reservation term or capacity block, the purchase of on-premises "
@@ -43,14 +48,24 @@ PolicyField = Annotated[PolicyName | None, Field(
     description="A stored policy (GET /v1/policies) to judge by; default: the server's "
                 "default policy.", examples=["finance-2027"])]
 
-TermName = Literal["on_demand", "spot", "reserved_1y", "reserved_3y", "capacity_block", "onprem"]
-ALL_TERM_NAMES: tuple[TermName, ...] = get_args(TermName)
+QuoteTerm = TypeAliasType("QuoteTerm", Literal["on_demand", "spot", "reserved_1y", "reserved_3y",
+                                               "capacity_block", "onprem"])
+"""A term a quote can price: an offer's term (the schema ``Term``) or ``onprem``."""
+TermName = QuoteTerm
+ALL_TERM_NAMES: tuple[TermName, ...] = get_args(QuoteTerm.__value__)
 assert set(ALL_TERM_NAMES) == set(ALL_TERMS)  # noqa: S101 - the catalogue's terms, plus onprem
 Slug = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Fraction = Annotated[str, StringConstraints(pattern=r"^(0(\.\d{1,6})?|1(\.0{1,6})?)$")]
 UtilisationField = Annotated[Fraction | None, Field(
     description="Amortised accounting only (then required): the share of reserved or owned "
                 "capacity's term put to use by all work.")]
+RankBy = TypeAliasType("RankBy", Literal["total", "co2e"])
+QuoteObjective = TypeAliasType("QuoteObjective", Literal["cost", "carbon"])
+BudgetPlanObjective = TypeAliasType("BudgetPlanObjective", Literal["soonest", "largest_model"])
+RuleOutcome = TypeAliasType("RuleOutcome", Literal["pass", "warn", "fail"])
+Severity = TypeAliasType("Severity", Literal["info", "warning", "error"])
+LinesShown = TypeAliasType("LinesShown", Literal["all", "best_per_provider_term"])
+Verdict = TypeAliasType("Verdict", Literal["approve", "reject"])
 
 QUOTE_EXAMPLE: dict[str, Any] = {
     "workload": {"estimate": {
@@ -172,13 +187,13 @@ class QuoteRequest(RequestModel):
     policy: PolicyField = None
     onprem: OnPremIn = Field(default_factory=OnPremIn)
     energy: EnergyIn = Field(default_factory=EnergyIn)
-    rank_by: Literal["total", "co2e"] = Field(
+    rank_by: RankBy = Field(
         default="total",
         description="What orders the lines and picks the recommendation among lines of the "
                     "same policy outcome: total money, or CO2e (energy × PUE × each region's "
                     "grid intensity, else energy.grid_gco2e_per_kwh): one request compares "
                     "regions by carbon. cheapest and cheapest_per_term stay the cheapest.")
-    objective: Literal["cost", "carbon"] | None = Field(
+    objective: QuoteObjective | None = Field(
         default=None,
         description="The optimiser's word for rank_by: cost is rank_by total, carbon is "
                     "rank_by co2e. Give one of the two; both must agree.")
@@ -188,7 +203,7 @@ class QuoteRequest(RequestModel):
         _check_pricing_fields(self.terms, self.reserved_utilisation_fraction, self.accounting,
                               self.reservation_utilisation_fraction)
         if self.objective is not None:
-            implied: Literal["total", "co2e"] = (
+            implied: RankBy = (
                 "co2e" if self.objective == "carbon" else "total")
             if "rank_by" in self.model_fields_set and self.rank_by != implied:
                 raise ValueError(f"objective {self.objective} means rank_by {implied}, but "
@@ -226,7 +241,7 @@ class BudgetPlanRequest(RequestModel):
     constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
     budget: MoneyIn
     deadline_s: float | None = Field(strict=True, default=None, gt=0, le=1e10)
-    objective: Literal["soonest", "largest_model"] = Field(
+    objective: BudgetPlanObjective = Field(
         default="soonest", description=(
             "'soonest': the lines for model within the budget, soonest first. "
             "'largest_model': the largest compute-optimal model of candidate_models (trained "
@@ -298,11 +313,27 @@ class ReservedOut(BaseModel):
     break_even_utilisation_fraction: str | None
 
 
+class Parallelism(BaseModel):
+    """The parallel layout a quote line was sized with (POST /v1/estimates takes the same
+    fields): the degrees multiply to the line's GPU count."""
+
+    tp: int = Field(description="Tensor-parallel degree.")
+    pp: int = Field(description="Pipeline-parallel degree.")
+    dp: int = Field(description="Data-parallel degree.")
+    cp: int = Field(description="Context-parallel degree.")
+    ep: int = Field(description="Expert-parallel degree.")
+    vp: int = Field(description="Virtual pipeline stages per pipeline rank.")
+    micro_batch: int = Field(description="Sequences per micro-batch.")
+    sequence_parallel: bool
+    zero_stage: int = Field(description="ZeRO stage; 3 = FSDP.")
+    recompute: RecomputeMode
+
+
 class RuleOut(BaseModel):
     """One rule's outcome, or one reason of the verdict."""
 
     rule: str = Field(description="The policy rule (or 'budget', 'deadline', 'feasible').")
-    outcome: Literal["pass", "warn", "fail"]
+    outcome: RuleOutcome
     code: str = Field(examples=["commitment_over_budget"], description=(
         "Stable code: within_budget, commitment_over_budget, job_cost_over_budget, "
         "amortised_accounting, deadline_met, deadline_missed, estimate_uncertain, "
@@ -311,7 +342,7 @@ class RuleOut(BaseModel):
         "quarantined_price, stale_price, undated_price, duration_over_limit, "
         "success_probability_below_minimum, no_offer_fits_plan, spot_capacity_unverified, "
         "assumed_interruption_rate, infeasible, no_feasible_offer."))
-    severity: Literal["info", "warning", "error"]
+    severity: Severity
     message: str
 
 
@@ -392,7 +423,7 @@ class QuoteLineOut(BaseModel):
     infeasible_reason: str | None
     within_budget: bool | None
     meets_deadline: bool | None
-    policy_outcome: Literal["pass", "warn", "fail"]
+    policy_outcome: RuleOutcome
     rules: list[RuleOut] = Field(description="Every rule that warned or failed on this line.")
     uncertainty: UncertaintyOut | None
     price_as_of: dt.date | None = Field(description=(
@@ -405,8 +436,15 @@ class QuoteLineOut(BaseModel):
                                   "converted with an ECB rate (fx); null otherwise.")
     offer_id: str | None
     catalog_version: str
-    plan: dict[str, Any] | None
+    plan: Parallelism | None
     global_batch_seqs: int | None
+
+
+class DiscountBookRef(BaseModel):
+    """A discount book's revision, as a quote was priced with it."""
+
+    name: str
+    revision: int
 
 
 class SummaryOut(BaseModel):
@@ -439,7 +477,7 @@ class PolicyResultOut(BaseModel):
     name: str
     revision: int | None = Field(description="Null for the built-in default policy.")
     builtin: bool
-    outcome: Literal["pass", "warn", "fail"]
+    outcome: RuleOutcome
     rules: list[RuleOut] = Field(description="Every rule's outcome on the recommended line.")
     policy: dict[str, Any] = Field(description="The rules judged by, as stored.")
 
@@ -458,16 +496,16 @@ class QuoteOut(BaseModel):
     lines: list[QuoteLineOut] = Field(description="The best line per provider and term; every "
                                                   "line: GET /v1/quotes/{id}/lines.")
     lines_total: int
-    lines_shown: Literal["all", "best_per_provider_term"]
+    lines_shown: LinesShown
     rejected_offers: RejectedOffersOut
     cheapest: QuoteLineOut | None
     cheapest_per_term: dict[str, QuoteLineOut]
     fastest: QuoteLineOut | None
     recommended: QuoteLineOut | None
     summary: SummaryOut
-    budget: dict[str, str] | None
+    budget: MoneyOut | None
     deadline_s: float | None
-    verdict: Literal["approve", "reject"] | None = Field(
+    verdict: Verdict | None = Field(
         description="approve unless a rule fails on the recommended line.")
     reasons: list[str] = Field(description="reason_details' messages.")
     reason_details: list[RuleOut]
@@ -476,9 +514,9 @@ class QuoteOut(BaseModel):
         default=None, description="How a budget in another currency was converted (null when "
                                   "none was): the rate, its ECB fixing date and FX table "
                                   "version; verify reproduces it.")
-    discount_book: dict[str, Any] | None = Field(
+    discount_book: DiscountBookRef | None = Field(
         default=None, description="The discount book and revision the lines were priced "
-                                  "with ({name, revision}); null when none.")
+                                  "with; null when none.")
 
 
 class QuoteSummaryOut(BaseModel):
@@ -517,12 +555,12 @@ class BudgetPlanOut(BaseModel):
         description="Lines that meet the deadline (all feasible lines without one), cheapest "
                     "first.")
     catalog_version: str
-    budget: dict[str, str]
+    budget: MoneyOut
     deadline_s: float | None
     accounting: AccountingName
     policy: dict[str, Any] = Field(description="The policy's name and revision (null: built-in).")
     explanation: str = Field(description="Why a list is empty (empty when neither is).")
-    objective: Literal["soonest", "largest_model"] = "soonest"
+    objective: BudgetPlanObjective = "soonest"
     largest_model: LargestModelOut | None = Field(
         default=None, description="objective 'largest_model': the largest candidate with a "
                                   "line within the budget and deadline (the lists are its).")

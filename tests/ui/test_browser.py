@@ -95,13 +95,18 @@ def test_estimate_shows_figures_and_charts(page: Page, server: tuple[str, str]) 
     assert path.stat().st_size > 20_000
 
 
-def test_optimise_draws_the_pareto_scatter(page: Page) -> None:
+def _priced_sweep(page: Page) -> None:
+    """The portal with a 128-1,024 GPU sweep at 2.40 USD per GPU-hour filled in."""
     page.goto("/ui")
     page.fill("#f-tokens", "2e12")
     page.fill("#f-gpus_min", "128")
     page.fill("#f-gpus_max", "1024")
     page.fill("#f-gpus_step", "128")
     page.fill("#f-price_per_gpu_hour", "2.40")
+
+
+def test_optimise_draws_the_pareto_scatter(page: Page) -> None:
+    _priced_sweep(page)
     page.click("button[value=optimise]")
     page.wait_for_selector("#pareto")
     assert page.locator("#pareto polygon").count() == 1  # the recommended plan's star
@@ -423,12 +428,7 @@ def test_a_plan_nobody_would_run_is_warned(page: Page) -> None:
 
 def test_optimise_for_cost_under_a_default_deadline(screen: tuple[str, Page]) -> None:
     name, page = screen
-    page.goto("/ui")
-    page.fill("#f-tokens", "2e12")
-    page.fill("#f-gpus_min", "128")
-    page.fill("#f-gpus_max", "1024")
-    page.fill("#f-gpus_step", "128")
-    page.fill("#f-price_per_gpu_hour", "2.40")
+    _priced_sweep(page)
     page.select_option("#f-objective", "cost_deadline")
     page.click("button[value=optimise]")
     page.wait_for_selector("#objective-note")

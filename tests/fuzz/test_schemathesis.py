@@ -14,7 +14,7 @@ import hypothesis
 import schemathesis
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 from sqlalchemy.orm import Session
 
 from service.catalog.db import make_engine
@@ -80,8 +80,16 @@ def _if_match(case: Any) -> str:
 
 class QuoteAndOfferLinks(LINKED.as_state_machine()):  # type: ignore[misc]
     seen: ClassVar[Counter[tuple[str, str, int]]] = Counter()
+    rewritten: ClassVar[set[int]] = set()
+    """Cases whose body, query or headers before_call replaced with valid ones: whatever
+    schemathesis generated (negative data included) is no longer what is sent, so the check
+    that negative data is rejected does not apply to them."""
 
     def before_call(self, case: Any) -> None:
+        if (case.method, case.path) in (("POST", "/v1/quotes"), ("GET", "/v1/offers"),
+                                        ("GET", "/v1/offers/{offer_id}")) or (
+                case.method == "PUT" and re.fullmatch(r'"r\d+"', _if_match(case))):
+            self.rewritten.add(id(case))
         if case.method == "POST" and case.path == "/v1/quotes":
             case.body = dict(VALID_QUOTE)
             case.headers = {**(case.headers or {}), "Idempotency-Key": uuid.uuid4().hex}
@@ -95,9 +103,6 @@ class QuoteAndOfferLinks(LINKED.as_state_machine()):  # type: ignore[misc]
             case.body = {"price_per_hour": "12.340000", "source": "stateful fuzz",
                          "as_of": "2026-11-20", "indicative": False}
 
-    def get_call_kwargs(self, case: Any) -> dict[str, Any]:
-        return {"headers": {"Authorization": f"Bearer {KEY}"}}
-
     def after_call(self, response: Any, case: Any) -> None:
         self.seen[(case.method, case.path, response.status_code)] += 1
         if case.method == "PUT" and re.fullmatch(r'"r\d+"', _if_match(case)):
@@ -105,7 +110,8 @@ class QuoteAndOfferLinks(LINKED.as_state_machine()):  # type: ignore[misc]
 
     def validate_response(self, response: Any, case: Any,
                           additional_checks: Any = None, **kwargs: Any) -> None:
-        case.validate_response(response, excluded_checks=EXCLUDED, transport_kwargs=kwargs)
+        excluded = EXCLUDED + ([negative_data_rejection] if id(case) in self.rewritten else [])
+        case.validate_response(response, excluded_checks=excluded, transport_kwargs=kwargs)
 
 
 def test_linked_operations_statefully() -> None:

@@ -7,6 +7,8 @@ The app never migrates at start-up; deployment runs this once (a Kubernetes Job,
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 from pathlib import Path
 
 from alembic import command
@@ -67,10 +69,18 @@ def main(argv: list[str] | None = None) -> int:
         upgrade(url)
     else:
         report = migrate_and_seed(url)
-        print(f"seeded: {report.inserted} inserted, {report.updated} updated, "
-              f"{report.unchanged} unchanged accelerators; "
-              + (f"price catalogue {report.price_version} with {report.offers} offers"
-                 if report.price_version else "price catalogue already present"))
+        message = (f"seeded: {report.inserted} inserted, {report.updated} updated, "
+                   f"{report.unchanged} unchanged accelerators; "
+                   + (f"price catalogue {report.price_version} with {report.offers} offers"
+                      if report.price_version else "price catalogue already present"))
+        # One JSON line, in the service's log format (issue 18: every log line is JSON; the
+        # migration Job prints only this).
+        print(json.dumps({
+            "ts": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace(
+                "+00:00", "Z"),
+            "level": "info", "logger": "service.catalog.migrate", "message": message,
+            "accelerators_inserted": report.inserted, "accelerators_updated": report.updated,
+            "price_version": report.price_version, "offers": report.offers}))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -19,6 +20,7 @@ from service.catalog.migrate import (
     alembic_config,
     current_revision,
     downgrade,
+    main,
     upgrade,
 )
 from service.catalog.models import Base, OfferRevision
@@ -140,3 +142,18 @@ class TestSeed:
     def test_unknown_id_raises_not_found(self, db_session: Session) -> None:
         with pytest.raises(NotFoundError, match="no accelerator"):
             get_accelerator(db_session, "h999")
+
+
+def test_the_migration_jobs_one_line_is_json_in_the_service_log_format(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 18: every log line is JSON, the migration Job's summary too."""
+    monkeypatch.setenv("CQ_DATABASE_URL", f"sqlite:///{tmp_path}/job.sqlite3")
+    assert main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1
+    entry = json.loads(lines[0])
+    assert {"ts", "level", "logger", "message"} <= set(entry)
+    assert entry["level"] == "info"
+    assert entry["message"].startswith("seeded: ")
+    assert entry["offers"] > 2000

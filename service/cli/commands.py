@@ -505,8 +505,9 @@ def render_verify(answer: dict[str, Any], quote_id: str) -> None:
         out.print(f"[bold green]quote {quote_id} verifies[/]: recomputed to the cent; "
                   f"{versions}", highlight=False)
         return
-    table = Table("path", "stored", "recomputed", title=f"Quote {quote_id} does not verify",
-                  title_justify="left")
+    table = _table(f"Quote {quote_id} does not verify",
+                   [tb.Col("path", max_width=24), tb.Col("stored", max_width=24),
+                    tb.Col("recomputed", max_width=24)])
     for d in answer["differences"]:
         table.add_row(d["path"], json.dumps(d["stored"]), json.dumps(d["recomputed"]))
     out.print(table)
@@ -514,8 +515,9 @@ def render_verify(answer: dict[str, Any], quote_id: str) -> None:
 
 
 def render_diff(diff: dict[str, Any], show_unchanged: bool = False) -> None:
-    figures = Table("", diff["a"], diff["b"], "", title=f"Quote {diff['a']} → {diff['b']}",
-                    title_justify="left")
+    figures = _table(f"Quote {diff['a']} → {diff['b']}",
+                     [tb.Col("", max_width=22), tb.Col("A", max_width=22),
+                      tb.Col("B", max_width=22), tb.Col("", max_width=14)])
     for f in diff["fields"]:
         figures.add_row(f["field"], str(f["a"]), str(f["b"]), "changed" if f["changed"] else "")
     rec = diff["recommended"]
@@ -533,20 +535,28 @@ def render_diff(diff: dict[str, Any], show_unchanged: bool = False) -> None:
     summary = (f"lines: {counts['changed']} changed, {counts['added']} added, "
                f"{counts['removed']} removed, {counts['unchanged']} unchanged")
     if rows:
-        table = Table("provider", "region", "instance", "term", "change", "commitment A",
-                      "commitment B", "Δ commitment", "job cost A", "job cost B", "Δ job cost",
-                      title="Lines (cheapest per provider, instance, region and term)",
-                      title_justify="left")
+        # Five columns fit 80: the line, what changed, B's commitment and both changes (A's
+        # amounts are B's minus the change; --json and --markdown have every figure).
+        shared = tb.common_currency([{"currency": report.currency_of(r)} for r in rows])
+        table = _table(tb.shown_of(len(rows), len(diff["lines"]),
+                                   "lines (cheapest per provider, instance, region and term)"),
+                       [tb.Col("line", max_width=24), tb.Col("change", max_width=9),
+                        tb.num(tb.money_header("commitment B", shared)),
+                        tb.num(tb.money_header("Δ commitment", shared)),
+                        tb.num(tb.money_header("Δ job cost", shared))])
+        def bare(text: str) -> str:
+            return text.removesuffix(f" {shared}") if shared is not None else text
+
         for r in rows:
             cur = report.currency_of(r)
-            ca, cb = report.amount_pair(r, "commitment_total")
-            ja, jb = report.amount_pair(r, "job_cost_total")
-            table.add_row(r["provider"], r["region"] or "—", r["instance_type"] or "—",
-                          r["term"], r["status"], ca, cb,
-                          report.signed_money(r["commitment_change"], cur)
-                          + report.relative(r["a"] and r["a"]["commitment_total"],
-                                            r["commitment_change"]),
-                          ja, jb, report.signed_money(r["job_cost_change"], cur))
+            _, cb = report.amount_pair(r, "commitment_total")
+            where = " ".join(x for x in (r["provider"], r["region"], r["instance_type"],
+                                         r["term"]) if x)
+            share = report.relative(r["a"] and r["a"]["commitment_total"],
+                                    r["commitment_change"]).strip(" ()")
+            table.add_row(where, r["status"] + (f"\n{share}" if share else ""), bare(cb),
+                          bare(report.signed_money(r["commitment_change"], cur)),
+                          bare(report.signed_money(r["job_cost_change"], cur)))
         out.print(table)
     out.print(summary + ("" if show_unchanged else " (--all shows unchanged lines)"),
               highlight=False)

@@ -931,3 +931,20 @@ def test_readme_catalog_lines_work_as_written(local: str, tmp_path: Path,
         result = cq(*args, "--local")  # the README's server, in process
         assert result.exit_code == 0, (line, result.output)
     assert (tmp_path / "prices.csv").stat().st_size > 0
+
+
+def test_quotes_diff_and_verify_are_legible_at_80_columns(local: str, tmp_path: Path) -> None:
+    """Issue 18: every table fits 80 columns; the diff's lines table shows B's commitment
+    and both changes, amounts whole."""
+    first = quote_json(*AWS_512, "--term", "on_demand", "--budget", "1000000")
+    second = quote_json(*AWS_512, "--term", "on_demand", "--budget", "2000000")
+    diff = cq("quotes", "diff", "--local", "--all", first["id"], second["id"], columns=80)
+    assert diff.exit_code == 0, diff.output
+    text = legible(diff.output)
+    assert "commitment B" in text
+    assert "Δ job cost" in text
+    rec = second["recommended"]
+    assert bare(rec["commitment_total"], rec["currency"]) in text
+    verify = cq("quotes", "verify", "--local", first["id"], columns=80)
+    assert verify.exit_code == 0, verify.output
+    legible(verify.output)

@@ -948,3 +948,12 @@ def test_quotes_diff_and_verify_are_legible_at_80_columns(local: str, tmp_path: 
     verify = cq("quotes", "verify", "--local", first["id"], columns=80)
     assert verify.exit_code == 0, verify.output
     legible(verify.output)
+
+
+def test_an_amortised_quote_is_legible_at_80_columns(local: str) -> None:
+    """The amortised table has one more amount column (the amount judged); it still fits."""
+    result = cq("quote", "--local", *AWS_8_RESERVED, "--accounting", "amortised",
+                "--utilisation", "0.7", columns=80)
+    assert result.exit_code in (0, 3), result.output
+    text = legible(result.output)
+    assert "judged" in text

@@ -569,30 +569,21 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         if batch > memory.max_concurrency >= 1:
             warnings.append(f"batch {batch:g} exceeds the {memory.max_concurrency} sequences "
                             "whose KV cache fits; the engine would preempt")
-    stretch = 1.0 / max(1.0 - load.prefill_share, 1e-9)
-    tpot_p50 = step * stretch / r.tokens_per_step()
-    chunk = r.prefill_s(min(PREFILL_CHUNK_TOKENS, traffic.prompt.p99))
-    steps_with_prefill = served * step  # prefills arriving per decode step
-    tpot_p99 = tpot_p50 + (chunk if steps_with_prefill > P99_TPOT_STEP_SHARE else 0.0)
-    tpot = Quantiles(p50=tpot_p50, p99=tpot_p99)
+    tpot = _tpot(r, traffic, step, load.prefill_share, served)
     # A request's decode time sums hundreds of steps, so its tail is the mean step times the
     # tail output length (the p99 step is a rare chunk, not every step's).
     e2e = Quantiles(p50=ttft.p50 + tpot.p50 * max(traffic.output.p50 - 1, 0),
                     p99=ttft.p99 + tpot.p50 * max(traffic.output.p99 - 1, 0))
-    slo = traffic.slo
-    checks = [(slo.ttft_p50_s, ttft.p50), (slo.ttft_p99_s, ttft.p99),
-              (slo.tpot_p50_s, tpot.p50), (slo.tpot_p99_s, tpot.p99)]
-    given = [(limit, value) for limit, value in checks if limit is not None]
-    meets = None if not given else (not saturated and memory.fits and all(
-        value <= limit for limit, value in given))
+    within = _within_slo(traffic.slo, ttft, tpot)
+    meets = None if within is None else (not saturated and memory.fits and within)
+    _, memory_s, compute_s = r.decode_step(load.batch, context)
     if saturated:
         warnings.append(f"saturated: {served:.3g} requests/s per replica exceeds the replica's "
                         f"capacity of {capacity:.3g}")
     return ServingEstimate(
         memory=memory, prefill_s=Quantiles(p50=r.prefill_s(traffic.prompt.p50),
                                            p99=r.prefill_s(traffic.prompt.p99)),
-        decode_step_s=step, decode_step_memory_s=r.decode_step(load.batch, context)[1],
-        decode_step_compute_s=r.decode_step(load.batch, context)[2],
+        decode_step_s=step, decode_step_memory_s=memory_s, decode_step_compute_s=compute_s,
         crossover_batch=crossover, batch=load.batch,
         output_tokens_per_s=served * traffic.output.mean,
         input_tokens_per_s=served * traffic.prompt.mean, requests_per_s=served,
@@ -601,21 +592,37 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         assumptions=tuple(assumptions))
 
 
+def _tpot(r: _Replica, traffic: Traffic, step: float, prefill_share: float,
+          served: float) -> Quantiles:
+    """The decode step stretched by the replica's prefill share; its p99 adds one prefill
+    chunk when more than ``P99_TPOT_STEP_SHARE`` of steps carry one (module docstring)."""
+    p50 = step / max(1.0 - prefill_share, 1e-9) / r.tokens_per_step()
+    chunk = r.prefill_s(min(PREFILL_CHUNK_TOKENS, traffic.prompt.p99))
+    steps_with_prefill = served * step  # prefills arriving per decode step
+    return Quantiles(p50=p50,
+                     p99=p50 + (chunk if steps_with_prefill > P99_TPOT_STEP_SHARE else 0.0))
+
+
+def _within_slo(slo: Slo, ttft: Quantiles, tpot: Quantiles) -> bool | None:
+    """Whether every SLO given holds; None when none is given."""
+    given = [(limit, value) for limit, value in (
+        (slo.ttft_p50_s, ttft.p50), (slo.ttft_p99_s, ttft.p99),
+        (slo.tpot_p50_s, tpot.p50), (slo.tpot_p99_s, tpot.p99)) if limit is not None]
+    return None if not given else all(value <= limit for limit, value in given)
+
+
 def _size(r: _Replica, traffic: Traffic, largest: float, capacity: float) -> int:
-    """The fewest replicas that serve the load below saturation and meet the SLOs."""
+    """The fewest replicas that serve the load below saturation and meet the SLOs, judged
+    with the same TTFT and TPOT the answer reports (``_ttft``, ``_tpot``)."""
     assert traffic.requests_per_s is not None  # noqa: S101 - online with a rate
     count = max(1, math.ceil(traffic.requests_per_s / capacity))
-    slo = traffic.slo
     while count <= MAX_REPLICAS:
         per_replica = traffic.requests_per_s / count
         load = _online_load(r, traffic, per_replica, largest)
         if not load.saturated:
             ttft = _ttft(r, traffic, per_replica, load.prefill_share)
-            tpot = load.step_s / max(1.0 - load.prefill_share, 1e-9) / r.tokens_per_step()
-            ok = all(limit is None or value <= limit for limit, value in (
-                (slo.ttft_p99_s, ttft.p99), (slo.ttft_p50_s, ttft.p50),
-                (slo.tpot_p50_s, tpot), (slo.tpot_p99_s, tpot)))
-            if ok:
+            tpot = _tpot(r, traffic, load.step_s, load.prefill_share, per_replica)
+            if _within_slo(traffic.slo, ttft, tpot) is not False:
                 return count
             # An SLO missed at a near-idle replica cannot be met by adding replicas.
             if per_replica * r.prefill_s(traffic.prompt.mean) < 0.01:

@@ -151,3 +151,20 @@ def test_a_layout_that_does_not_match_the_replica_is_refused() -> None:
     assert error.value.field == "deployment.gpus_per_replica"
     with pytest.raises(InvalidSpecError):
         deployment(gpus_per_replica=16, tp=16)  # beyond the H100's 8-GPU NVLink domain
+
+
+@pytest.mark.parametrize("rate", [1.0, 5.0, 20.0, 80.0])
+def test_sizing_is_judged_on_the_latencies_the_answer_reports(rate: float) -> None:
+    """The worst honest case of `meets_slo`: a p99 TPOT just above a batch step but below a
+    step plus a prefill chunk. Sizing must count replicas against the p99 it reports (with
+    the chunk), so an answer that sized itself never says it misses the SLO."""
+    d = deployment(gpus_per_replica=4, tp=4, weight_precision=s.WeightPrecision.FP8,
+                   engine=s.Engine.TRTLLM)
+    r = s._Replica.build(L70, d)
+    step = r.decode_step(32, 1152)[0]
+    chunk = r.prefill_s(s.PREFILL_CHUNK_TOKENS)
+    slo = s.Slo(tpot_p99_s=step + chunk / 2)
+    e = s.serve(L70, d, traffic(mode=s.TrafficMode.ONLINE, requests_per_s=rate,
+                                prompt=s.Lengths.of(mean=4096), slo=slo))
+    assert e.meets_slo is True, (e.replicas, e.tpot_s)
+    assert e.tpot_s.p99 <= slo.tpot_p99_s

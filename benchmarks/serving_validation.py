@@ -21,6 +21,7 @@ from pathlib import Path
 from benchmarks.accuracy import seed_accelerators
 from service.core import serving as s
 from service.core.presets import PRESETS
+from service.core.specs import AcceleratorSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "serving-runs.csv"
 MODELS = {"Llama-3.1-8B": "llama3.1-8b", "Meta-Llama-3.1-8B": "llama3.1-8b",
@@ -56,8 +57,7 @@ def _skip_reason(row: dict[str, str]) -> str | None:
     return None
 
 
-def evaluate(row: dict[str, str]) -> Result:
-    accelerators = seed_accelerators()
+def evaluate(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) -> Result:
     preset = next(v for k, v in MODELS.items() if row["model"].startswith(k))
     gpus, tp = int(row["num_gpus"]), int(row["tp"])
     deployment = s.Deployment(
@@ -86,7 +86,8 @@ def main() -> int:
     with DATA.open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     skipped = Counter(r for r in map(_skip_reason, rows) if r)
-    results = [evaluate(r) for r in rows if _skip_reason(r) is None]
+    accelerators = seed_accelerators()  # read once, not per row
+    results = [evaluate(r, accelerators) for r in rows if _skip_reason(r) is None]
     print(f"{'row':44s} {'measured':>10s} {'predicted':>10s} {'error':>7s}")
     for r in results:
         print(f"{r.row_id[:44]:44s} {r.measured:10.1f} {r.predicted:10.1f} {r.error:+7.1%}")

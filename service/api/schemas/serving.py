@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -284,7 +284,7 @@ class ServingResponse(BaseModel):
             warnings=list(e.warnings), assumptions=list(e.assumptions))
 
 
-QUEUEING_MODEL: Literal["analytic"] | str = (
+QUEUEING_MODEL = (
     "analytic, per replica: continuous batching with prefill and decode time-sharing the "
     "GPUs; the running batch by Little's law; prefill waits as an M/G/1 queue "
     "(Pollaczek-Khinchine mean, exponential tail); not a simulation")

@@ -115,6 +115,13 @@ def instance_accelerators(provider: str) -> dict[str, str]:
     return table
 
 
+@cache
+def instance_gpu_counts(provider: str) -> dict[str, str]:
+    """Instance type -> GPUs per instance, from the seed's sourced price rows."""
+    return {r["InstanceType"]: r["AcceleratorCount"]
+            for r in seed_rows(f"prices/gpu_prices_{provider}.csv")}
+
+
 def _decimal(text: Any, what: str) -> Decimal:
     try:
         value = Decimal(str(text))
@@ -193,8 +200,7 @@ def from_azure_retail(pages: Iterable[Mapping[str, Any]], *, as_of: str,
     """Linux VM prices of GPU instance types the catalogue knows, from one or more pages of
     the Retail Prices API: consumption (on-demand), spot, and 1- and 3-year reservations."""
     known = instance_accelerators("azure")
-    gpus = {r["InstanceType"]: r["AcceleratorCount"] for r in seed_rows(
-        "prices/gpu_prices_azure.csv")}
+    gpus = instance_gpu_counts("azure")
     gpus.update({"Standard_ND96isr_H100_v5": "8", "Standard_ND96is_H100_v5": "8"})
     out = Imported(terms=frozenset({"on_demand", "spot", "reserved_1y", "reserved_3y"}),
                    instance_types=frozenset(known))
@@ -263,8 +269,7 @@ def from_aws_offer(document: Mapping[str, Any], *, source: str) -> Imported:
         raise ImporterError("not an AmazonEC2 bulk offer file (offerCode, products, terms)")
     as_of = str(document.get("publicationDate", ""))[:10] or "unknown"
     known = instance_accelerators("aws")
-    gpus = {r["InstanceType"]: r["AcceleratorCount"] for r in seed_rows(
-        "prices/gpu_prices_aws.csv")}
+    gpus = instance_gpu_counts("aws")
     out = Imported(terms=frozenset({"on_demand", "reserved_1y", "reserved_3y"}),
                    instance_types=frozenset(known),
                    payment_options=frozenset({None, *AWS_PURCHASE.values()}))
@@ -342,8 +347,7 @@ def from_aws_savings_plans(document: Mapping[str, Any], *, source: str) -> Impor
                             "terms.savingsPlan)")
     as_of = str(document.get("publicationDate", ""))[:10] or "unknown"
     known = instance_accelerators("aws")
-    gpus = {r["InstanceType"]: r["AcceleratorCount"] for r in seed_rows(
-        "prices/gpu_prices_aws.csv")}
+    gpus = instance_gpu_counts("aws")
     by_sku = {str(p.get("sku")): p for p in products if isinstance(p, Mapping)}
     out = Imported(terms=frozenset(AWS_SAVINGS_PLAN_YEARS.values()),
                    instance_types=frozenset(known),

@@ -24,7 +24,8 @@ migrate: venv
 
 run: migrate
 	$(BIN)/python -m compileall -q service migrations
-	$(BIN)/uvicorn --factory service.main:create_app --no-access-log --no-server-header --host $(HOST) --port $(PORT)
+	$(BIN)/uvicorn --factory service.main:create_app --no-access-log --no-server-header \
+	  --log-config service/api/uvicorn-logging.json --host $(HOST) --port $(PORT)
 
 lint: venv lint-docker lint-openapi
 	$(BIN)/ruff check service tests benchmarks migrations

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
@@ -312,6 +313,12 @@ def _json_handler(stream: Any) -> logging.Handler:
 def _ours(logger: logging.Logger) -> bool:
     return any(getattr(h, "_computequote", False) for h in logger.handlers)
 
+
+UVICORN_LOG_CONFIG = Path(__file__).with_name("uvicorn-logging.json")
+"""uvicorn's ``--log-config`` for every way the server starts (``make run``, the image's CMD,
+``cq serve``): uvicorn's loggers write JSON from its first line, before the application
+factory runs, so a factory that fails (a bad ``CQ_DATABASE_URL``) or a ``--workers``
+supervisor logs JSON too. ``configure_logging`` covers a server started without it."""
 
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 

@@ -950,8 +950,10 @@ def register(app: typer.Typer) -> None:
         from service.settings import Settings
 
         migrate_and_seed(Settings().resolved_database_url)
+        from service.api.observability import UVICORN_LOG_CONFIG
+
         uvicorn.run("service.main:create_app", factory=True, host=host, port=port,
-                    access_log=False, server_header=False)
+                    access_log=False, server_header=False, log_config=str(UVICORN_LOG_CONFIG))
 
 
 OFFER_TERMS = ("on_demand", "spot")

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from service.api.observability import UVICORN_LOG_CONFIG
 from tests.factories import seeded_database_with_key
 from tests.live_server import STARTUP_WAIT_S, free_port
 
@@ -24,7 +25,8 @@ LAUNCHERS = {
     # make run and deploy/Dockerfile's CMD (less --proxy-headers and the graceful timeout).
     "uvicorn": lambda port: [sys.executable, "-m", "uvicorn", "--factory",
                              "service.main:create_app", "--host", "127.0.0.1", "--port",
-                             str(port), "--no-access-log", "--no-server-header"],
+                             str(port), "--no-access-log", "--no-server-header",
+                             "--log-config", str(UVICORN_LOG_CONFIG)],
     "cq serve": lambda port: [sys.executable, "-c", "from service.cli import main; main()",
                               "serve", "--host", "127.0.0.1", "--port", str(port)],
 }
@@ -107,3 +109,36 @@ def test_every_line_is_json_with_the_request_and_trace_ids(
     server = next(s for s in spans if s["name"] == "GET /v1/accelerators/{accelerator_id}")
     assert server["context"]["trace_id"] == f"0x{access['trace_id']}"
     assert server["resource"]["attributes"]["service.name"] == "computequote-test"
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    entries = [json.loads(line) for line in text.splitlines() if line.strip()]
+    assert all(isinstance(e, dict) and {"ts", "level", "logger", "message"} <= set(e)
+               for e in entries), text
+    return entries
+
+
+def test_a_factory_that_fails_still_logs_json(tmp_path: Path) -> None:
+    """uvicorn logs "Error loading ASGI app factory" before the application exists, so only
+    the log config, not ``configure_logging``, can make that line JSON."""
+    command = [*LAUNCHERS["uvicorn"](free_port())]
+    command[command.index("service.main:create_app")] = "service.main:no_such_factory"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=STARTUP_WAIT_S,  # noqa: S603
+                          env={**os.environ, "CQ_WARM_UP": "0"}, check=False)
+    assert done.returncode != 0
+    entries = _json_lines(done.stdout + done.stderr)
+    error = next(e for e in entries if e["level"] == "error")
+    assert "no_such_factory" in error["message"], entries
+
+
+def test_the_workers_supervisor_logs_json(tmp_path: Path, database_url: str) -> None:
+    """With ``--workers 2`` the parent process logs before any worker has built the app."""
+    port = free_port()
+    command = [*LAUNCHERS["uvicorn"](port), "--workers", "2"]
+    env = {"CQ_DATABASE_URL": database_url, "CQ_SEARCH_WORKERS": "0", "CQ_WARM_UP": "0"}
+    log = tmp_path / "server.log"
+    _run(command, env, log, port)
+    entries = _json_lines(log.read_text())
+    messages = [e["message"] for e in entries]
+    assert any(m.startswith("Started parent process") for m in messages), messages
+    assert any(m.startswith("Stopping parent process") for m in messages), messages

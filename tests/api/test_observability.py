@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.api.observability import JsonFormatter, Metrics, RequestContextMiddleware
 from tests.api.test_estimates import assert_problem
+from tests.json_logs import json_lines
 
 
 def test_a_well_formed_request_id_is_echoed_in_the_header_and_problem(
@@ -191,16 +192,7 @@ class TestLogContext:
         return RequestContextMiddleware(app, metrics=Metrics())
 
     def test_lines_carry_the_request_id(self) -> None:
-        lines: list[dict[str, Any]] = []
-
-        class Keep(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                lines.append(json.loads(self.format(record)))
-
-        keep = Keep()
-        keep.setFormatter(JsonFormatter())
         log = logging.getLogger("tests.log_context")
-        log.addHandler(keep)
         log.propagate = False
         app = self._app(log)
 
@@ -224,11 +216,9 @@ class TestLogContext:
             # Each request in its own task, as servers run them.
             await asyncio.gather(server("/fine"), server("/boom"))
 
-        try:
+        with json_lines(log) as lines:
             asyncio.run(both())
             log.warning("outside")
-        finally:
-            log.removeHandler(keep)
         by_message = {(line["message"], line.get("request_id")) for line in lines}
         assert ("inside", "fine") in by_message
         assert ("inside", "boom") in by_message

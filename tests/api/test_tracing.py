@@ -4,14 +4,12 @@ with the trace id in the log lines. Spans go to an in-memory exporter."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -22,11 +20,12 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from service.api.deps import get_session
-from service.api.observability import JsonFormatter, span
+from service.api.observability import span
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
 from service.main import create_app, dispose
 from service.settings import Settings
 from tests.api.test_ui import FORM
+from tests.json_logs import json_lines
 
 Traced = tuple[TestClient, InMemorySpanExporter]
 
@@ -79,21 +78,9 @@ class TestTracingOn:
         self, reading: Traced
     ) -> None:
         client, exporter = reading
-        lines: list[dict[str, Any]] = []
-
-        class Keep(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                lines.append(json.loads(self.format(record)))
-
-        keep = Keep()
-        keep.setFormatter(JsonFormatter())
-        access = logging.getLogger("service.access")
-        access.addHandler(keep)
-        try:
+        with json_lines(logging.getLogger("service.access")) as lines:
             answer = client.post("/v1/estimates", json=ESTIMATE_EXAMPLE,
                                  headers={"X-Request-ID": "traced-1"})
-        finally:
-            access.removeHandler(keep)
         assert answer.status_code == 200, answer.text
         spans = exporter.get_finished_spans()
         server = _server_span(spans, "POST /v1/estimates")

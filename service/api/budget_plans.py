@@ -20,6 +20,7 @@ from service.api.quoting import (
     fx_json,
     line_json,
     optimised_jobs,
+    plausibility_warnings,
     policy_in,
     price,
 )
@@ -31,6 +32,7 @@ from service.core.discounts import DiscountBook
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.params import count_parameters
 from service.core.quote import Outcome, Policy, QuoteLine
+from service.core.units import SECONDS_PER_DAY
 from service.settings import Settings
 
 
@@ -57,10 +59,12 @@ def budget_plan(body: BudgetPlanRequest, session: Session, accelerators: Acceler
                          conversion=conversion, book=book)
     within, in_time = _plan_lists(computed)
     fraction = computed.request_fraction
+    warned = plausibility_warnings(computed.result.lines,
+                                   settings.max_reasonable_train_days * SECONDS_PER_DAY)
     return BudgetPlanOut.model_validate({
-        "soonest_within_budget": [line_json(x, fraction, conversion)
+        "soonest_within_budget": [line_json(x, fraction, conversion, warned.get(id(x), ()))
                                   for x in within[: body.top_k]],
-        "cheapest_before_deadline": [line_json(x, fraction, conversion)
+        "cheapest_before_deadline": [line_json(x, fraction, conversion, warned.get(id(x), ()))
                                      for x in in_time[: body.top_k]],
         "catalog_version": version_id, "budget": body.budget.model_dump(),
         "deadline_s": body.deadline_s, "accounting": body.accounting,

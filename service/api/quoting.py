@@ -50,6 +50,7 @@ from service.core.discounts import DiscountBook, apply_book
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
 from service.core.params import count_parameters
+from service.core.plausibility import costly_warnings, long_run_warning
 from service.core.quote import (
     Accounting,
     Fabric,
@@ -477,10 +478,32 @@ def rule_json(rule: RuleResult) -> dict[str, str]:
             "severity": core_quote.SEVERITY[rule.outcome], "message": rule.message}
 
 
+def plausibility_warnings(lines: Sequence[QuoteLine], max_reasonable_train_s: float | None,
+                          ) -> dict[int, list[str]]:
+    """Plans nobody would run (service/core/plausibility.py), by ``id(line)``: a line whose
+    wall clock exceeds ``max_reasonable_train_s`` (CQ_MAX_REASONABLE_TRAIN_DAYS), and a feasible
+    line whose ``total`` is over ten times the cheapest feasible line's of the same answer.
+    Lines without warnings are absent. Advisory: not part of what ``verify`` compares."""
+    priced = [x for x in lines if x.feasible and x.amounts is not None]
+    currency = priced[0].currency if priced else PRICING_CURRENCY
+    costly = costly_warnings([x.amounts.total for x in priced if x.amounts is not None],
+                             currency)
+    out: dict[int, list[str]] = {}
+    for line, ratio_warning in zip(priced, costly, strict=True):
+        assert line.amounts is not None  # noqa: S101 - filtered above
+        found = [w for w in (long_run_warning(line.amounts.wall_clock_s,
+                                              max_reasonable_train_s), ratio_warning) if w]
+        if found:
+            out[id(line)] = found
+    return out
+
+
 def line_json(line: QuoteLine, legacy_fraction: Decimal,
-              conversion: Conversion | None = None) -> dict[str, Any]:
+              conversion: Conversion | None = None,
+              warnings: Sequence[str] = ()) -> dict[str, Any]:
     """One line in the documented shape (QuoteLineOut); with the budget's ``conversion``, its
-    amounts also in the budget's currency (``in_budget_currency``)."""
+    amounts also in the budget's currency (``in_budget_currency``); ``warnings`` from
+    ``plausibility_warnings``."""
     a = line.amounts
     reserved = None
     if a is not None and a.reserved is not None:
@@ -546,6 +569,7 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal,
         "offer_id": line.offer_id, "catalog_version": line.catalog_version,
         "plan": dict(line.plan) if line.plan else None,
         "global_batch_seqs": line.global_batch_seqs,
+        "warnings": list(warnings),
     }
 
 
@@ -591,13 +615,17 @@ def rejected_json(computed: Computed) -> dict[str, Any]:
     }
 
 
-def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool) -> tuple[
+def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,
+               max_reasonable_train_s: float | None = None) -> tuple[
         dict[str, Any], list[dict[str, Any]]]:
     """(the answer, every line): the answer holds the best line per provider and term unless
-    ``all_lines``; every line is stored for ``GET /v1/quotes/{id}/lines`` and ``verify``."""
+    ``all_lines``; every line is stored for ``GET /v1/quotes/{id}/lines`` and ``verify``.
+    Lines over ``max_reasonable_train_s`` or ten times the cheapest carry warnings."""
     result = computed.result
     fraction = computed.request_fraction
-    every = [line_json(x, fraction, computed.conversion) for x in result.lines]
+    warned = plausibility_warnings(result.lines, max_reasonable_train_s)
+    every = [line_json(x, fraction, computed.conversion, warned.get(id(x), ()))
+             for x in result.lines]
     # The shown, cheapest, fastest and recommended lines are lines of ``result.lines``: each
     # one's JSON is built once above (read-only from here on: it is only serialised).
     built = {id(x): j for x, j in zip(result.lines, every, strict=True)}

@@ -362,3 +362,83 @@ def test_objective_carbon_is_rank_by_co2e_and_a_contradiction_is_refused(
     clash = post(client, writer, {**body, "objective": "carbon", "rank_by": "total"})
     assert_problem(clash, 422, "body")
     assert "rank_by" in clash.json()["detail"] + json.dumps(clash.json().get("errors"))
+
+
+class TestImpracticalLines:
+    """Issue 18: plans nobody would run carry a warning in quotes and budget plans too, as in
+    estimates and parallelism plans (a stable prefix, then the figures)."""
+
+    @staticmethod
+    def _check(lines: list[dict[str, Any]], limit_s: float) -> tuple[int, int]:
+        feasible = [x for x in lines if x["feasible"] and x["total"] is not None]
+        cheapest = min(Decimal(x["total"]) for x in feasible)
+        costly = slow = 0
+        for line in lines:
+            warned_cost = [w for w in line["warnings"] if w.startswith("impractical cost: ")]
+            warned_time = [w for w in line["warnings"]
+                           if w.startswith("impractical wall-clock: ")]
+            if line in feasible:
+                assert bool(warned_cost) == (Decimal(line["total"]) > 10 * cheapest), line
+                assert bool(warned_time) == (line["wall_clock_s"] > limit_s), line
+            else:
+                assert not line["warnings"], line
+            costly += bool(warned_cost)
+            slow += bool(warned_time)
+        return costly, slow
+
+    def test_a_reservation_ten_times_the_on_demand_cost_is_warned(
+        self, client: TestClient, writer: dict[str, str]
+    ) -> None:
+        # 80,000 GPU-hours on 256 GPUs is 13 days: a 1-year reservation commits ~28x that.
+        quote = post(client, writer, GPU_HOURS_QUOTE).json()
+        lines = all_lines(client, quote, writer)
+        costly, slow = self._check(lines, 365 * 86_400)
+        assert costly > 0
+        assert slow == 0
+        assert {x["term"] for x in lines if x["warnings"]} == {"reserved_1y"}
+        # The answer's own lines carry the same warnings as the stored ones.
+        stored = {(x["offer_id"], x["term"]): x["warnings"] for x in lines}
+        assert all(stored[(x["offer_id"], x["term"])] == x["warnings"] for x in quote["lines"])
+        # Advisory: the quote still verifies.
+        result = client.post(f"/v1/quotes/{quote['id']}/verify", headers=writer).json()
+        assert result["matches"], result["differences"][:3]
+
+    def test_a_run_over_the_wall_clock_limit_is_warned(
+        self, client: TestClient, writer: dict[str, str]
+    ) -> None:
+        request = copy.deepcopy(GPU_HOURS_QUOTE)
+        request["workload"]["gpu_hours"]["gpu_hours"] = 10_000_000  # 1,628 days on 256
+        quote = post(client, writer, request).json()
+        lines = all_lines(client, quote, writer)
+        _, slow = self._check(lines, 365 * 86_400)
+        assert slow == sum(1 for x in lines if x["feasible"])
+        warning = next(w for w in lines[0]["warnings"] if w.startswith("impractical wall"))
+        assert "365-day limit" in warning
+
+    def test_budget_plan_lines_are_warned(
+        self, client: TestClient, db_session: Session
+    ) -> None:
+        from service.api.deps import get_settings
+        from service.settings import Settings
+
+        date_offers(db_session)
+        request = copy.deepcopy(BUDGET_PLAN_EXAMPLE)
+        request["top_k"] = 50
+        first = client.post("/v1/budget-plans", json=request).json()
+        days = sorted(x["wall_clock_s"] / 86_400 for x in first["soonest_within_budget"])
+        limit_days = int(days[len(days) // 2])  # a limit some lines are over and some within
+        app: Any = client.app
+        app.dependency_overrides[get_settings] = lambda: Settings(
+            max_reasonable_train_days=limit_days)
+        try:
+            result = client.post("/v1/budget-plans", json=request).json()
+        finally:
+            app.dependency_overrides.pop(get_settings)
+        lines = result["soonest_within_budget"] + result["cheapest_before_deadline"]
+        slow = [x for x in lines if x["wall_clock_s"] > limit_days * 86_400]
+        assert slow
+        assert len(slow) < len(lines)
+        for line in lines:
+            warned = [w for w in line["warnings"] if w.startswith("impractical wall-clock: ")]
+            assert bool(warned) == (line in slow), line["wall_clock_s"]
+            assert all(f"{limit_days}-day limit" in w for w in warned)

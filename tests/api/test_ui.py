@@ -606,3 +606,23 @@ def test_a_eur_budget_shows_the_commitment_in_euros_with_its_ecb_fixing(
     assert block is not None
     assert str(escape(fmt.money(shown["commitment_total"], "EUR"))) in block.group(1)
     assert stored["fx"]["fixing_date"] in block.group(1)
+
+
+def test_quote_lines_nobody_would_buy_are_tagged(client: TestClient, api_key: Any) -> None:
+    """Issue 18: a quote line over ten times the cheapest (a 1-year reservation for a 13-day
+    job) carries the 'impractical' tag, with the warning in its tooltip."""
+    owner = api_key("quotes:write", "quotes:read")
+    body = {"workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 80_000,
+                                       "num_gpus": 256}},
+            "providers": ["lambda", "aws"], "regions": ["us-east-1"],
+            "terms": ["on_demand", "reserved_1y"]}
+    quote = client.post("/v1/quotes", json=body,
+                        headers={**owner, "Idempotency-Key": "costly-1"}).json()
+    warned = [x for x in quote["lines"] if x["warnings"]]
+    assert warned
+    html = client.get(f"/ui/quotes/{quote['id']}", headers=owner).text
+    table = re.search(r'<table id="lines-table">.*?</table>', html, re.S)
+    assert table is not None
+    tags = re.findall(r'<span class="tag" title="([^"]*)">impractical</span>', table.group(0))
+    assert len(tags) == len(warned)
+    assert all(t.startswith("impractical cost: ") for t in tags)

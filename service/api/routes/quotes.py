@@ -56,6 +56,7 @@ from service.catalog.models import Quote
 from service.catalog.prices import get_version
 from service.core.errors import InvalidSpecError
 from service.core.quote import Policy
+from service.core.units import SECONDS_PER_DAY
 
 router = APIRouter(tags=["quotes"])
 
@@ -104,6 +105,7 @@ def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCach
                  version_id: str, budget: WorkBudget, workers: int, policy: Policy,
                  now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
                  fx_version: str | None = None, book_revision: int | None = None,
+                 max_reasonable_train_s: float | None = None,
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Everything of a quote that is computed (no id or timestamps), and every line; its
     searches within ``budget``. ``verify`` passes no ``offer_cache``: it reads the stored
@@ -114,7 +116,8 @@ def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCach
     jobs = size_workload(request, cache, budget, workers)
     computed = price(session, request, jobs, version_id, policy, now, gated=gated,
                      offer_cache=offer_cache, conversion=conversion, book=book)
-    body, lines = quote_body(computed, request, all_lines=False)
+    body, lines = quote_body(computed, request, all_lines=False,
+                             max_reasonable_train_s=max_reasonable_train_s)
     body["fx"] = fx_json(conversion, request.fx_date or now.date(), policy_limits)
     body["discount_book"] = (None if book is None
                              else {"name": book.name, "revision": book.revision})
@@ -202,7 +205,8 @@ def create_quote(
         session, body, accelerators, version.id, request_budget(settings, gone),
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy)),
-        offer_cache=offer_cache(request))
+        offer_cache=offer_cache(request),
+        max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY)
     row = _new_quote(request, principal, idempotency_key, hash_, canonical, version.id,
                      version.content_hash, computed, lines, policy, now,
                      settings.quote_ttl_days, None)
@@ -423,7 +427,8 @@ def requote_quote(
         session, body, accelerators, version.id, request_budget(settings, gone),
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy or old.policy_name)),
-        offer_cache=offer_cache(request))
+        offer_cache=offer_cache(request),
+        max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY)
     row = _new_quote(request, principal, key, hash_, canonical, version.id,
                      version.content_hash, computed, lines, policy, now,
                      settings.quote_ttl_days, quote_id)

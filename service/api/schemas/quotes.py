@@ -438,6 +438,12 @@ class QuoteLineOut(BaseModel):
     catalog_version: str
     plan: Parallelism | None
     global_batch_seqs: int | None
+    warnings: list[str] = Field(default_factory=list, description=(
+        "Plans nobody would run: 'impractical wall-clock' when the line's wall clock is over "
+        "the service's limit (CQ_MAX_REASONABLE_TRAIN_DAYS, 365 days by default), "
+        "'impractical cost' when its total is over ten times the cheapest feasible line of "
+        "the same answer. Advisory (verify does not compare them); absent on quotes stored "
+        "before 2026-11-26."))
 
 
 class DiscountBookRef(BaseModel):

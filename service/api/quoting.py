@@ -30,7 +30,7 @@ from service.api.page_cache import PageCache
 from service.api.schemas.estimate import ModelIn, plan_dict
 from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
-from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest
+from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest, ServingWorkload
 from service.api.work import WorkBudget
 from service.api.workers import run_cpu_bound
 from service.catalog import discounts as discount_books
@@ -41,7 +41,7 @@ from service.catalog.models import CatalogVersionOffer, OfferRevision
 from service.catalog.quoting import load_offers, onprem_inputs
 from service.core import calibration as calibration_module
 from service.core import memory as memory_module
-from service.core import pricing
+from service.core import pricing, serving
 from service.core import quote as core_quote
 from service.core import timing as timing_module
 from service.core import units as units_module
@@ -229,10 +229,81 @@ def size_workload(request: QuoteRequest, cache: AcceleratorCache, budget: WorkBu
         result = estimate(model, cluster, plan, training, energy=energy)
         return [_job(accelerator, cluster, model, plan, training, energy, result,
                      est.training.global_batch_seqs)]
+    if workload.serving is not None:
+        return serving_jobs(workload.serving, cache, energy)
     assert workload.optimise is not None  # noqa: S101 - the schema requires exactly one
     opt = workload.optimise
     return optimised_jobs(cache, opt.model, opt.training, opt.clusters, opt.constraints,
                           energy, "workload.optimise.", workers, budget)
+
+
+def serving_jobs(spec: ServingWorkload, cache: AcceleratorCache, energy: EnergySpec,
+                 ) -> list[tuple[SizedJob, Plan | None]]:
+    """A serving fleet as jobs (issue 19): the estimate's deployment sized for its load, or
+    per accelerator of a plan the deployment with the fewest GPUs that meets the SLOs; each
+    held for ``duration_s``. A deployment that does not fit, saturates or misses an SLO is
+    refused rather than quoted: the quote would promise a fleet that does not serve."""
+    fleets: list[tuple[serving.Deployment, serving.ServingEstimate]] = []
+    if spec.estimate is not None:
+        given = spec.estimate
+        where = "workload.serving.estimate"
+        accelerator = cache.require(given.deployment.accelerator,
+                                    f"{where}.deployment.accelerator")
+        deployment = given.deployment.to_core(accelerator)
+        result = serving.serve(given.model.to_core(), deployment, given.traffic.to_core(),
+                               replicas=spec.replicas)
+        if not result.memory.fits:
+            raise InvalidSpecError(f"the deployment does not fit: {result.warnings[0]}",
+                                   field=f"{where}.deployment")
+        if result.saturated or result.meets_slo is False:
+            raise NoFeasiblePlanError(
+                f"{result.replicas} replica(s) of this deployment do not serve the load "
+                f"{'within the SLOs' if result.meets_slo is False else 'below saturation'} "
+                f"(p99 TTFT {result.ttft_s.p99:.3g} s, p99 TPOT {result.tpot_s.p99:.3g} s): "
+                "POST /v1/serving-plans finds one that does")
+        fleets.append((deployment, result))
+    else:
+        search = spec.plan
+        assert search is not None  # noqa: S101 - the schema requires one of the two
+        model = search.model.to_core()
+        traffic = search.traffic.to_core()
+        for index, name in enumerate(search.accelerators):
+            accelerator = cache.require(name, f"workload.serving.plan.accelerators.{index}")
+            found = serving.plan_serving(
+                model, [accelerator], traffic, engine=search.engine,
+                weight_precisions=search.weight_precisions,
+                kv_cache_precisions=search.kv_cache_precisions,
+                max_batches=search.max_batches or [None], max_tp=search.max_tp, top_k=1)
+            if found.plans:
+                fleets.append((found.plans[0].deployment, found.plans[0].estimate))
+        if not fleets:
+            raise NoFeasiblePlanError("no deployment on the candidate accelerators fits and "
+                                      "meets the SLOs at the load")
+    jobs: list[tuple[SizedJob, Plan | None]] = []
+    for deployment, result in fleets:
+        accelerator = deployment.accelerator
+        duration_s = spec.duration_s
+        jobs.append((SizedJob(
+            accelerator=accelerator.id,
+            num_gpus=result.replicas * deployment.gpus_per_replica,
+            timing=JobTiming(wall_s=duration_s, wall_s_p10=duration_s, wall_s_p90=duration_s,
+                             basis="a serving fleet held for workload.serving.duration_s, "
+                                   "sized for its peak load (no band)"),
+            checkpoint_bytes=0.0,
+            power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
+            fast_domain=deployment.gpus_per_replica,
+            serving={
+                "accelerator": accelerator.id, "replicas": result.replicas,
+                "gpus_per_replica": deployment.gpus_per_replica, "tp": deployment.tp,
+                "pp": deployment.pp, "weight_precision": deployment.weight_precision.value,
+                "kv_cache_precision": deployment.kv_cache_precision.value,
+                "engine": deployment.engine.value, "max_batch": deployment.max_batch,
+                "requests_per_s": (result.requests_per_s * result.replicas
+                                   if result.requests_per_s else None),
+                "capacity_requests_per_s": result.capacity_requests_per_s,
+                "ttft_p99_s": result.ttft_s.p99, "tpot_p99_s": result.tpot_s.p99,
+                "meets_slo": result.meets_slo, "duration_s": duration_s}), None))
+    return jobs
 
 
 def fabric_timing(plan: Plan, num_gpus: int, fabric: Fabric) -> JobTiming | None:
@@ -480,9 +551,10 @@ def rule_json(rule: RuleResult) -> dict[str, str]:
 
 def plausibility_warnings(lines: Sequence[QuoteLine], max_reasonable_train_s: float | None,
                           ) -> dict[int, list[str]]:
-    """Plans nobody would run (service/core/plausibility.py), by ``id(line)``: a line whose
-    wall clock exceeds ``max_reasonable_train_s`` (CQ_MAX_REASONABLE_TRAIN_DAYS), and a feasible
-    line whose ``total`` is over ten times the cheapest feasible line's of the same answer.
+    """Plans nobody would run (service/core/plausibility.py), by ``id(line)``: a training
+    line whose wall clock exceeds ``max_reasonable_train_s`` (CQ_MAX_REASONABLE_TRAIN_DAYS;
+    a serving fleet runs as long as asked), and a feasible line whose ``total`` is over ten
+    times the cheapest feasible line's of the same answer.
     Lines without warnings are absent. Advisory: not part of what ``verify`` compares."""
     priced = [x for x in lines if x.feasible and x.amounts is not None]
     currency = priced[0].currency if priced else PRICING_CURRENCY
@@ -491,8 +563,10 @@ def plausibility_warnings(lines: Sequence[QuoteLine], max_reasonable_train_s: fl
     out: dict[int, list[str]] = {}
     for line, ratio_warning in zip(priced, costly, strict=True):
         assert line.amounts is not None  # noqa: S101 - filtered above
-        found = [w for w in (long_run_warning(line.amounts.wall_clock_s,
-                                              max_reasonable_train_s), ratio_warning) if w]
+        # A serving fleet runs for the duration it was asked for: only training is "long".
+        long_run = None if line.serving is not None else long_run_warning(
+            line.amounts.wall_clock_s, max_reasonable_train_s)
+        found = [w for w in (long_run, ratio_warning) if w]
         if found:
             out[id(line)] = found
     return out
@@ -569,6 +643,7 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal,
         "offer_id": line.offer_id, "catalog_version": line.catalog_version,
         "plan": dict(line.plan) if line.plan else None,
         "global_batch_seqs": line.global_batch_seqs,
+        "serving": dict(line.serving) if line.serving else None,
         "warnings": list(warnings),
     }
 

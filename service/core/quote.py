@@ -168,6 +168,28 @@ class SizedJob:
     """GPUs that must share one NVLink domain: TP × CP of the plan (1 without a plan)."""
     plan: Mapping[str, object] | None = None
     global_batch_seqs: int | None = None
+    serving: Mapping[str, object] | None = None
+    """A serving fleet's deployment (issue 19; None for training): independent replicas of
+    ``fast_domain`` GPUs each, held for
+    the timing's wall clock. Replicas do not talk to each other, so several instances need no
+    documented inter-node network; an interruption takes one instance's replicas out while
+    it restarts instead of stalling the whole job (``interruption_fraction``)."""
+
+
+def interruption_fraction(instance_rate_per_s: float, restart_s: float) -> pricing.Goodput:
+    """A serving fleet's spare capacity: each instance is interrupted ``instance_rate_per_s``
+    times a second and down ``restart_s`` each time, so on average a fraction λ·R of the
+    fleet is down (the M/G/∞ mean: Little's law, arrivals λ per instance, each out for R). To
+    hold the peak load the fleet carries that fraction as spare replicas, billed as
+    ``lost_fraction``; λ·R ≥ 1 means an instance is down more than it is up."""
+    down = instance_rate_per_s * restart_s
+    if down >= 1:
+        return pricing.Goodput(
+            interval_s=None, lost_fraction=math.inf, feasible=False,
+            reason=f"each instance is interrupted every {1 / instance_rate_per_s:,.0f} s on "
+                   f"average, less than the {restart_s:,.0f} s a restart takes: no replica "
+                   "would stay up")
+    return pricing.Goodput(interval_s=None, lost_fraction=down, feasible=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -316,6 +338,8 @@ class QuoteLine:
     rules: tuple[RuleResult, ...] = ()
     within_budget: bool | None = None
     meets_deadline: bool | None = None
+    serving: Mapping[str, object] | None = None
+    """The serving deployment a serving fleet's line prices (``SizedJob.serving``)."""
 
     @property
     def feasible(self) -> bool:
@@ -392,7 +416,8 @@ def node_fit(job: SizedJob, fabric: Fabric) -> tuple[str, str] | None:
             return ("nvlink_domain_too_small",
                     f"the plan needs {job.fast_domain} GPUs in one NVLink domain (TP × CP); "
                     f"the instance has {fabric.nvlink_domain}")
-    if job.num_gpus > fabric.gpus_per_instance and fabric.inter_node_gbps is None:
+    if (job.num_gpus > fabric.gpus_per_instance and fabric.inter_node_gbps is None
+            and job.serving is None):
         return ("interconnect_unknown",
                 f"{job.num_gpus} GPUs need several instances and the instance's inter-node "
                 "network is not documented")
@@ -537,16 +562,22 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
     gpus = offer.fabric.gpus_per_instance
     instances, _ = pricing.instances_for(job.num_gpus, gpus)
     checkpoint_s = job.checkpoint_bytes / options.checkpoint_bytes_per_s
+    # A training job stalls when any instance fails; a serving fleet loses one instance.
+    counted = 1 if job.serving is not None else instances
     if offer.term is Term.SPOT:
         rate = offer.interruption_rate_per_hour or 0.0
-        rate_per_s = rate * instances / SECONDS_PER_HOUR
+        rate_per_s = rate * counted / SECONDS_PER_HOUR
         assumed = " (an assumption)" if offer.interruption_rate_assumed else ""
         basis = (f"spot interruptions {rate:g} per instance-hour{assumed} "
                  f"({offer.interruption_rate_source})")
     else:
-        rate_per_s = options.failure_rate_per_gpu_hour * instances * gpus / SECONDS_PER_HOUR
+        rate_per_s = options.failure_rate_per_gpu_hour * counted * gpus / SECONDS_PER_HOUR
         basis = f"hardware failures {options.failure_rate_per_gpu_hour:g} per GPU-hour"
-    loss = pricing.goodput(rate_per_s, checkpoint_s, options.restart_s)
+    if job.serving is not None:
+        loss = interruption_fraction(rate_per_s, options.restart_s)
+        basis += "; spare replicas for the instances restarting"
+    else:
+        loss = pricing.goodput(rate_per_s, checkpoint_s, options.restart_s)
     carbon = offer.region_carbon_g_per_kwh
     amounts = None
     if loss.feasible:
@@ -568,7 +599,7 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
         timing_basis=timing.basis,
         carbon_basis=(None if carbon is None and amounts is None
                       else "region" if carbon is not None else "request default"),
-        plan=job.plan,
+        plan=job.plan, serving=job.serving,
         global_batch_seqs=job.global_batch_seqs, accounting=options.accounting,
         amounts=amounts, infeasible_reason=loss.reason, onprem=None, price_as_of=offer.as_of,
         price_as_of_day=offer.as_of_day, list_unit_price=offer.list_price_per_instance_hour,
@@ -587,7 +618,8 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
         currency=options.currency, unit_price=None, unit="gpu-hour", offer_id=None,
         catalog_version=version_id, flags=(), timing_basis=job.timing.basis,
         goodput_basis=f"hardware failures {options.failure_rate_per_gpu_hour:g} per GPU-hour",
-        carbon_basis=None, plan=job.plan, global_batch_seqs=job.global_batch_seqs,
+        carbon_basis=None, plan=job.plan, serving=job.serving,
+        global_batch_seqs=job.global_batch_seqs,
         accounting=options.accounting, amounts=None, onprem=None, price_as_of=None,
         price_as_of_day=None,
         infeasible_reason=(f"no purchase price for {job.accelerator}: give "
@@ -597,9 +629,13 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
         return line
     tco = inputs.tco
     rate = pricing.onprem_rate(tco, job.power_w_per_gpu)
-    failures = options.failure_rate_per_gpu_hour * job.num_gpus / SECONDS_PER_HOUR
-    loss = pricing.goodput(failures, job.checkpoint_bytes / options.checkpoint_bytes_per_s,
-                           options.restart_s)
+    if job.serving is not None:
+        loss = interruption_fraction(options.failure_rate_per_gpu_hour / SECONDS_PER_HOUR,
+                                     options.restart_s)
+    else:
+        failures = options.failure_rate_per_gpu_hour * job.num_gpus / SECONDS_PER_HOUR
+        loss = pricing.goodput(failures, job.checkpoint_bytes / options.checkpoint_bytes_per_s,
+                               options.restart_s)
     if not loss.feasible:
         return replace(line, infeasible_reason=loss.reason)
     capex = job.num_gpus * inputs.purchase_price_per_gpu * (1 + tco.overhead_fraction)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal, Self, get_args
 
-from pydantic import AfterValidator, BaseModel, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import TypeAliasType
 
 from service.api.schemas.common import IsoDate, RequestModel
@@ -18,6 +26,7 @@ from service.api.schemas.estimate import (
 from service.api.schemas.fx import FxConversionOut, MoneyOut
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.prices import DecimalString
+from service.api.schemas.serving import ServingPlanRequest, ServingRequest
 from service.catalog.currencies import is_currency
 from service.catalog.quoting import ALL_TERMS
 from service.core import pricing
@@ -98,17 +107,62 @@ class OptimiseWorkload(RequestModel):
     constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
 
 
+MAX_SERVING_DURATION_S = 10 * 365.25 * 86_400
+"""Ten years: longer than any reservation term (3 years) or GPU's depreciation."""
+
+
+class ServingWorkload(RequestModel):
+    """A serving fleet held for ``duration_s`` (issue 19): sized by a serving estimate (its
+    deployment, replicas for its online load) or by a serving plan (per accelerator, the
+    deployment with the fewest GPUs that meets the SLOs at the load). The fleet is sized for
+    the given requests_per_s, the peak, and held for the whole duration: reservations and
+    on-premises GPUs do not shrink off-peak (autoscaling is not modelled)."""
+
+    estimate: ServingRequest | None = Field(
+        default=None, description="A serving estimate's model, deployment and traffic.")
+    plan: ServingPlanRequest | None = Field(
+        default=None, description="A serving plan's search; each accelerator's deployment "
+                                  "with the fewest GPUs is quoted.")
+    replicas: int | None = Field(
+        strict=True, default=None, ge=1, le=100_000,
+        description="With estimate: replicas to hold instead of those sized for the load "
+                    "(offline and fixed-batch traffic are one replica by default).")
+    duration_s: float = Field(
+        strict=True, gt=0, le=MAX_SERVING_DURATION_S, examples=[31_557_600],
+        description="How long the fleet serves, seconds (12 months: 31,557,600).")
+
+    @model_validator(mode="after")
+    def _one(self) -> Self:
+        if (self.estimate is None) == (self.plan is None):
+            raise ValueError("give exactly one of estimate and plan")
+        if self.replicas is not None and self.estimate is None:
+            raise ValueError("replicas applies to estimate (a plan sizes its replicas)")
+        given = self.estimate if self.estimate is not None else self.plan
+        assert given is not None  # noqa: S101 - checked above
+        if given.energy != EnergyIn():
+            raise ValueError("give energy at the quote's top level (it prices every line)")
+        prices = (self.estimate.deployment.price_per_gpu_hour_usd if self.estimate
+                  else self.plan.price_per_gpu_hour_usd if self.plan else None)
+        if prices is not None:
+            raise ValueError("a quote prices from the catalogue: leave out "
+                             "price_per_gpu_hour_usd")
+        return self
+
+
 class WorkloadIn(RequestModel):
-    """Exactly one of estimate, optimise and gpu_hours."""
+    """Exactly one of estimate, optimise, gpu_hours and serving."""
 
     estimate: EstimateRequest | None = None
     optimise: OptimiseWorkload | None = None
     gpu_hours: GpuHoursWorkload | None = None
+    serving: ServingWorkload | None = Field(
+        default=None, description="A serving fleet for a duration (docs/serving.md).")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
-        if sum(x is not None for x in (self.estimate, self.optimise, self.gpu_hours)) != 1:
-            raise ValueError("give exactly one of estimate, optimise and gpu_hours")
+        if sum(x is not None for x in (self.estimate, self.optimise, self.gpu_hours,
+                                       self.serving)) != 1:
+            raise ValueError("give exactly one of estimate, optimise, gpu_hours and serving")
         return self
 
 
@@ -197,6 +251,15 @@ class QuoteRequest(RequestModel):
         default=None,
         description="The optimiser's word for rank_by: cost is rank_by total, carbon is "
                     "rank_by co2e. Give one of the two; both must agree.")
+
+    @field_validator("deadline_s")
+    @classmethod
+    def _no_serving_deadline(cls, value: float | None, info: ValidationInfo) -> float | None:
+        workload = info.data.get("workload")
+        if value is not None and workload is not None and workload.serving is not None:
+            raise ValueError("deadline_s is a training run's limit; a serving fleet runs for "
+                             "workload.serving.duration_s")
+        return value
 
     @model_validator(mode="after")
     def _checks(self) -> Self:
@@ -370,6 +433,28 @@ class UncertaintyOut(BaseModel):
     basis: str
 
 
+class ServingFleetOut(BaseModel):
+    """The deployment a serving line prices: replicas × gpus_per_replica GPUs."""
+
+    accelerator: str
+    replicas: int
+    gpus_per_replica: int
+    tp: int
+    pp: int
+    weight_precision: str
+    kv_cache_precision: str
+    engine: str
+    max_batch: int | None
+    requests_per_s: float | None = Field(
+        description="Requests/s the fleet serves: the online load it is sized for; offline "
+                    "and fixed-batch, its capacity.")
+    capacity_requests_per_s: float = Field(description="Per replica, at the largest batch.")
+    ttft_p99_s: float
+    tpot_p99_s: float
+    meets_slo: bool | None
+    duration_s: float
+
+
 class QuoteLineOut(BaseModel):
     """One way to buy the run. Amounts are decimal strings in ``currency``. ``total`` is what
     ranking and the budget use: ``commitment_total`` by default, the amortised job cost under
@@ -438,6 +523,9 @@ class QuoteLineOut(BaseModel):
     catalog_version: str
     plan: Parallelism | None
     global_batch_seqs: int | None
+    serving: ServingFleetOut | None = Field(
+        default=None, description="A serving fleet's deployment (workload.serving); null "
+                                  "for training.")
     warnings: list[str] = Field(default_factory=list, description=(
         "Plans nobody would run: 'impractical wall-clock' when the line's wall clock is over "
         "the service's limit (CQ_MAX_REASONABLE_TRAIN_DAYS, 365 days by default), "

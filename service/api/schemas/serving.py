@@ -12,7 +12,7 @@ from service.api.schemas.estimate import EnergyIn, ModelIn
 from service.api.schemas.prices import DecimalString
 from service.core import serving
 from service.core.estimate import average_power_w_per_gpu
-from service.core.specs import EnergySpec
+from service.core.specs import AcceleratorSpec, EnergySpec
 from service.core.units import JOULES_PER_KWH, SECONDS_PER_HOUR
 
 HOUR_S = Decimal(int(SECONDS_PER_HOUR))
@@ -69,6 +69,18 @@ class DeploymentIn(RequestModel):
         if not self.prefix_caching and self.prefix_cache_hit_fraction:
             raise ValueError("prefix_cache_hit_fraction needs prefix_caching: true")
         return self
+
+    def to_core(self, accelerator: AcceleratorSpec) -> serving.Deployment:
+        return serving.Deployment(
+            accelerator=accelerator, gpus_per_replica=self.gpus_per_replica, tp=self.tp,
+            pp=self.pp, weight_precision=self.weight_precision,
+            kv_cache_precision=self.kv_cache_precision, engine=self.engine,
+            max_batch=self.max_batch,
+            prefix_cache_hit_fraction=self.prefix_cache_hit_fraction or 0.0,
+            speculative_acceptance_rate=(self.speculative.acceptance_rate if self.speculative
+                                         else None),
+            speculative_draft_tokens=(self.speculative.draft_tokens if self.speculative
+                                      else serving.DEFAULT_DRAFT_TOKENS))
 
 
 class LengthIn(RequestModel):

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from service import __version__
 from service.api.deps import AcceleratorCache
+from service.api.fast import FastEstimates
 from service.api.limits import BodySizeLimitMiddleware
 from service.api.observability import (
     WARM_UP_HEADER,
@@ -217,6 +218,8 @@ def create_app(settings: Settings | None = None, *,
         "quote_offers": app.state.quote_offers, "catalog_state": app.state.state_cache})
     tracer = install_tracing(app, settings, (engine, cache_engine), exporter=span_exporter)
     install_problem_handlers(app)
+    # Innermost of the service's layers: every one of them still sees the fast answers.
+    app.add_middleware(FastEstimates, state=app.state, enabled=settings.fast_paths)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics,
                        internal_token=app.state.warm_up_token, tracer=tracer)
     # Outside the request context, so a shed request costs as little as possible: no log

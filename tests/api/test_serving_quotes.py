@@ -232,3 +232,13 @@ def test_a_year_of_serving_is_not_an_impractical_run(
     for line in lines:
         costly = [w for w in line["warnings"] if w.startswith("impractical cost: ")]
         assert bool(costly) == (line["feasible"] and Decimal(line["total"]) > 10 * cheapest)
+
+
+def test_the_audit_page_shows_a_serving_quote(client: TestClient,
+                                              writer: dict[str, str]) -> None:
+    quote = post(client, writer, serving_quote(terms=["on_demand"])).json()
+    page = client.get(f"/ui/quotes/{quote['id']}", headers=writer)
+    assert page.status_code == 200, page.text[:2000]
+    fleet = quote["recommended"]["serving"]
+    assert f"{fleet['replicas']} × {fleet['gpus_per_replica']} h100-sxm5-80gb" in page.text
+    assert "365.2 days" in page.text or "1.0 year" in page.text

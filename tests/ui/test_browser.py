@@ -500,3 +500,57 @@ def test_the_print_stylesheet_prints_the_answer_not_the_form(page: Page) -> None
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     pdf = page.pdf(path=str(ARTIFACTS / "ui-estimate.pdf"))
     assert len(pdf) > 10_000
+
+
+def test_the_serve_tab_charts_latency_against_throughput(screen: tuple[str, Page],
+                                                         server: tuple[str, str]) -> None:
+    """Issue 19: the Serve tab, reached from the Train tab; an error summary that takes focus,
+    then the API's figures and a latency-against-throughput chart that reflows on a phone."""
+    name, page = screen
+    page.goto("/ui")
+    page.click("nav.tabs >> text=Serve")
+    page.wait_for_selector("#f-gpus_per_replica")
+    assert page.get_attribute("nav.tabs a[aria-current=page]", "href") == "/ui/serve"
+    assert _overflow(page) == 0
+    page.fill("#f-tp", "0")
+    page.click("button[value=serve]")
+    page.wait_for_selector("#error-summary")
+    focus = _focus(page)
+    assert focus["id"] == "error-summary"
+    assert focus["visible"]
+    assert page.locator("#error-summary a").all_inner_texts() == [
+        "Tensor parallel (TP): Input should be greater than or equal to 1"]
+    assert _overflow(page) == 0
+    page.fill("#f-tp", "4")
+    page.fill("#f-price_per_gpu_hour", "2.50")
+    page.click("button[value=serve]")
+    page.wait_for_selector("#serve-figures")
+    focus = _focus(page)
+    assert focus["id"] == "result-heading"
+    assert 0 <= focus["top"] < SCREENS[name]["height"] / 3
+    api = httpx.post(server[0] + "/v1/serving-estimates", json={
+        "model": {"preset": "llama3.1-70b"},
+        "deployment": {"accelerator": "h100-sxm5-80gb", "gpus_per_replica": 4, "tp": 4,
+                       "pp": 1, "weight_precision": "fp8", "kv_cache_precision": "fp8",
+                       "engine": "trtllm", "max_batch": 256, "price_per_gpu_hour_usd": "2.50"},
+        "traffic": {"mode": "online", "prompt_tokens": {"mean": 1024},
+                    "output_tokens": {"mean": 256}, "requests_per_s": 10,
+                    "slo": {"ttft_p99_s": 2.0, "tpot_p99_s": 0.1}}}).json()
+    assert page.inner_text("#weights-per-gpu") == fmt.gib(api["memory"]["weights_bytes_per_gpu"])
+    assert page.inner_text("#cost-per-m") == fmt.money(
+        api["cost"]["usd_per_million_output_tokens"])
+    assert page.locator("svg.chart:visible").count() == 2  # TTFT and TPOT, one drawing each
+    points: list[list[float]] = page.evaluate("""() => [...[...document.querySelectorAll(
+        'svg.chart')].filter(s => s.getClientRects().length && s.id.startsWith('serve-ttft'))
+        [0].querySelectorAll('.point')].map(p => [+p.dataset.x, +p.dataset.y])""")
+    assert len(points) == 10
+    assert all(points[i][0] < points[i + 1][0] for i in range(9))  # throughput increases
+    assert all(points[i][1] <= points[i + 1][1] for i in range(9))  # p99 TTFT never falls
+    legends = _legend_px(page)
+    assert len(legends) >= 6  # series, SLO and requested load on each chart
+    assert min(legends) >= 11
+    drawn = "narrow" if name == "phone" else "wide"
+    assert page.locator(f"#ttft-chart .chart-{drawn} svg").is_visible()
+    assert _overflow(page) == 0
+    assert _low_contrast(_colours(page, "#serve-figures *, nav.tabs a, #latency *")) == []
+    shot(page, f"ui-serve-{name}")

@@ -626,3 +626,76 @@ def test_quote_lines_nobody_would_buy_are_tagged(client: TestClient, api_key: An
     tags = re.findall(r'<span class="tag" title="([^"]*)">impractical</span>', table.group(0))
     assert len(tags) == len(warned)
     assert all(t.startswith("impractical cost: ") for t in tags)
+
+
+def test_optimise_tags_the_plans_nobody_would_run_and_says_so_first(
+        client: TestClient) -> None:
+    """Issue 18: ranked plans over the wall-clock limit carry the 'impractical' tag and the
+    best plan's warning is a banner before its figures, exactly as the API warns them."""
+    values = {**FORM, "tokens": "15e12", "gpus_min": "64", "gpus_max": "256",
+              "gpus_step": "64", "objective": "time", "price_per_gpu_hour": "",
+              "deadline_days": "", "action": "optimise"}
+    response = client.post("/ui", data=values)
+    assert response.status_code == 200, response.text[:500]
+    api = client.post("/v1/parallelism-plans", json=ui.optimise_body(
+        ui._values(values))).json()
+    shown = api["plans"][:15]
+    warned = [p for p in shown if any(w.startswith("impractical") for w in p["warnings"])]
+    assert warned  # 70B on 15T tokens: the 64-GPU plans take years
+    ranked = _table(response.text, "ranked")
+    assert ranked.count('class="impractical"') == len(warned)
+    assert ranked.count('<span class="tag">impractical</span>') == len(warned)
+    best = api["plans"][0]
+    if any(w.startswith("impractical") for w in best["warnings"]):
+        assert response.text.index('id="impractical"') < response.text.index('id="ranked"')
+    else:
+        assert 'id="impractical"' not in response.text
+
+
+def test_the_portal_quote_tags_impractical_lines_in_the_per_term_table(
+        client: TestClient, api_key: Any) -> None:
+    """A 1-year reservation for a 13-day run is over ten times the cheapest line."""
+    key = api_key("quotes:write", "quotes:read")["Authorization"].split()[1]
+    response = client.post("/ui", data={
+        **FORM, "api_key": key, "providers": "aws", "terms": "on_demand, reserved_3y",
+        "action": "quote"})
+    assert response.status_code == 200, response.text[:800]
+    html = response.text
+    quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
+    stored = client.get(f"/v1/quotes/{quote_id}",
+                        headers={"Authorization": f"Bearer {key}"}).json()
+    warned = [t for t, line in stored["cheapest_per_term"].items()
+              if any(w.startswith("impractical") for w in line["warnings"])]
+    per_term = _table(html, "per-term")
+    assert per_term.count(">impractical</span>") == len(warned)
+
+
+def test_budget_plan_lines_carry_the_impractical_tag(client: TestClient,
+                                                     db_session: Session) -> None:
+    """With a wall-clock limit some lines are over, those lines and only those are tagged."""
+    from service.api.deps import get_settings
+    from service.settings import Settings
+
+    date_offers(db_session)
+    values = {**PLAN_FORM, "action": "budget_plan"}
+    body = ui.budget_plan_body(ui._values(values))
+    first = client.post("/v1/budget-plans", json=body).json()
+    days = sorted(x["wall_clock_s"] / 86_400 for x in first["cheapest_before_deadline"])
+    limit = days[len(days) // 2]
+    app: Any = client.app
+    app.dependency_overrides[get_settings] = lambda: Settings(max_reasonable_train_days=limit)
+    try:
+        response = client.post("/ui", data=values)
+        api = client.post("/v1/budget-plans", json=body).json()
+    finally:
+        app.dependency_overrides.pop(get_settings)
+    assert response.status_code == 200, response.text[:800]
+    total = 0
+    for table_id, key in (("soonest", "soonest_within_budget"),
+                          ("cheapest", "cheapest_before_deadline")):
+        warned = [x for x in api[key] if any(w.startswith("impractical")
+                                              for w in x["warnings"])]
+        total += len(warned)
+        if api[key]:
+            assert _table(response.text, table_id).count(">impractical</span>") == len(warned)
+    assert total > 0

@@ -957,3 +957,26 @@ def test_an_amortised_quote_is_legible_at_80_columns(local: str) -> None:
     assert result.exit_code in (0, 3), result.output
     text = legible(result.output)
     assert "judged" in text
+
+
+def test_numbers_are_right_aligned(local: str) -> None:
+    """Issue 18: in a table every amount of one column ends at the same column, whatever
+    its width (a left-aligned or centred column would not)."""
+    answer = quote_json(*AWS_512, "--budget", "1.00")
+    text = legible(cq("quote", "--local", *AWS_512, "--budget", "1.00", columns=80).stdout)
+    shown = answer["lines"] or list(answer["cheapest_per_term"].values())
+    rows = text.splitlines()
+    for key in ("commitment_total", "job_cost_total"):
+        ends: set[int] = set()
+        widths: set[int] = set()
+        for line in shown:
+            value = bare(line[key])
+            row = next(r for r in rows if value in r and f"{line['num_gpus']:,} ×" in r)
+            # On demand the two amounts are equal: the commitment comes first, the job cost
+            # second.
+            at = row.index(value) if key == "commitment_total" else row.rindex(value)
+            ends.add(at + len(value))
+            widths.add(len(value))
+        assert len(ends) == 1, (key, ends)
+    # The check has teeth only when the amounts differ in width.
+    assert len({len(bare(x["commitment_total"])) for x in shown}) > 1 or len(widths) > 1

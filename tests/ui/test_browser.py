@@ -415,7 +415,8 @@ def test_an_estimate_that_does_not_fit_says_so_first(screen: tuple[str, Page]) -
     shot(page, f"ui-does-not-fit-{name}")
 
 
-def test_a_plan_nobody_would_run_is_warned(page: Page) -> None:
+def test_a_plan_nobody_would_run_is_warned(screen: tuple[str, Page]) -> None:
+    name, page = screen
     page.goto("/ui")
     page.fill("#f-tokens", "15e12")
     page.fill("#f-gpus", "64")
@@ -424,6 +425,13 @@ def test_a_plan_nobody_would_run_is_warned(page: Page) -> None:
     page.click("button[value=estimate]")
     page.wait_for_selector("#impractical")
     assert "more than the 365-day limit" in page.inner_text("#impractical")
+    banner = page.locator("#impractical").bounding_box()
+    figures = page.locator("#figures").bounding_box()
+    assert banner is not None
+    assert figures is not None
+    assert banner["y"] + banner["height"] <= figures["y"]  # said first, at either width
+    assert _overflow(page) == 0
+    shot(page, f"ui-impractical-{name}")
 
 
 def test_optimise_for_cost_under_a_default_deadline(screen: tuple[str, Page]) -> None:

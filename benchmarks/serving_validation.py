@@ -1,20 +1,42 @@
 """Serving model against published measurements (issue 19): ``python -m
 benchmarks.serving_validation``.
 
-Reads ``benchmarks/data/serving-runs.csv`` (53 published rows, sources in each row and in
-``docs/serving.md``). A row is evaluated when it states everything the model needs: the model
-(a preset), accelerator, GPUs and tensor parallelism, prompt and output lengths, and a
-closed-loop concurrency or a fixed batch; the others are listed with why they are not. No
-engine efficiency is fitted on these rows (ENGINE_EFFICIENCY holds priors), so every error
-printed is out of sample; the leave-one-source-out figure is therefore the same figure.
+Reads ``benchmarks/data/serving-runs.csv`` (published rows, the source and the quoted table
+row in each; documents listed in ``docs/serving.md``). A row is evaluated when it states
+everything the model needs: a model with a preset, accelerator, GPUs and tensor
+parallelism, prompt and output lengths, and a closed-loop concurrency or a fixed batch; the
+others are counted with the reason they are not.
+
+Engine efficiencies (``hbm_fraction``, ``compute_fraction``, ``step_overhead_s``) are fitted
+per named engine on the rows run with that engine, by grid search minimising the squared log
+error of output tokens/s and, where the row states it, TPOT. An engine with no training row
+keeps its prior (``serving.ENGINE_PRIORS``); ``unknown`` is never fitted: it takes, parameter
+by parameter, the least efficient of the named engines (``conservative``).
+
+Two figures are printed side by side:
+
+- **in sample**: the table fitted on every evaluable row (the one ``ENGINE_EFFICIENCY``
+  holds; a test checks they agree);
+- **leave one source out (LOSO)**: for each source document, the table is fitted on the
+  other documents' rows only and the held-out document's rows are predicted with it. The
+  document is the publication (an MLPerf round counts as one document, whoever submitted),
+  so correlated rows cannot leak into their own fit.
+
+``before`` is the same evaluation with the priors, nothing fitted.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import itertools
+import math
+import re
 import statistics
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,26 +48,69 @@ from service.core.specs import AcceleratorSpec
 DATA = Path(__file__).resolve().parent / "data" / "serving-runs.csv"
 MODELS = {"Llama-3.1-8B": "llama3.1-8b", "Meta-Llama-3.1-8B": "llama3.1-8b",
           "Llama-3.3-70B": "llama3.1-70b", "Llama-2-70B": "llama2-70b",
-          "Llama-3.1-405B": "llama3.1-405b"}
-"""Row model -> preset. Llama 3.3 70B has Llama 3.1 70B's architecture (Meta model card)."""
+          "Llama-3.1-405B": "llama3.1-405b", "Mixtral-8x7B": "mixtral-8x7b",
+          "DeepSeek-V3": "deepseek-v3", "DeepSeek-R1": "deepseek-v3"}
+"""Row model -> preset. Llama 3.3 70B has Llama 3.1 70B's architecture and DeepSeek-R1 has
+DeepSeek-V3's (their model cards)."""
 ENGINES = {"vllm": s.Engine.VLLM, "sglang": s.Engine.SGLANG, "trtllm": s.Engine.TRTLLM}
+"""Anything else (``other``: NVIDIA NIM, MangoBoost, ...) is run as ``unknown``."""
+NAMED = (s.Engine.TRTLLM, s.Engine.SGLANG, s.Engine.VLLM)
+WEIGHTS = {"bf16": s.WeightPrecision.BF16, "fp8": s.WeightPrecision.FP8,
+           "int4": s.WeightPrecision.INT4, "": s.WeightPrecision.BF16}
+"""Unstated weight precision is the checkpoint's bf16. fp4 has no WeightPrecision."""
+
+HBM_GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(46))  # 0.50 .. 0.95
+COMPUTE_GRID = tuple(round(0.30 + 0.05 * i, 2) for i in range(10))  # 0.30 .. 0.75
+OVERHEAD_GRID_S = (0.0, 0.5e-3, 1.0e-3, 2.0e-3, 3.0e-3, 4.0e-3)
+
+Table = Mapping[s.Engine, s.EngineEfficiency]
+Row = dict[str, str]
 
 
 @dataclass(frozen=True)
 class Result:
     row_id: str
-    source: str
+    document: str
+    engine: s.Engine
     measured: float
     predicted: float
+    measured_tpot_s: float | None
+    predicted_tpot_s: float
+    measured_ttft_s: float | None
+    predicted_ttft_s: float
 
     @property
     def error(self) -> float:
         return self.predicted / self.measured - 1.0
 
+    @property
+    def tpot_error(self) -> float | None:
+        if self.measured_tpot_s is None:
+            return None
+        return self.predicted_tpot_s / self.measured_tpot_s - 1.0
 
-def _skip_reason(row: dict[str, str]) -> str | None:
-    if not any(row["model"].startswith(k) for k in MODELS):
+
+def document(row: Row) -> str:
+    """The publication a row comes from: an MLPerf round is one document whoever submitted;
+    otherwise the ``source`` up to its first comma (a blog post's tables are one post)."""
+    match = re.match(r"MLPerf Inference v[\d.]+", row["source"])
+    if match:
+        return match.group(0)
+    return row["source"].split(",")[0].strip()
+
+
+def _preset(row: Row) -> str | None:
+    return next((v for k, v in MODELS.items() if row["model"].startswith(k)), None)
+
+
+def skip_reason(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> str | None:
+    """Why the row cannot be evaluated, or None when it can."""
+    if _preset(row) is None:
         return "model without a preset"
+    if row["accelerator"] not in accelerators:
+        return "accelerator not in the catalogue"
+    if row["weight_precision"] not in WEIGHTS:
+        return f"{row['weight_precision']} weights (no such weight precision)"
     if not row["measured_output_tokens_per_s"]:
         return "no output tokens/s"
     if not (row["prompt_tokens"] and row["output_tokens"]):
@@ -57,46 +122,182 @@ def _skip_reason(row: dict[str, str]) -> str | None:
     return None
 
 
-def evaluate(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) -> Result:
-    preset = next(v for k, v in MODELS.items() if row["model"].startswith(k))
+def evaluate(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> Result:
+    preset = _preset(row)
+    assert preset is not None  # skip_reason ran first
     gpus, tp = int(row["num_gpus"]), int(row["tp"])
+    engine = ENGINES.get(row["engine"], s.Engine.UNKNOWN)
     deployment = s.Deployment(
         accelerator=accelerators[row["accelerator"]], gpus_per_replica=gpus, tp=tp,
-        pp=gpus // tp,
-        weight_precision=(s.WeightPrecision.FP8 if row["weight_precision"] == "fp8"
-                          else s.WeightPrecision.BF16),
+        pp=gpus // tp, weight_precision=WEIGHTS[row["weight_precision"]],
         kv_cache_precision=(s.KvPrecision.FP8 if row["kv_cache_precision"] == "fp8"
                             else s.KvPrecision.BF16),
-        engine=ENGINES.get(row["engine"], s.Engine.UNKNOWN))
-    lengths = (s.Lengths.of(mean=float(row["prompt_tokens"])),
-               s.Lengths.of(mean=float(row["output_tokens"])))
+        engine=engine)
+    prompt = s.Lengths.of(mean=float(row["prompt_tokens"]))
+    output = s.Lengths.of(mean=float(row["output_tokens"]))
     if row["batch_size"]:
-        traffic = s.Traffic(mode=s.TrafficMode.FIXED_BATCH, prompt=lengths[0],
-                            output=lengths[1], batch_size=int(row["batch_size"]))
+        traffic = s.Traffic(mode=s.TrafficMode.FIXED_BATCH, prompt=prompt, output=output,
+                            batch_size=int(row["batch_size"]))
     else:
-        traffic = s.Traffic(mode=s.TrafficMode.ONLINE, prompt=lengths[0], output=lengths[1],
+        traffic = s.Traffic(mode=s.TrafficMode.ONLINE, prompt=prompt, output=output,
                             concurrency=int(row["concurrency"]))
     estimate = s.serve(PRESETS[preset].model, deployment, traffic)
-    return Result(row_id=row["id"], source=row["source"],
+    tpot, ttft = row["measured_tpot_s_p50"], row["measured_ttft_s_p50"]
+    return Result(row_id=row["id"], document=document(row), engine=engine,
                   measured=float(row["measured_output_tokens_per_s"]),
-                  predicted=estimate.output_tokens_per_s)
+                  predicted=estimate.output_tokens_per_s,
+                  measured_tpot_s=float(tpot) if tpot else None,
+                  predicted_tpot_s=estimate.tpot_s.p50,
+                  measured_ttft_s=float(ttft) if ttft else None,
+                  predicted_ttft_s=estimate.ttft_s.p50)
+
+
+@contextmanager
+def engine_table(table: Table) -> Iterator[None]:
+    """Run the model with ``table`` in place of ``ENGINE_EFFICIENCY`` (restored after)."""
+    saved = dict(s.ENGINE_EFFICIENCY)
+    s.ENGINE_EFFICIENCY.update(table)
+    try:
+        yield
+    finally:
+        s.ENGINE_EFFICIENCY.clear()
+        s.ENGINE_EFFICIENCY.update(saved)
+
+
+def predict(rows: Sequence[Row], table: Table,
+            accelerators: Mapping[str, AcceleratorSpec]) -> list[Result]:
+    with engine_table(table):
+        return [evaluate(r, accelerators) for r in rows]
+
+
+def _loss(results: Sequence[Result]) -> float:
+    """Squared log error of throughput, and of TPOT where the row states it."""
+    total = 0.0
+    for r in results:
+        total += math.log(r.predicted / r.measured) ** 2
+        if r.measured_tpot_s is not None:
+            total += math.log(r.predicted_tpot_s / r.measured_tpot_s) ** 2
+        if r.measured_ttft_s is not None:
+            total += math.log(r.predicted_ttft_s / r.measured_ttft_s) ** 2
+    return total
+
+
+def conservative(table: Table) -> s.EngineEfficiency:
+    """``unknown``: parameter by parameter the least efficient of the named engines."""
+    named = [table[e] for e in NAMED]
+    return s.EngineEfficiency(
+        hbm_fraction=min(e.hbm_fraction for e in named),
+        compute_fraction=min(e.compute_fraction for e in named),
+        step_overhead_s=max(e.step_overhead_s for e in named),
+        gpu_memory_fraction=min(e.gpu_memory_fraction for e in named),
+        basis="conservative: per parameter the least efficient of trtllm, sglang and vllm "
+              "(lowest HBM and compute fractions, highest step overhead, smallest memory "
+              "fraction); never fitted")
+
+
+def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> dict[
+        s.Engine, s.EngineEfficiency]:
+    """Each named engine fitted on its rows in ``rows`` (prior when it has none), and
+    ``unknown`` the conservative of them. Rows run as ``unknown`` fit nothing."""
+    table: dict[s.Engine, s.EngineEfficiency] = dict(s.ENGINE_PRIORS)
+    for engine in NAMED:
+        mine = [r for r in rows if ENGINES.get(r["engine"]) is engine]
+        if not mine:
+            continue
+        prior = s.ENGINE_PRIORS[engine]
+        best: tuple[float, s.EngineEfficiency] | None = None
+        for hbm, compute, overhead in itertools.product(HBM_GRID, COMPUTE_GRID,
+                                                        OVERHEAD_GRID_S):
+            candidate = dataclasses.replace(prior, hbm_fraction=hbm,
+                                            compute_fraction=compute,
+                                            step_overhead_s=overhead)
+            loss = _loss(predict(mine, {engine: candidate}, accelerators))
+            if best is None or loss < best[0] - 1e-12:
+                best = (loss, candidate)
+        assert best is not None  # the grid is not empty
+        ids = sorted({document(r) for r in mine})
+        table[engine] = dataclasses.replace(
+            best[1], basis=f"fitted on {len(mine)} rows of {'; '.join(ids)}: "
+                           f"{', '.join(r['id'] for r in mine)}")
+    table[s.Engine.UNKNOWN] = conservative(table)
+    return table
+
+
+def leave_one_source_out(
+        rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
+        fitter: Callable[[Sequence[Row], Mapping[str, AcceleratorSpec]], Table] = fit,
+) -> list[Result]:
+    """Each document's rows predicted by a table fitted on the other documents' rows."""
+    results: list[Result] = []
+    for held_out in sorted({document(r) for r in rows}):
+        train = [r for r in rows if document(r) != held_out]
+        test = [r for r in rows if document(r) == held_out]
+        results.extend(predict(test, fitter(train, accelerators), accelerators))
+    order = {r["id"]: i for i, r in enumerate(rows)}
+    return sorted(results, key=lambda r: order[r.row_id])
+
+
+@dataclass(frozen=True)
+class Summary:
+    rows: int
+    median_abs: float
+    max_abs: float
+    bias: float
+
+    @classmethod
+    def of(cls, errors: Sequence[float]) -> Summary:
+        return cls(rows=len(errors), median_abs=statistics.median(abs(e) for e in errors),
+                   max_abs=max(abs(e) for e in errors), bias=statistics.fmean(errors))
+
+    def __str__(self) -> str:
+        return (f"median {self.median_abs:5.1%}  max {self.max_abs:5.1%}  "
+                f"bias {self.bias:+6.1%}  ({self.rows} rows)")
+
+
+def load() -> list[Row]:
+    with DATA.open(encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
 
 
 def main() -> int:
-    with DATA.open(encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
-    skipped = Counter(r for r in map(_skip_reason, rows) if r)
+    rows = load()
     accelerators = seed_accelerators()  # read once, not per row
-    results = [evaluate(r, accelerators) for r in rows if _skip_reason(r) is None]
-    print(f"{'row':44s} {'measured':>10s} {'predicted':>10s} {'error':>7s}")
-    for r in results:
-        print(f"{r.row_id[:44]:44s} {r.measured:10.1f} {r.predicted:10.1f} {r.error:+7.1%}")
-    errors = [abs(r.error) for r in results]
-    print(f"\n{len(results)} rows from {len({r.source for r in results})} sources evaluated; "
-          f"{len(rows) - len(results)} not: {dict(skipped)}")
-    print(f"output tokens/s |error|: median {statistics.median(errors):.1%}, "
-          f"max {max(errors):.1%}, mean bias "
-          f"{statistics.fmean(r.error for r in results):+.1%} (out of sample: nothing fitted)")
+    skipped = Counter(r for r in (skip_reason(x, accelerators) for x in rows) if r)
+    usable = [r for r in rows if skip_reason(r, accelerators) is None]
+    before = predict(usable, {**s.ENGINE_PRIORS}, accelerators)
+    table = fit(usable, accelerators)
+    inside = predict(usable, table, accelerators)
+    loso = leave_one_source_out(usable, accelerators)
+
+    print("fitted table (in sample):")
+    for engine, eff in table.items():
+        print(f"  {engine:8s} hbm {eff.hbm_fraction:.2f} compute {eff.compute_fraction:.2f} "
+              f"overhead {eff.step_overhead_s * 1e3:.1f} ms  ({eff.basis})")
+    print(f"\n{'row':40s} {'measured':>9s} {'prior':>7s} {'in':>7s} {'LOSO':>7s}"
+          f" {'TPOT in':>8s} {'TPOT LOSO':>9s}")
+    for b, i, o in zip(before, inside, loso, strict=True):
+        tpot_in = f"{i.tpot_error:+8.1%}" if i.tpot_error is not None else f"{'':8s}"
+        tpot_lo = f"{o.tpot_error:+9.1%}" if o.tpot_error is not None else ""
+        print(f"{i.row_id[:40]:40s} {i.measured:9.1f} {b.error:+7.1%} {i.error:+7.1%} "
+              f"{o.error:+7.1%} {tpot_in} {tpot_lo}")
+    print(f"\n{len(usable)} rows from {len({document(r) for r in usable})} documents "
+          f"evaluated; {len(rows) - len(usable)} not: {dict(skipped)}")
+    print("\noutput tokens/s at a fixed concurrency, |error|:")
+    print(f"  before (priors)       {Summary.of([r.error for r in before])}")
+    print(f"  in sample             {Summary.of([r.error for r in inside])}")
+    print(f"  leave one source out  {Summary.of([r.error for r in loso])}")
+    print("TPOT (p50 model vs published median/mean ITL), |error|:")
+    for name, results in (("before (priors)", before), ("in sample", inside),
+                          ("leave one source out", loso)):
+        tpots = [r.tpot_error for r in results if r.tpot_error is not None]
+        print(f"  {name:21s} {Summary.of(tpots)}")
+    print("per document (throughput), in sample | LOSO:")
+    for doc in sorted({r.document for r in inside}):
+        ins = [r.error for r in inside if r.document == doc]
+        out = [r.error for r in loso if r.document == doc]
+        print(f"  {doc[:60]:60s}\n    {Summary.of(ins)} | {Summary.of(out)}")
+    print("sizing: no evaluable row (the MLPerf Server rows, the only published rates at an "
+          "SLO, state neither prompt lengths nor tensor parallelism)")
     return 0
 
 

@@ -100,7 +100,7 @@ class EngineEfficiency:
     basis: str
 
 
-ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
+ENGINE_PRIORS: dict[Engine, EngineEfficiency] = {
     Engine.TRTLLM: EngineEfficiency(
         hbm_fraction=0.80, compute_fraction=0.60, step_overhead_s=1.0e-3,
         gpu_memory_fraction=0.90,
@@ -121,6 +121,36 @@ ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
         gpu_memory_fraction=0.88,
         basis="conservative prior for an unnamed engine: below every named one"),
 }
+"""The priors, before any fit (their basis in each entry): what an engine keeps when no
+evaluable published row was run with it, and what ``benchmarks/serving_validation.py``
+starts from (its "before" figures, and every leave-one-source-out fold without that
+engine's rows)."""
+
+ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
+    Engine.TRTLLM: ENGINE_PRIORS[Engine.TRTLLM],
+    Engine.SGLANG: ENGINE_PRIORS[Engine.SGLANG],
+    Engine.VLLM: EngineEfficiency(
+        hbm_fraction=0.94, compute_fraction=0.55, step_overhead_s=2.0e-3,
+        gpu_memory_fraction=0.90,
+        basis="fitted on 2 rows of vLLM blog: The State of FP8 KV-Cache and Attention "
+              "Quantization in vLLM (2026-04-22), Table 4 (Llama 3.1 8B, 1 H100, concurrency "
+              "8, ~20k in / ~2k out, bf16 and fp8 KV): output tokens/s, median TPOT and TTFT "
+              "of rows vllmblog_fp8kv_llama8b_bf16kv_c8 and vllmblog_fp8kv_llama8b_fp8kv_c8"),
+    Engine.UNKNOWN: EngineEfficiency(
+        hbm_fraction=0.75, compute_fraction=0.55, step_overhead_s=2.0e-3,
+        gpu_memory_fraction=0.88,
+        basis="conservative: per parameter the least efficient of trtllm, sglang and vllm "
+              "(lowest HBM and compute fractions, highest step overhead, smallest memory "
+              "fraction); never fitted"),
+}
+"""What the model uses. Fitted per named engine by ``benchmarks/serving_validation.py``
+(grid search on the squared log error of output tokens/s, TPOT and TTFT over the evaluable
+rows of ``benchmarks/data/serving-runs.csv`` run with that engine); ``trtllm`` and
+``sglang`` have no evaluable row yet and keep their priors; ``unknown`` is the conservative
+combination of the three named engines, never fitted (the NVIDIA NIM rows, whose engine is
+not stated, are evaluated with it and fit nothing). The leave-one-source-out accuracy is in
+docs/serving.md; ``tests/core/test_serving_validation.py`` checks this table equals the
+benchmark's in-sample fit."""
 
 WORKSPACE_TOKENS = 8192
 """Tokens one forward pass may hold for activation workspace (vLLM's and SGLang's default
@@ -651,8 +681,9 @@ class ServingPlans:
     """Deployments that fit and meet the SLOs at the load, cheapest first (GPUs when no
     price is given), at most ``top_k``."""
     pareto: tuple[PlanCandidate, ...]
-    """Among those, the cost against p99 TTFT front: cheapest first, each faster than the
-    one before."""
+    """Among all feasible deployments, the cost (GPUs when no price is given) against p99
+    TTFT front: cheapest first, each faster than the one before, none dominated; at most
+    ``search.PARETO_POINTS_MAX`` points, thinned evenly with both ends kept."""
     candidates_total: int
     feasible: int
     closest: tuple[PlanCandidate, ...]
@@ -671,57 +702,44 @@ def plan_serving(model: ModelSpec, accelerators: Sequence[AcceleratorSpec], traf
                  max_batches: Sequence[int | None] = (None,),
                  max_tp: int | None = None,
                  price_per_gpu_hour_usd: dict[str, float] | None = None,
-                 top_k: int = 10) -> ServingPlans:
-    """Every (accelerator, tp, weight and KV precision, max batch) deployment of one
-    pipeline stage, each sized for the online load by ``serve``; ranked by cost per hour
-    (price x GPUs; GPUs without prices). Candidates are few (tens to thousands), so each is
-    evaluated exactly rather than in bulk."""
+                 top_k: int = 10,
+                 engines: Sequence[Engine] | None = None) -> ServingPlans:
+    """Every (accelerator, tp, weight and KV precision, engine, max batch) deployment of one
+    pipeline stage, each sized for the online load; ranked by cost per hour (price x GPUs;
+    GPUs without prices). ``engines`` defaults to ``(engine,)``.
+
+    The candidates are evaluated in bulk by ``serving_search.plan_search`` (the formulas of
+    ``serve``, on numpy columns); only the plans returned (top_k, the front, the closest)
+    are re-estimated one by one with ``serve``, so each answer is exactly the serving
+    estimate of its deployment."""
     if traffic.mode is not TrafficMode.ONLINE or traffic.requests_per_s is None:
         raise InvalidSpecError("a serving plan sizes an online load: give traffic.mode online "
                                "with requests_per_s", field="traffic.requests_per_s")
+    from service.core import serving_search  # imports this module: not at the top
+
     prices = price_per_gpu_hour_usd or {}
-    ranked: list[tuple[tuple[float, float, int], PlanCandidate]] = []
-    missed: list[tuple[float, PlanCandidate]] = []
-    total = 0
-    for accelerator in accelerators:
-        for tp in _tp_options(accelerator, max_tp):
-            for weights in weight_precisions:
-                for kv in kv_cache_precisions:
-                    for batch in max_batches:
-                        total += 1
-                        try:
-                            deployment = Deployment(
-                                accelerator=accelerator, gpus_per_replica=tp, tp=tp,
-                                weight_precision=weights, kv_cache_precision=kv,
-                                engine=engine, max_batch=batch)
-                            estimate = serve(model, deployment, traffic)
-                        except InvalidSpecError:
-                            continue  # e.g. no fp8 peak on this accelerator
-                        price = prices.get(accelerator.id)
-                        candidate = PlanCandidate(
-                            deployment=deployment, estimate=estimate,
-                            usd_per_hour=None if price is None else (
-                                price * estimate.replicas * tp))
-                        if estimate.memory.fits and estimate.meets_slo is not False and (
-                                not estimate.saturated):
-                            cost = candidate.usd_per_hour
-                            key = (cost if cost is not None else math.inf,
-                                   float(candidate.num_gpus), total)
-                            ranked.append((key, candidate))
-                        elif estimate.memory.fits:
-                            missed.append((_miss(estimate, traffic.slo), candidate))
-    ranked.sort(key=lambda item: item[0])
-    plans = tuple(c for _, c in ranked)
-    front: list[PlanCandidate] = []
-    best_ttft = math.inf
-    for candidate in plans:
-        if candidate.estimate.ttft_s.p99 < best_ttft:
-            front.append(candidate)
-            best_ttft = candidate.estimate.ttft_s.p99
-    missed.sort(key=lambda item: item[0])
-    return ServingPlans(plans=plans[:top_k], pareto=tuple(front), candidates_total=total,
-                        feasible=len(plans),
-                        closest=tuple(c for _, c in missed[:3]) if not plans else ())
+    candidates = serving_search.grid(
+        accelerators, [_tp_options(a, max_tp) for a in accelerators], weight_precisions,
+        kv_cache_precisions, tuple(engines) if engines else (engine,), max_batches)
+    ranking = serving_search.plan_search(model, candidates, traffic,
+                                         price_per_gpu_hour_usd=prices, top_k=top_k)
+    answered: dict[int, PlanCandidate] = {}
+
+    def answer(position: int) -> PlanCandidate:
+        if position not in answered:
+            deployment = candidates.deployment(position)
+            estimate = serve(model, deployment, traffic)
+            price = prices.get(deployment.accelerator.id)
+            answered[position] = PlanCandidate(
+                deployment=deployment, estimate=estimate,
+                usd_per_hour=None if price is None else (
+                    price * estimate.replicas * deployment.tp))
+        return answered[position]
+
+    return ServingPlans(plans=tuple(answer(p) for p in ranking.plans),
+                        pareto=tuple(answer(p) for p in ranking.pareto),
+                        candidates_total=ranking.candidates_total, feasible=ranking.feasible,
+                        closest=tuple(answer(p) for p in ranking.closest))
 
 
 def _miss(estimate: ServingEstimate, slo: Slo) -> float:

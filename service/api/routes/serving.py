@@ -65,9 +65,11 @@ def plan_serving(
             "value": SERVING_PLAN_EXAMPLE}})],
     accelerators: AcceleratorsDep,
 ) -> ServingPlansResponse:
-    """Every accelerator, tensor-parallel size (one NVLink domain), weight and KV precision
-    and max batch, each sized into replicas for the load under the SLOs; ranked by cost per
-    hour at the given prices (GPUs without prices), with the cost against p99 TTFT front."""
+    """Every accelerator, tensor-parallel size (one NVLink domain), weight and KV precision,
+    engine and max batch, each sized into replicas for the load under the SLOs, evaluated in
+    bulk (up to 100,000 candidates, about a second); ranked by cost per hour at the given
+    prices (GPUs without prices), with the cost against p99 TTFT front (at most 50 points);
+    the plans returned are each re-estimated exactly as POST /v1/serving-estimates would."""
     model = request.model.to_core()
     specs = [accelerators.require(a, f"accelerators.{i}")
              for i, a in enumerate(request.accelerators)]
@@ -76,5 +78,6 @@ def plan_serving(
         weight_precisions=request.weight_precisions,
         kv_cache_precisions=request.kv_cache_precisions,
         max_batches=request.max_batches or [None], max_tp=request.max_tp,
-        price_per_gpu_hour_usd=request.prices(), top_k=request.top_k)
+        price_per_gpu_hour_usd=request.prices(), top_k=request.top_k,
+        engines=request.engines)
     return ServingPlansResponse.from_core(result, request, request.energy.to_core())

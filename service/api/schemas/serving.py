@@ -318,24 +318,42 @@ SERVING_PLAN_EXAMPLE: dict[str, Any] = {
 
 MAX_TP_OPTIONS = 8
 """tp sizes tried per accelerator at most (1, 2, 4, ... up to its NVLink domain)."""
-MAX_PLAN_CANDIDATES = 512
-"""Candidates per serving-plan request: each is sized exactly (about 230 a second measured on
-the 2-core CI machine under load, benchmarks note in docs/serving.md), so 512 bounds a request
-to a few seconds."""
+MAX_PLAN_CANDIDATES = 100_000
+"""Candidates per serving-plan request. They are evaluated in bulk
+(``service/core/serving_search.py``): 110,592 candidates (106,496 evaluable) took a median
+0.27-0.35 s for Llama 3.1 70B and 0.48-0.80 s for Mixtral 8x7B on the 2-core development
+machine under load (130,000-400,000 a second, against 1,500-3,800 a second one by one with
+``serve()``; ``python -m benchmarks.serving_plans_speed``, benchmarks/RESULTS.md), with under
+100 MiB of arrays. A request at the cap therefore takes about a second, a tenth of the 10 s
+search deadline (``CQ_SEARCH_DEADLINE_S``), leaving room for the re-estimate of the plans
+returned and a busier machine."""
+MAX_PLAN_MAX_BATCHES = 64
+"""max_batch values per request (8 before the bulk evaluation)."""
 
 
 class ServingPlanRequest(RequestModel):
     model: ModelIn
     accelerators: list[str] = Field(min_length=1, max_length=8,
                                     description="Accelerator ids to consider.")
-    engine: serving.Engine = serving.Engine.UNKNOWN
+    engine: serving.Engine = Field(
+        default=serving.Engine.UNKNOWN,
+        description="The serving engine, when engines is not given.")
+    engines: list[serving.Engine] | None = Field(
+        default=None, min_length=1, max_length=4,
+        description="Serving engines to try (each with its efficiency, docs/serving.md); "
+                    "default: [engine].")
     weight_precisions: list[serving.WeightPrecision] = Field(
         default_factory=lambda: [serving.WeightPrecision.BF16], min_length=1, max_length=3)
     kv_cache_precisions: list[serving.KvPrecision] = Field(
         default_factory=lambda: [serving.KvPrecision.BF16], min_length=1, max_length=2)
     max_batches: list[Annotated[int, Field(strict=True, ge=1, le=100_000)]] | None = Field(
-        default=None, min_length=1, max_length=8,
-        description="max_batch values to try; default: the largest batch that fits.")
+        default=None, min_length=1, max_length=MAX_PLAN_MAX_BATCHES,
+        description=(
+            f"max_batch values to try (up to {MAX_PLAN_MAX_BATCHES}); default: the largest "
+            f"batch that fits. The search evaluates every accelerator x tp x precision x "
+            f"engine x max_batch candidate in bulk, up to {MAX_PLAN_CANDIDATES:,} per request "
+            f"(110,592 measured in a median 0.27-0.35 s for a dense 70B model and 0.48-0.80 "
+            f"s for an MoE one on a loaded 2-core machine)."))
     max_tp: int | None = Field(strict=True, default=None, ge=1, le=1024)
     price_per_gpu_hour_usd: DecimalString | dict[str, DecimalString] | None = Field(
         default=None, description="One price for every accelerator, or one per id; without "
@@ -350,12 +368,15 @@ class ServingPlanRequest(RequestModel):
             raise ValueError("a serving plan sizes an online load: give traffic.mode online "
                              "with requests_per_s")
         bound = (len(self.accelerators) * MAX_TP_OPTIONS * len(self.weight_precisions)
-                 * len(self.kv_cache_precisions) * len(self.max_batches or [None]))
+                 * len(self.kv_cache_precisions) * len(self.engines or [self.engine])
+                 * len(self.max_batches or [None]))
         if bound > MAX_PLAN_CANDIDATES:
             raise ValueError(
                 f"up to {bound} candidates (accelerators x {MAX_TP_OPTIONS} tp sizes x "
-                f"precisions x max_batches); the limit is {MAX_PLAN_CANDIDATES}: list fewer "
-                "accelerators, precisions or max_batches")
+                f"precisions x engines x max_batches); the limit is {MAX_PLAN_CANDIDATES}: "
+                "list fewer accelerators, precisions, engines or max_batches")
+        if self.engines is not None and len(set(self.engines)) != len(self.engines):
+            raise ValueError("engines lists an engine twice")
         if isinstance(self.price_per_gpu_hour_usd, dict):
             unknown = set(self.price_per_gpu_hour_usd) - set(self.accelerators)
             if unknown:

@@ -381,3 +381,157 @@ def diff_markdown(diff: dict[str, Any], *, show_unchanged: bool = False) -> str:
             md += ["", f"… and {len(rows) - MARKDOWN_DIFF_LINES} more (--format json has "
                        "every line)."]
     return "\n".join(md) + "\n"
+
+
+# --- serving (issue 19) ---------------------------------------------------------------------
+
+KIB_BYTES = 1024
+
+
+def size(value_bytes: float) -> str:
+    """Bytes in the largest binary unit that keeps a figure of at least 1: 40.0 KiB, 50.0 MiB,
+    16.4 GiB (from a GiB up, exactly :func:`fmt.gib`)."""
+    if value_bytes >= fmt.GIB_BYTES:
+        return fmt.gib(value_bytes)
+    for unit, factor in (("MiB", KIB_BYTES**2), ("KiB", KIB_BYTES)):
+        if value_bytes >= factor:
+            return f"{value_bytes / factor:,.1f} {unit}"
+    return f"{value_bytes:,.0f} B"
+
+
+def per_million(amount: str | None) -> str:
+    """A price per million tokens as the API gives it (4 places: at this unit a tenth of a
+    cent matters), with thousands separators; — when unknown."""
+    value = decimal(amount)
+    return "—" if value is None else f"{value:,}"
+
+
+def _length_text(length: dict[str, Any] | None) -> str:
+    if not length:
+        return "?"
+    if length.get("mean") is not None:
+        return f"mean {length['mean']:,.0f}"
+    if length.get("samples"):
+        return f"{len(length['samples']):,} samples"
+    return f"p50 {length.get('p50') or 0:,.0f}, p99 {length.get('p99') or 0:,.0f}"
+
+
+def slo_text(slo: dict[str, Any] | None) -> str:
+    """'TTFT p99 2.00 s, TPOT p99 100.0 ms', or 'none'."""
+    parts = [f"{metric.upper()} {q} {fmt.duration(value)}"
+             for metric in ("ttft", "tpot") for q in ("p50", "p99")
+             if (value := (slo or {}).get(f"{metric}_{q}_s")) is not None]
+    return ", ".join(parts) or "none"
+
+
+def serving_setup(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """What was asked, from the request body (the answer does not repeat it): the model, the
+    replica, the engine and the traffic."""
+    model = request.get("model") or {}
+    d = request.get("deployment") or {}
+    traffic = request.get("traffic") or {}
+    gpus = d.get("gpus_per_replica")
+    layout = f"tp{d.get('tp', 1)} pp{d.get('pp', 1)}"
+    replica = (f"{gpus:,} × {d.get('accelerator', '?')} ({layout})" if gpus
+               else f"{d.get('accelerator', '?')} ({layout})")
+    engine = (f"{d.get('engine', 'unknown')}; {d.get('weight_precision', 'bf16')} weights, "
+              f"{d.get('kv_cache_precision', 'bf16')} KV cache"
+              + (f"; max batch {d['max_batch']:,}" if d.get("max_batch") else ""))
+    if d.get("prefix_caching"):
+        engine += f"; prefix cache hits {fmt.percent(d.get('prefix_cache_hit_fraction', 0))}"
+    if d.get("speculative"):
+        engine += (f"; speculative, acceptance "
+                   f"{fmt.percent(d['speculative'].get('acceptance_rate', 0))}")
+    mode = traffic.get("mode", "?")
+    load = {"online": (f"{traffic['requests_per_s']:,g} requests/s"
+                       if traffic.get("requests_per_s") is not None
+                       else f"concurrency {traffic.get('concurrency', '?')}"),
+            "fixed_batch": f"batch {traffic.get('batch_size', '?')}",
+            "offline": "the largest batch that fits"}.get(mode, "")
+    return [("model", str(model.get("preset") or model.get("name") or "custom")),
+            ("replica", replica), ("engine", engine),
+            ("traffic", f"{mode}, {load}; prompt {_length_text(traffic.get('prompt_tokens'))}"
+                        f", output {_length_text(traffic.get('output_tokens'))} tokens"),
+            ("SLO", slo_text(traffic.get("slo")))]
+
+
+def serving_memory_rows(answer: dict[str, Any]) -> list[tuple[str, str]]:
+    """Memory per GPU, then the largest concurrency that fits and whether the model fits."""
+    m = answer["memory"]
+    return [("weights", size(m["weights_bytes_per_gpu"])),
+            ("KV cache per token", size(m["kv_cache_bytes_per_token"])),
+            ("KV cache per sequence", size(m["kv_cache_bytes_per_sequence"])),
+            ("workspace, activations", size(m["workspace_bytes_per_gpu"])),
+            ("KV cache budget", size(m["kv_budget_bytes_per_gpu"])),
+            ("usable (engine's share)", size(m["usable_bytes_per_gpu"])),
+            ("max concurrency", f"{m['max_concurrency']:,} sequences per replica"),
+            ("fits", "yes" if m["fits"] else "NO: the weights leave no room for a sequence")]
+
+
+LATENCY_ROWS: tuple[tuple[str, str, str | None], ...] = (
+    ("ttft_s", "TTFT", "ttft"), ("tpot_s", "TPOT", "tpot"), ("e2e_s", "end to end", None),
+    ("prefill_s", "prefill (unloaded)", None))
+
+
+def serving_latency_rows(answer: dict[str, Any], slo: dict[str, Any] | None,
+                         ) -> list[tuple[str, str, str, str, str]]:
+    """(label, p50, p99, SLO p50, SLO p99) for TTFT, TPOT, end to end and unloaded prefill."""
+    latency, slo = answer["latency"], slo or {}
+
+    def limit(metric: str | None, quantile: str) -> str:
+        value = slo.get(f"{metric}_{quantile}_s") if metric else None
+        return "—" if value is None else fmt.duration(value)
+
+    return [(label, fmt.duration(latency[key]["p50"]), fmt.duration(latency[key]["p99"]),
+             limit(metric, "p50"), limit(metric, "p99")) for key, label, metric in LATENCY_ROWS]
+
+
+def meets_slo_text(sizing: dict[str, Any]) -> str:
+    meets = {True: "yes", False: "NO", None: "no SLO given"}[sizing.get("meets_slo")]
+    return meets + ("; saturated (over capacity)" if sizing.get("saturated") else "")
+
+
+def serving_figures(answer: dict[str, Any]) -> list[tuple[str, str]]:
+    """Throughput, the decode roofline, sizing, cost and energy of a serving estimate."""
+    t, d, s = answer["throughput"], answer["decode"], answer["sizing"]
+    crossover = d.get("crossover_batch")
+    rows = [
+        ("output tokens/s", f"{fmt.number(t['output_tokens_per_s'])} per replica "
+                            f"({fmt.number(t['output_tokens_per_s_per_gpu'])} per GPU)"),
+        ("input tokens/s", f"{fmt.number(t['input_tokens_per_s'])} per replica"),
+        ("requests/s", f"{fmt.number(t['requests_per_s'], 2)} per replica served; capacity "
+                       f"{fmt.number(t['capacity_requests_per_s'], 2)}"),
+        ("decode step", f"{fmt.duration(d['step_s'])} at batch {fmt.number(d['batch'], 1)} "
+                        f"(HBM {fmt.duration(d['memory_bound_s'])}, FLOPs "
+                        f"{fmt.duration(d['compute_bound_s'])})"),
+        ("compute-bound from", f"batch {fmt.number(crossover)}" if crossover is not None
+         else "never (decode stays memory-bound)"),
+        ("replicas", f"{s['replicas']:,} ({s['num_gpus']:,} "
+                     f"GPU{'' if s['num_gpus'] == 1 else 's'})"),
+        ("meets the SLOs", meets_slo_text(s)),
+    ]
+    cost = answer.get("cost")
+    if cost:
+        rows += [("cost", f"{fmt.money(cost['usd_per_hour'])} per hour"),
+                 ("per M output tokens",
+                  f"{per_million(cost['usd_per_million_output_tokens'])} USD"),
+                 ("per M tokens in + out",
+                  f"{per_million(cost['usd_per_million_total_tokens'])} USD")]
+    else:
+        rows.append(("cost", "— (give a price per GPU-hour)"))
+    energy = answer["energy"]
+    kwh = fmt.number(energy["kwh_per_million_output_tokens"], 2)
+    co2e = fmt.number(energy["co2e_kg_per_million_output_tokens"], 2)
+    rows.append(("energy per M output", f"{kwh} kWh, {co2e} kg CO2e"))
+    return rows
+
+
+def serving_plan_layout(deployment: dict[str, Any], *, engine: bool = False) -> str:
+    """'tp4 fp8/bf16 b256': tensor (and pipeline) parallel size, weight/KV precision, the max
+    batch when one was set, and with ``engine`` the engine ('tp4 fp8/bf16 vllm')."""
+    d = deployment
+    return " ".join(p for p in (
+        f"tp{d.get('tp', 1)}", f"pp{d['pp']}" if d.get("pp", 1) != 1 else "",
+        f"{d.get('weight_precision', 'bf16')}/{d.get('kv_cache_precision', 'bf16')}",
+        f"b{d['max_batch']}" if d.get("max_batch") else "",
+        str(d.get("engine", "")) if engine else "") if p)

@@ -5,15 +5,22 @@ Two cases from issue 4, each run ``--repeats`` times in process (the core search
 - Llama 3.1 405B on 512 to 16,384 GPUs in steps of 512, on H100, H200 and B200.
 The baseline, measured in the same run, is the scalar ``estimate()`` on 300 candidates of the
 first case: the ratio says how much faster one bulk candidate is than one scalar estimate.
+``cpu s`` is the median process CPU time, steadier than wall time on a shared machine.
+``--split`` adds where the 405B sweep's CPU time goes, by phase of ``core.search``.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
+import service.core.search as search_module
 from service.core.estimate import estimate
 from service.core.search import (
     SearchRequest,
@@ -66,33 +73,86 @@ def scalar_seconds_per_candidate(request: SearchRequest, samples: int = 300) -> 
     return (time.perf_counter() - start) / samples
 
 
+SPLIT_PHASES = ("_skeletons", "_grid", "plan_vars", "build_geometry", "stage_activation_bytes",
+                "memory_breakdown", "step_time", "job_figures", "_flat_figures", "_top",
+                "_pareto_indices", "_rank")
+"""Functions of ``core.search`` (or imported into it) timed by ``--split``: each is called about
+once per chunk, so timing them costs little."""
+
+
+def phase_split(request: SearchRequest, repeats: int) -> tuple[float, dict[str, float]]:
+    """Median CPU seconds of ``search`` and of each phase in ``SPLIT_PHASES``."""
+    spent: collections.Counter[str] = collections.Counter()
+    originals = {name: getattr(search_module, name) for name in SPLIT_PHASES}
+
+    def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.process_time()
+            result = function(*args, **kwargs)
+            if name == "_skeletons":
+                result = iter(list(result))  # a generator: time its whole enumeration
+            spent[name] += time.process_time() - start
+            return result
+        return wrapper
+
+    totals: list[float] = []
+    phases: dict[str, list[float]] = {name: [] for name in SPLIT_PHASES}
+    try:
+        for name, function in originals.items():
+            setattr(search_module, name, timed(name, function))
+        for _ in range(repeats):
+            spent.clear()
+            start = time.process_time()
+            search(request, clock=time.perf_counter)
+            totals.append(time.process_time() - start)
+            for name in SPLIT_PHASES:
+                phases[name].append(spent[name])
+    finally:
+        for name, function in originals.items():
+            setattr(search_module, name, function)
+    return statistics.median(totals), {k: statistics.median(v) for k, v in phases.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--split", action="store_true",
+                        help="also print the 405B sweep's CPU time by phase")
     args = parser.parse_args(argv)
     scalar = scalar_seconds_per_candidate(gpt3_request())
     print(f"baseline: scalar estimate() {scalar * 1e6:.1f} us per candidate "
           f"({1 / scalar:,.0f} candidates/s)")
     print(f"{'case':34} {'candidates':>11} {'feasible':>9} {'median s':>9} {'max s':>7} "
-          f"{'cand/s':>11} {'x scalar':>9}")
+          f"{'cpu s':>6} {'cand/s':>11} {'x scalar':>9}")
     for name, make in (("gpt3-175b, 1024 A100, full space", gpt3_request),
                        ("llama3.1-405b, 96 clusters", llama405b_sweep_request)):
         request = make()
-        times = []
+        times, cpu = [], []
         result = None
         for _ in range(args.repeats):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             result = search(request, clock=time.perf_counter)
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
         assert result is not None
         median = statistics.median(times)
         per_s = result.stats.candidates_evaluated / median
         print(f"{name:34} {result.stats.candidates_evaluated:11,} {result.stats.feasible:9,} "
-              f"{median:9.3f} {max(times):7.3f} {per_s:11,.0f} {per_s * scalar:9.0f}")
+              f"{median:9.3f} {max(times):7.3f} {statistics.median(cpu):6.3f} {per_s:11,.0f} "
+              f"{per_s * scalar:9.0f}")
         best = result.plans[0]
         print(f"  best: {best.cluster.accelerator.id} x{best.cluster.num_gpus} {best.plan}, "
               f"{best.estimate.throughput.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
               f"MFU {best.estimate.throughput.mfu_fraction:.1%}")
+    if args.split:
+        total, phases = phase_split(llama405b_sweep_request(), args.repeats)
+        print(f"llama3.1-405b sweep, CPU s by phase (median of {args.repeats}): "
+              f"search {total:.3f}")
+        for name, seconds in sorted(phases.items(), key=lambda kv: -kv[1]):
+            print(f"  {name:24} {seconds:6.3f} {seconds / total:6.1%}")
+        rest = total - sum(phases.values())
+        print(f"  {'rest of search()':24} {rest:6.3f} {rest / total:6.1%}")
     return 0
 
 

@@ -11,6 +11,8 @@ with t = 1 it changes nothing) complete a candidate.
 
 Candidates are evaluated as numpy arrays by the same geometry, memory and timing functions
 that ``estimate()`` runs on Python numbers (``service/core/ops.py``), so there is one model.
+The arrays are a broadcast grid (``_Grid``): a term is computed once per value of the
+dimensions it depends on, not once per candidate.
 The returned plans are re-estimated one by one with ``estimate()``, so their blocks are exactly
 what ``POST /v1/estimates`` answers.
 
@@ -20,6 +22,7 @@ The core reads no clock: the caller passes ``clock`` for the search deadline.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -154,9 +157,12 @@ class SearchResult:
 # --- enumeration ---------------------------------------------------------------------------
 
 
-def _divisors(n: int) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    """Ascending; cached, as a sweep asks for the same few numbers tens of thousands of
+    times."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,55 +253,112 @@ def _inner(space: SearchSpace) -> tuple[list[int], list[int]]:
     return zeros, codes
 
 
+_OUTER = ("tp", "pp", "cp", "dp", "ep", "vp", "micro_batch")
+"""Columns that vary along the grid's rows: one row per (skeleton, vp, micro-batch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Grid:
+    """The candidates of some skeletons as columns that broadcast to ``shape`` = (ZeRO
+    stages, recomputation codes, sequence-parallel values, rows), where a row is one
+    (skeleton, vp, micro-batch): tp, pp, cp, dp, ep, vp and the micro-batch have shape
+    (1, 1, 1, rows), the ZeRO stage (Z, 1, 1, 1), the recomputation code (1, C, 1, 1) and
+    sequence parallelism (1, 1, S, 1).
+
+    The formulas are element-wise (``ops.py``: operators, ``where``, ``maximum``,
+    ``minimum``), so numpy broadcasting runs every term only over the axes it depends on: the
+    parameter shapes and bandwidths once per row, the ZeRO sharding once per (stage, row),
+    and only the terms that combine everything once per candidate. Each element is the same
+    sequence of IEEE operations on the same values as in a flat array, so the figures are
+    bit-identical (tests/core/test_search.py). The rows are the last axis so that numpy's
+    inner loops run along the long, contiguous one.
+
+    Candidate ``i`` is element ``index[i]`` of the grid flattened in C order. Candidates are
+    numbered as a per-skeleton ``meshgrid(vps, micro_batches, zeros, codes, sps,
+    indexing="ij")``, skeleton after skeleton (the order the search has always used: its
+    stable sorts break ties by it); ``index`` leaves out the sequence-parallel value that a
+    tp = 1 skeleton does not enumerate."""
+
+    columns: dict[str, np.ndarray]
+    shape: tuple[int, int, int, int]
+    index: np.ndarray
+
+    @property
+    def size(self) -> int:
+        """Number of candidates."""
+        return int(self.index.size)
+
+    def flat(self, values: Any) -> np.ndarray:
+        """One value per candidate, in candidate order, of an array broadcast over the grid."""
+        full = np.broadcast_to(np.asarray(values, dtype=float), self.shape).reshape(-1)
+        flat: np.ndarray = full[self.index]
+        return flat
+
+    def take(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """Every column at the given candidate indices, as flat arrays (``plan_at`` reads
+        them)."""
+        at = np.unravel_index(self.index[indices], self.shape)
+        return {key: np.broadcast_to(value, self.shape)[at]
+                for key, value in self.columns.items()}
+
+
+def _grid(skeletons: Sequence[_Skeleton], zeros: Sequence[int], codes: Sequence[int],
+          batch: int) -> _Grid:
+    """All candidates of the skeletons as a ``_Grid``, built with a fixed number of numpy
+    calls (mixed-radix decoding of each row's index within its skeleton), not a few calls per
+    skeleton (issue 16: that loop was 22% of a 405B sweep)."""
+    layout = np.array([(sk.tp, sk.pp, sk.cp, sk.dp, sk.ep, len(sk.vps), len(sk.micro_batches))
+                       for sk in skeletons], dtype=np.int64).reshape(-1, 7)
+    n_vp, n_mb = layout[:, 5], layout[:, 6]
+    rows = n_vp * n_mb
+    owner = np.repeat(np.arange(len(skeletons)), rows)
+    local = np.arange(owner.size, dtype=np.int64) - (np.cumsum(rows) - rows)[owner]
+    n_mb_row = n_mb[owner]
+
+    def values(lists: Iterator[tuple[int, ...]], counts: np.ndarray, i: np.ndarray) -> np.ndarray:
+        flat = np.fromiter((v for vs in lists for v in vs), dtype=np.int64,
+                           count=int(counts.sum()))
+        picked: np.ndarray = flat[(np.cumsum(counts) - counts)[owner] + i]
+        return picked
+
+    outer = [layout[owner, i] for i in range(5)]
+    outer.append(values((sk.vps for sk in skeletons), n_vp, local // n_mb_row))
+    outer.append(values((sk.micro_batches for sk in skeletons), n_mb, local % n_mb_row))
+    columns = {key: column.reshape(1, 1, 1, -1) for key, column in zip(_OUTER, outer,
+                                                                         strict=True)}
+    # Every skeleton's sequence-parallel values are the longest list or one value of it
+    # (tp = 1 enumerates only the base value, ``_skeletons``).
+    kinds = sorted({sk.sps for sk in skeletons}, key=len, reverse=True)
+    sps = kinds[0] if kinds else ()
+    for kind in kinds:
+        if tuple(v for v in sps if v in kind) != kind:
+            raise AssertionError(f"sequence-parallel values {kind} do not follow {sps}")
+    columns["zero_stage"] = np.asarray(zeros, dtype=np.int64).reshape(-1, 1, 1, 1)
+    columns["recompute"] = np.asarray(codes, dtype=np.int64).reshape(1, -1, 1, 1)
+    columns["sp"] = np.asarray(sps, dtype=bool).reshape(1, 1, -1, 1)
+    columns["batch"] = np.full((1, 1, 1, 1), batch, dtype=np.int64)
+    shape = (len(zeros), len(codes), len(sps), owner.size)
+    # Grid element of each (row, zero, code, sp) in candidate order (row outermost).
+    index = np.moveaxis(np.arange(math.prod(shape), dtype=np.int64).reshape(shape), 3,
+                        0).reshape(-1)
+    if len(kinds) > 1:
+        holds = np.array([[v in kind for v in sps] for kind in kinds], dtype=bool)
+        kind_of = {kind: i for i, kind in enumerate(kinds)}
+        per_skeleton = holds[np.fromiter((kind_of[sk.sps] for sk in skeletons), dtype=np.int64,
+                                         count=len(skeletons))]
+        keep = np.broadcast_to(per_skeleton[owner][:, None, None, :],
+                               (owner.size, len(zeros), len(codes), len(sps)))
+        index = index[keep.reshape(-1)]
+    return _Grid(columns, shape, index)
+
+
 def _columns(skeletons: Sequence[_Skeleton], zeros: Sequence[int], codes: Sequence[int],
              batch: int) -> dict[str, np.ndarray]:
-    """All candidates of the skeletons as int64/bool columns, in the order of a per-skeleton
-    ``meshgrid(vps, micro_batches, zeros, codes, sps, indexing="ij")``: built with a fixed
-    number of numpy calls (mixed-radix decoding of each candidate's index within its
-    skeleton), not a few calls per skeleton (issue 16: that loop was 22% of a 405B sweep)."""
-    if not skeletons:
-        empty = {k: np.zeros(0, dtype=np.int64) for k in (
-            "tp", "pp", "cp", "dp", "ep", "vp", "micro_batch", "zero_stage", "recompute",
-            "batch")}
-        empty["sp"] = np.zeros(0, dtype=bool)
-        return empty
-    layout = np.array([(sk.tp, sk.pp, sk.cp, sk.dp, sk.ep, len(sk.vps),
-                        len(sk.micro_batches), len(sk.sps)) for sk in skeletons],
-                      dtype=np.int64)
-    n_vp, n_mb, n_sp = layout[:, 5], layout[:, 6], layout[:, 7]
-    n_zero, n_code = len(zeros), len(codes)
-    sizes = n_vp * n_mb * n_zero * n_code * n_sp
-    owner = np.repeat(np.arange(len(skeletons)), sizes)
-    starts = np.cumsum(sizes) - sizes
-    local = np.arange(int(sizes.sum()), dtype=np.int64) - starts[owner]
-    # Innermost first: sp, then recompute code, zero stage, micro-batch; vp is what is left.
-    n_sp_c = n_sp[owner]
-    i_sp = local % n_sp_c
-    local //= n_sp_c
-    i_code = local % n_code
-    local //= n_code
-    i_zero = local % n_zero
-    local //= n_zero
-    n_mb_c = n_mb[owner]
-    i_mb = local % n_mb_c
-    i_vp = local // n_mb_c
-
-    def flat(values: Sequence[tuple[int, ...]], counts: np.ndarray) -> tuple[np.ndarray,
-                                                                                np.ndarray]:
-        return (np.fromiter((v for vs in values for v in vs), dtype=np.int64,
-                            count=int(counts.sum())), np.cumsum(counts) - counts)
-
-    vp_values, vp_offsets = flat([sk.vps for sk in skeletons], n_vp)
-    mb_values, mb_offsets = flat([sk.micro_batches for sk in skeletons], n_mb)
-    sp_values, sp_offsets = flat([tuple(int(x) for x in sk.sps) for sk in skeletons], n_sp)
-    columns = {key: layout[owner, i] for i, key in enumerate(("tp", "pp", "cp", "dp", "ep"))}
-    columns["vp"] = vp_values[vp_offsets[owner] + i_vp]
-    columns["micro_batch"] = mb_values[mb_offsets[owner] + i_mb]
-    columns["zero_stage"] = np.asarray(zeros, dtype=np.int64)[i_zero]
-    columns["recompute"] = np.asarray(codes, dtype=np.int64)[i_code]
-    columns["sp"] = sp_values[sp_offsets[owner] + i_sp].astype(bool)
-    columns["batch"] = np.full(owner.size, batch, dtype=np.int64)
-    return columns
+    """All candidates of the skeletons as flat int64/bool columns, in the order of a
+    per-skeleton ``meshgrid(vps, micro_batches, zeros, codes, sps, indexing="ij")`` (the
+    search itself evaluates the ``_grid`` without flattening it)."""
+    grid = _grid(skeletons, zeros, codes, batch)
+    return grid.take(np.arange(grid.size))
 
 
 def plan_vars(columns: Mapping[str, np.ndarray], model: ModelSpec,
@@ -348,7 +411,7 @@ def plan_at(columns: Mapping[str, np.ndarray], i: int,
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BulkFigures:
-    """Per-candidate figures from the shared formulas (arrays)."""
+    """Per-candidate figures from the shared formulas (arrays of the columns' shape)."""
 
     peak_bytes: np.ndarray
     step_s: np.ndarray
@@ -364,7 +427,9 @@ def evaluate_bulk(
     columns: Mapping[str, np.ndarray], *, energy: EnergySpec, calibration: Calibration,
     base: ParallelismPlan | None = None,
 ) -> BulkFigures:
-    """Run the estimate's formulas on every candidate at once."""
+    """Run the estimate's formulas on every candidate at once. ``columns`` are flat arrays
+    (one element per candidate, as ``_columns`` builds) or arrays that broadcast together (a
+    ``_Grid``'s); the figures have the columns' broadcast shape."""
     counts = count_parameters(model)
     flops = token_flops(model, counts, training.seq_len)
     acc = cluster.accelerator
@@ -378,11 +443,12 @@ def evaluate_bulk(
     step = step_time(model, counts, cluster, pv, training, geometry, calibration,
                      activations[0], np)
     power_w = average_power_w_per_gpu(acc.tdp_w, energy)
-    job = job_figures(step.step_s, pv, training, cluster.num_gpus, flops,
+    step_s = step.step_s  # a property that sums ten arrays: read it once
+    job = job_figures(step_s, pv, training, cluster.num_gpus, flops,
                       acc.peak_for(training.precision), power_w, energy.pue, np)
     return BulkFigures(
         peak_bytes=np.asarray(memory.peak_bytes, dtype=float),
-        step_s=np.asarray(step.step_s, dtype=float),
+        step_s=np.asarray(step_s, dtype=float),
         tokens_per_s=np.asarray(job.tokens_per_s, dtype=float),
         train_s=np.asarray(job.train_s, dtype=float),
         gpu_hours=np.asarray(job.gpu_hours, dtype=float),
@@ -483,10 +549,11 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
             if clock() - started > request.deadline_s:
                 truncated = True
                 break
-            columns = _columns(chunk, zeros, codes, group.batch)
-            figures = evaluate_bulk(model, cluster, training, columns, energy=request.energy,
-                                    calibration=request.calibration, base=space.base)
-            size = columns["tp"].size
+            grid = _grid(chunk, zeros, codes, group.batch)
+            figures = _flat_figures(grid, evaluate_bulk(
+                model, cluster, training, grid.columns, energy=request.energy,
+                calibration=request.calibration, base=space.base))
+            size = grid.size
             evaluated += size
             cost = figures.gpu_hours * price if priced else figures.gpu_hours
             fits = figures.peak_bytes <= usable
@@ -503,17 +570,17 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
             feasible += int(ok.sum())
             objective = _objective_values(request.objective, figures, cost,
                                           _energy_for(request, cluster))
-            order_keys = _sort_keys(columns, objective, figures, cluster_index)
-            picked = _top(order_keys, ok, request.top_k)
-            make = _maker(columns, figures, cost, usable, cluster_index, group.batch,
+            picked = _top(objective, _sort_keys(grid, objective, figures, cluster_index), ok,
+                          request.top_k)
+            make = _maker(grid, figures, cost, usable, cluster_index, group.batch,
                           objective, figures.train_s, space.base)
-            kept.extend(make(i) for i in picked)
-            front.extend(make(i) for i in _pareto_indices(figures.train_s, cost, ok))
+            kept.extend(make(picked))
+            front.extend(make(_pareto_indices(figures.train_s, cost, ok)))
             if not ok.any():
                 ratio = figures.peak_bytes / usable
                 near = np.where(fits, figures.train_s, np.inf) if fits.any() else ratio
-                closest.extend(make(int(i)) for i in np.argsort(near, kind="stable")[
-                    :CLOSEST_SHOWN])
+                closest.extend(make([int(i) for i in np.argsort(near, kind="stable")[
+                    :CLOSEST_SHOWN]]))
     elapsed = clock() - started
     stats = SearchStats(candidates_total=total, candidates_evaluated=evaluated,
                         feasible=feasible, pruned_by_rule=dict(sorted(pruned.items())),
@@ -559,46 +626,73 @@ def _objective_values(objective: Objective, figures: BulkFigures, cost: np.ndarr
     return figures.train_s
 
 
-def _sort_keys(columns: Mapping[str, np.ndarray], objective: np.ndarray,
-               figures: BulkFigures, cluster_index: int) -> list[np.ndarray]:
-    """Primary first: objective, time, GPU-hours, then the layout itself (deterministic)."""
-    layout = [columns[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero_stage",
-                                   "recompute")]
-    return [objective, figures.train_s, figures.gpu_hours,
-            np.full(objective.size, cluster_index), *layout, ~columns["sp"]]
+def _flat_figures(grid: _Grid, figures: BulkFigures) -> BulkFigures:
+    """The figures of a grid evaluation, one value per candidate in candidate order."""
+    return BulkFigures(**{f.name: grid.flat(getattr(figures, f.name))
+                          for f in dataclasses.fields(BulkFigures)})
 
 
-def _top(keys: list[np.ndarray], ok: np.ndarray, k: int) -> list[int]:
+def _sort_keys(grid: _Grid, objective: np.ndarray, figures: BulkFigures,
+               cluster_index: int) -> Callable[[np.ndarray], list[np.ndarray]]:
+    """The ranking keys of the candidates at given indices, primary first: objective, time,
+    GPU-hours, then the layout itself (deterministic)."""
+    def keys(idx: np.ndarray) -> list[np.ndarray]:
+        columns = grid.take(idx)
+        layout = [columns[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch",
+                                       "zero_stage", "recompute")]
+        return [objective[idx], figures.train_s[idx], figures.gpu_hours[idx],
+                np.full(idx.size, cluster_index), *layout, ~columns["sp"]]
+    return keys
+
+
+def _top(primary: np.ndarray, keys: Callable[[np.ndarray], list[np.ndarray]], ok: np.ndarray,
+         k: int) -> list[int]:
+    """The ``k`` best candidates that are ``ok`` by ``keys`` (whose first is ``primary``)."""
     idx = np.flatnonzero(ok)
     if idx.size == 0:
         return []
     if idx.size > 4 * k:  # cheap pre-selection on the primary key, ties kept
-        threshold = np.partition(keys[0][idx], k - 1)[k - 1] if k <= idx.size else np.inf
-        idx = idx[keys[0][idx] <= threshold]
-    order = np.lexsort(tuple(key[idx] for key in reversed(keys)))
+        threshold = np.partition(primary[idx], k - 1)[k - 1] if k <= idx.size else np.inf
+        idx = idx[primary[idx] <= threshold]
+    order = np.lexsort(tuple(reversed(keys(idx))))
     return [int(i) for i in idx[order[:k]]]
 
 
-def _maker(columns: Mapping[str, np.ndarray], figures: BulkFigures, cost: np.ndarray,
-           usable: float, cluster_index: int, batch: int, objective: np.ndarray,
-           train_s: np.ndarray, base: ParallelismPlan) -> Callable[[int], _Candidate]:
-    def make(i: int) -> _Candidate:
-        plan = plan_at(columns, i, base)
-        key = (float(objective[i]), float(train_s[i]), float(figures.gpu_hours[i]),
-               cluster_index, plan.tp, plan.pp, plan.cp, plan.ep, plan.vp, plan.micro_batch,
-               plan.zero_stage, RECOMPUTE_CODES.index(plan.recompute),
-               not plan.sequence_parallel)
-        return _Candidate(key=key, cluster_index=cluster_index, batch=batch, plan=plan,
-                          train_s=float(train_s[i]), cost=float(cost[i]),
-                          peak_bytes=float(figures.peak_bytes[i]), usable_bytes=usable)
+def _maker(grid: _Grid, figures: BulkFigures, cost: np.ndarray, usable: float,
+           cluster_index: int, batch: int, objective: np.ndarray, train_s: np.ndarray,
+           base: ParallelismPlan) -> Callable[[Sequence[int]], list[_Candidate]]:
+    def make(indices: Sequence[int]) -> list[_Candidate]:
+        columns = grid.take(np.asarray(indices, dtype=np.int64))
+        made = []
+        for j, i in enumerate(indices):
+            plan = plan_at(columns, j, base)
+            key = (float(objective[i]), float(train_s[i]), float(figures.gpu_hours[i]),
+                   cluster_index, plan.tp, plan.pp, plan.cp, plan.ep, plan.vp,
+                   plan.micro_batch, plan.zero_stage, RECOMPUTE_CODES.index(plan.recompute),
+                   not plan.sequence_parallel)
+            made.append(_Candidate(key=key, cluster_index=cluster_index, batch=batch,
+                                   plan=plan, train_s=float(train_s[i]), cost=float(cost[i]),
+                                   peak_bytes=float(figures.peak_bytes[i]),
+                                   usable_bytes=usable))
+        return made
     return make
 
 
 def _pareto_indices(time_s: np.ndarray, cost: np.ndarray, ok: np.ndarray) -> list[int]:
-    """Indices on the time/cost front: no other candidate is at least as fast and cheaper."""
+    """Indices on the time/cost front: no other candidate is at least as fast and cheaper.
+
+    The front starts at the fastest candidate (the cheapest of the fastest, the first of
+    equals) and every later point is cheaper than it, so only the candidates cheaper than it
+    are sorted (issue 16: sorting every feasible candidate was 6% of a 405B sweep)."""
     idx = np.flatnonzero(ok)
     if idx.size == 0:
         return []
+    times, costs = time_s[idx], cost[idx]
+    fastest_s, cheapest = times.min(), costs.min()
+    if not (np.isnan(fastest_s) or np.isnan(cheapest)):  # NaN: sort them all, as before
+        fastest = idx[times == fastest_s]
+        first = fastest[np.argmin(cost[fastest])]
+        idx = np.concatenate(([first], idx[costs < cost[first]]))
     order = idx[np.lexsort((cost[idx], time_s[idx]))]
     running = np.minimum.accumulate(cost[order])
     better = np.empty(order.size, dtype=bool)

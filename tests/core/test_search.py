@@ -22,7 +22,10 @@ from service.core.search import (
     SearchSpace,
     SearchTooLargeError,
     _columns,
+    _flat_figures,
+    _grid,
     _inner,
+    _pareto_indices,
     _skeletons,
     evaluate_bulk,
     plan_at,
@@ -31,6 +34,7 @@ from service.core.search import (
 from service.core.specs import (
     ClusterSpec,
     EnergySpec,
+    Offload,
     ParallelismPlan,
     RecomputeMode,
     TrainingSpec,
@@ -294,3 +298,164 @@ def test_the_search_never_loses_to_a_published_layout() -> None:
     assert len(comparisons) >= 50
     assert check(comparisons) == []
     assert sum(c.published_fits for c in comparisons) >= 40
+
+
+# --- issue 16: the candidates as a broadcast grid ------------------------------------------
+
+
+def _reference_columns(skeletons: list, zeros: list[int], codes: list[int],
+                       batch: int) -> dict[str, np.ndarray]:
+    """The per-skeleton construction the search used before issue 16 (a meshgrid per
+    skeleton, concatenated): the order and values every faster construction must keep."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in (
+        "tp", "pp", "cp", "dp", "ep", "vp", "micro_batch", "zero_stage", "recompute", "sp")}
+    for sk in skeletons:
+        grid = np.meshgrid(np.array(sk.vps), np.array(sk.micro_batches), np.array(zeros),
+                           np.array(codes), np.array(sk.sps), indexing="ij")
+        size = grid[0].size
+        for key, value in (("tp", sk.tp), ("pp", sk.pp), ("cp", sk.cp), ("dp", sk.dp),
+                           ("ep", sk.ep)):
+            parts[key].append(np.full(size, value, dtype=np.int64))
+        for key, array in zip(("vp", "micro_batch", "zero_stage", "recompute", "sp"), grid,
+                              strict=True):
+            parts[key].append(array.ravel())
+    columns = {k: np.concatenate(v) for k, v in parts.items()}
+    columns["sp"] = columns["sp"].astype(bool)
+    columns["batch"] = np.full(columns["tp"].size, batch, dtype=np.int64)
+    return columns
+
+
+SPACES = {
+    "every dimension": SearchSpace(),
+    "sequence parallel fixed on": SearchSpace(
+        vary=frozenset({"tp", "pp", "cp", "micro_batch", "zero_stage"}),
+        base=ParallelismPlan(sequence_parallel=True)),
+    "recompute and ZeRO fixed": SearchSpace(
+        vary=frozenset({"tp", "pp", "vp", "micro_batch", "sequence_parallel"}),
+        base=ParallelismPlan(zero_stage=3, recompute=RecomputeMode.FULL)),
+    "offloaded activations and weights": SearchSpace(
+        vary=frozenset({"tp", "pp", "cp", "ep", "micro_batch", "recompute",
+                        "sequence_parallel"}),
+        base=ParallelismPlan(zero_stage=3, offload=frozenset({Offload.ACTIVATIONS,
+                                                              Offload.WEIGHTS}))),
+}
+
+
+def _case_skeletons(case: tuple[str, str, int, int, int], space: SearchSpace) -> tuple[
+    object, ClusterSpec, TrainingSpec, list, list[int], list[int]
+]:
+    preset, acc, gpus, seq, batch = case
+    m = model(preset)
+    cluster = ClusterSpec(accelerator=accelerator(acc), num_gpus=gpus,
+                          gpus_per_node=min(8, gpus))
+    training = TrainingSpec(seq_len=seq, global_batch_seqs=batch, tokens=1e12)
+    skeletons = list(_skeletons(m, cluster, batch, seq, space, {}))  # type: ignore[arg-type]
+    zeros, codes = _inner(space)
+    return m, cluster, training, skeletons, zeros, codes
+
+
+@pytest.mark.parametrize("space_name", SPACES)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_columns_equal_the_per_skeleton_meshgrid(case: tuple[str, str, int, int, int],
+                                                  space_name: str) -> None:
+    _, _, _, skeletons, zeros, codes = _case_skeletons(case, SPACES[space_name])
+    assert skeletons
+    assert any(sk.tp == 1 for sk in skeletons)  # their one sequence-parallel value is masked
+    batch = case[4]
+    for chunk in (skeletons, skeletons[1::3]):  # a chunk need not start at the first
+        got = _columns(chunk, zeros, codes, batch)
+        want = _reference_columns(chunk, zeros, codes, batch)
+        assert got.keys() == want.keys()
+        for key, column in want.items():
+            assert got[key].dtype == column.dtype, key
+            np.testing.assert_array_equal(got[key], column, err_msg=key)
+        assert _grid(chunk, zeros, codes, batch).size == want["tp"].size
+
+
+@pytest.mark.parametrize("space_name", SPACES)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_grid_figures_are_bit_identical_to_flat_columns(
+    case: tuple[str, str, int, int, int], space_name: str
+) -> None:
+    """Broadcasting runs the same IEEE operations on the same values per candidate, so the
+    grid's figures equal those of flat columns exactly, not just to rounding."""
+    space = SPACES[space_name]
+    m, cluster, training, skeletons, zeros, codes = _case_skeletons(case, space)
+    for precision in ("bf16", "fp8"):
+        if precision not in cluster.accelerator.peak_flops_per_s:
+            continue
+        run = dataclasses.replace(training, precision=precision)
+        kwargs = {"energy": EnergySpec(), "calibration": DEFAULT_CALIBRATION,
+                  "base": space.base}
+        grid = _grid(skeletons, zeros, codes, case[4])
+        got = _flat_figures(grid, evaluate_bulk(m, cluster, run, grid.columns,  # type: ignore[arg-type]
+                                                **kwargs))  # type: ignore[arg-type]
+        flat = evaluate_bulk(m, cluster, run, _columns(skeletons, zeros, codes, case[4]),  # type: ignore[arg-type]
+                             **kwargs)  # type: ignore[arg-type]
+        for f in dataclasses.fields(flat):
+            want = getattr(flat, f.name)
+            assert getattr(got, f.name).shape == want.shape == (grid.size,)
+            np.testing.assert_array_equal(getattr(got, f.name), want, err_msg=f.name)
+
+
+def _reference_pareto(time_s: np.ndarray, cost: np.ndarray, ok: np.ndarray) -> list[int]:
+    """The front as the search computed it before issue 16: every feasible candidate sorted."""
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return []
+    order = idx[np.lexsort((cost[idx], time_s[idx]))]
+    running = np.minimum.accumulate(cost[order])
+    better = np.empty(order.size, dtype=bool)
+    better[0] = True
+    better[1:] = cost[order][1:] < running[:-1]
+    return [int(i) for i in order[better]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.booleans()),
+                     max_size=40))
+def test_pareto_indices_equal_sorting_every_candidate(rows: list[tuple[int, int, bool]]) -> None:
+    # Small integers: many ties in time, in cost and in both.
+    time_s = np.array([float(t) for t, _, _ in rows])
+    cost = np.array([float(c) for _, c, _ in rows])
+    ok = np.array([k for _, _, k in rows], dtype=bool)
+    got = _pareto_indices(time_s, cost, ok)
+    assert got == _reference_pareto(time_s, cost, ok)
+    for i in got:  # the definition: no feasible candidate at least as fast and cheaper
+        assert ok[i]
+        assert not np.any(ok & (time_s <= time_s[i]) & (cost < cost[i]))
+
+
+def test_pareto_indices_with_nan_sort_everything_as_before() -> None:
+    time_s = np.array([3.0, np.nan, 1.0, 2.0, 1.0])
+    cost = np.array([1.0, 0.5, 4.0, 2.0, np.nan])
+    ok = np.ones(5, dtype=bool)
+    assert _pareto_indices(time_s, cost, ok) == _reference_pareto(time_s, cost, ok)
+
+
+@pytest.mark.parametrize("objective", [Objective.TIME, Objective.PARETO])
+@pytest.mark.parametrize("case", CASES[:3], ids=lambda c: c[0])
+def test_ranking_equals_a_brute_force_over_flat_columns(
+    case: tuple[str, str, int, int, int], objective: Objective
+) -> None:
+    """The search (grid, lazily gathered sort keys, pruned front) ranks exactly as sorting
+    every candidate's flat columns by the documented keys would."""
+    space = SearchSpace()
+    m, cluster, training, skeletons, zeros, codes = _case_skeletons(case, space)
+    columns = _columns(skeletons, zeros, codes, case[4])
+    flat = evaluate_bulk(m, cluster, training, columns, energy=EnergySpec(),  # type: ignore[arg-type]
+                         calibration=DEFAULT_CALIBRATION)
+    ok = flat.peak_bytes <= cluster.accelerator.memory_bytes
+    idx = np.flatnonzero(ok)
+    keys = [flat.train_s, flat.train_s, flat.gpu_hours,
+            *(columns[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero_stage",
+                                   "recompute")), ~columns["sp"]]
+    ranked = idx[np.lexsort(tuple(key[idx] for key in reversed(keys)))]
+    front = _reference_pareto(flat.train_s, flat.gpu_hours, ok)
+    result = search(SearchRequest(model=m, clusters=(cluster,), training=training,  # type: ignore[arg-type]
+                                  objective=objective, top_k=10), clock=_Clock())
+    assert result.stats.candidates_evaluated == columns["tp"].size
+    assert result.stats.feasible == idx.size
+    assert [p.plan for p in result.pareto] == [plan_at(columns, i) for i in front][:50]
+    if objective is Objective.TIME:
+        assert [p.plan for p in result.plans] == [plan_at(columns, int(i)) for i in ranked[:10]]

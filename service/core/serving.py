@@ -23,11 +23,13 @@ The model (docs/serving.md) is analytic, per replica of ``gpus_per_replica`` GPU
 - **Latency**: prefills queue as an M/G/1 queue per replica (Poisson arrivals, the prompt
   distribution's prefill times as service): the mean wait is Pollaczek-Khinchine's
   rho E[S^2] / (2 E[S] (1 - rho)) with the prefill server's utilisation rho = lambda x
-  E[S] / (1 - decode share), and the tail is the exponential approximation of the waiting
-  time, P(W > t) ~ rho exp(-t rho / E[W]) (Kingman 1962; Tijms, "A First Course in
-  Stochastic Models", 2003, §2.5). TPOT is the decode step stretched by the share of time
-  the replica spends in prefill; its p99 adds one prefill chunk (chunked prefill,
-  Sarathi-Serve, Agrawal et al. OSDI 2024) when more than 1 % of steps carry one.
+  E[S] / (1 - decode share), the decode share being the decode work at the most efficient
+  batch (so rho reaches 1 where the replica saturates; a closed loop takes 0), and the
+  tail is the exponential approximation of the waiting time, P(W > t) ~ rho exp(-t rho /
+  E[W]) (Kingman 1962; Tijms, "A First Course in Stochastic Models", 2003, §2.5). TPOT is
+  the decode step stretched by the share of time the replica spends in prefill; its p99
+  adds one prefill chunk (chunked prefill, Sarathi-Serve, Agrawal et al. OSDI 2024) when
+  more than 1 % of steps carry one.
 - **Speculative decoding** with acceptance rate a and k draft tokens yields
   (1 - a^(k+1)) / (1 - a) tokens per target step (Leviathan et al. ICML 2023, eq. 1); the
   target step verifies k + 1 tokens per sequence (k + 1 times the FLOPs, the same weight
@@ -507,9 +509,21 @@ def _online_load(r: _Replica, traffic: Traffic, per_replica_rps: float,
     return _Load(high, step, prefill_share, False)
 
 
+def _decode_work_share(per_replica_rps: float, capacity: float, prefill_share: float) -> float:
+    """The share of an open-loop replica's time its decode work needs at its most efficient
+    batch: lambda x output x step(b*) / b*, which is lambda / capacity - lambda E[S] since
+    capacity = 1 / (E[S] + output x step(b*) / b*) (``_capacity``). The prefill server has
+    the rest, so its utilisation reaches 1 exactly where the replica saturates."""
+    return max(per_replica_rps / capacity - prefill_share, 0.0)
+
+
 def _ttft(r: _Replica, traffic: Traffic, per_replica_rps: float,
-          prefill_share: float) -> Quantiles:
-    """Prefill of the p50/p99 prompt plus the M/G/1 wait (module docstring)."""
+          prefill_share: float, decode_share: float) -> Quantiles:
+    """Prefill of the p50/p99 prompt plus the M/G/1 wait (module docstring), with the prefill
+    server's utilisation rho = lambda E[S] / (1 - decode share): an open loop passes
+    ``_decode_work_share``, a closed loop (a fixed concurrency, offline) 0, since its
+    arrivals are its own completions and never pile up beyond its slots (rho is then the
+    share of time spent in prefill)."""
     p50, p99 = r.prefill_s(traffic.prompt.p50), r.prefill_s(traffic.prompt.p99)
     mean = r.prefill_s(traffic.prompt.mean)
     if per_replica_rps <= 0:
@@ -517,9 +531,7 @@ def _ttft(r: _Replica, traffic: Traffic, per_replica_rps: float,
     # Service time second moment: prefill time scales with tokens (linear part dominates).
     ratio = traffic.prompt.second_moment / max(traffic.prompt.mean ** 2, 1e-12)
     s2 = mean * mean * ratio
-    decode_share = 1.0 - prefill_share
-    rho = min(prefill_share / max(decode_share, 1e-9), 0.999999) if decode_share < 1 else 0.0
-    rho = min(per_replica_rps * mean, 0.999999) if rho == 0.0 else rho
+    rho = min(prefill_share / max(1.0 - decode_share, 1e-9), 0.999999)
     wait_mean = per_replica_rps * s2 / (2.0 * (1.0 - rho))
 
     def wait_at(p: float) -> float:
@@ -567,7 +579,8 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         count = replicas or _size(r, traffic, largest, capacity)
         per_replica = traffic.requests_per_s / count
         load = _online_load(r, traffic, per_replica, largest)
-        ttft = _ttft(r, traffic, per_replica, load.prefill_share)
+        ttft = _ttft(r, traffic, per_replica, load.prefill_share,
+                     _decode_work_share(per_replica, capacity, load.prefill_share))
         batch, step, served = load.batch, load.step_s, per_replica
         saturated = load.saturated
     else:
@@ -586,7 +599,7 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
             ttft = Quantiles(p50=r.prefill_s(traffic.prompt.p50) * batch,
                              p99=r.prefill_s(traffic.prompt.p99) * batch)
         else:
-            ttft = _ttft(r, traffic, served, load.prefill_share)
+            ttft = _ttft(r, traffic, served, load.prefill_share, 0.0)
             waiting = (traffic.concurrency or 0) - batch
             if traffic.mode is TrafficMode.ONLINE and waiting > 0:
                 # Closed loop beyond the batch that fits: the extra requests wait in line,
@@ -650,7 +663,8 @@ def _size(r: _Replica, traffic: Traffic, largest: float, capacity: float) -> int
         per_replica = traffic.requests_per_s / count
         load = _online_load(r, traffic, per_replica, largest)
         if not load.saturated:
-            ttft = _ttft(r, traffic, per_replica, load.prefill_share)
+            ttft = _ttft(r, traffic, per_replica, load.prefill_share,
+                         _decode_work_share(per_replica, capacity, load.prefill_share))
             tpot = _tpot(r, traffic, load.step_s, load.prefill_share, per_replica)
             if _within_slo(traffic.slo, ttft, tpot) is not False:
                 return count

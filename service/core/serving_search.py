@@ -432,17 +432,21 @@ def _online_load(m: _Model, r: _Rows, per_replica_rps: Floats, largest: Floats,
     return _Load(batch, step, np.where(over, np.minimum(share, 1.0), share), saturated)
 
 
+def _decode_work_share(per_replica_rps: Floats, capacity: Floats,
+                       prefill_share: Floats) -> Floats:
+    """``serving._decode_work_share``."""
+    result: Floats = np.maximum(per_replica_rps / capacity - prefill_share, 0.0)
+    return result
+
+
 def _ttft(m: _Model, r: _Rows, per_replica_rps: Floats, prefill_share: Floats,
-          prefill_mean: Floats) -> tuple[Floats, Floats]:
+          prefill_mean: Floats, decode_share: Floats | float) -> tuple[Floats, Floats]:
     """``serving._ttft``: prefill of the p50/p99 prompt plus the M/G/1 wait (p50, p99)."""
     prompt = m.traffic.prompt
     p50, p99 = _prefill_s(m, r, prompt.p50), _prefill_s(m, r, prompt.p99)
     ratio = prompt.second_moment / max(prompt.mean ** 2, 1e-12)
     s2 = prefill_mean * prefill_mean * ratio
-    decode_share = 1.0 - prefill_share
-    rho = np.where(decode_share < 1,
-                   np.minimum(prefill_share / np.maximum(decode_share, 1e-9), 0.999999), 0.0)
-    rho = np.where(rho == 0.0, np.minimum(per_replica_rps * prefill_mean, 0.999999), rho)
+    rho = np.minimum(prefill_share / np.maximum(1.0 - decode_share, 1e-9), 0.999999)
     wait_mean = per_replica_rps * s2 / (2.0 * (1.0 - rho))
 
     def wait_at(tail: float) -> Floats:
@@ -523,7 +527,9 @@ def _size(m: _Model, r: _Rows, largest: Floats, capacity: Floats,
             rows = sub.take(check)
             load = _online_load(m, rows, per_replica[check], largest[active][check],
                                 mean[check], exact=False)
-            ttft = _ttft(m, rows, per_replica[check], load.prefill_share, mean[check])
+            ttft = _ttft(m, rows, per_replica[check], load.prefill_share, mean[check],
+                         _decode_work_share(per_replica[check], capacity[active][check],
+                                            load.prefill_share))
             tpot = _tpot(m, rows, load.step_s, load.prefill_share, per_replica[check])
             within = _within_slo(m.traffic.slo, ttft, tpot)
             done[check] = True if within is None else within
@@ -582,7 +588,8 @@ def evaluate(model: ModelSpec, columns: Columns, traffic: sv.Traffic,
                  else _size(m, r, largest, capacity, prefill_mean))
         served = traffic.requests_per_s / count
         load = _online_load(m, r, served, largest, prefill_mean)
-        ttft = _ttft(m, r, served, load.prefill_share, prefill_mean)
+        ttft = _ttft(m, r, served, load.prefill_share, prefill_mean,
+                     _decode_work_share(served, capacity, load.prefill_share))
     else:
         if traffic.mode is sv.TrafficMode.FIXED_BATCH:
             batch = np.full(rows, float(traffic.batch_size or 1))
@@ -597,7 +604,7 @@ def evaluate(model: ModelSpec, columns: Columns, traffic: sv.Traffic,
         if traffic.mode is sv.TrafficMode.FIXED_BATCH:
             ttft = (_prefill_s(m, r, prompt.p50) * batch, _prefill_s(m, r, prompt.p99) * batch)
         else:
-            ttft = _ttft(m, r, served, load.prefill_share, prefill_mean)
+            ttft = _ttft(m, r, served, load.prefill_share, prefill_mean, 0.0)
             waiting = (traffic.concurrency or 0) - batch
             if traffic.mode is sv.TrafficMode.ONLINE:
                 queue_s = np.where(waiting > 0, waiting / served, 0.0)

@@ -1,6 +1,7 @@
 """``cq``: the ComputeQuote command line.
 
-``cq estimate|optimise|quote|budget-plan|offers|models|accelerators|catalog|quotes`` talk to
+``cq estimate|optimise|quote|budget-plan|serve-estimate|serve-plan|offers|models|accelerators|
+catalog|quotes`` talk to
 the API (``--api URL``, env ``CQ_API_URL``) or run the same app in process (``--local``); see
 ``service/cli/commands.py``. ``cq keys`` manages API keys in the database named by
 ``CQ_DATABASE_URL`` (or the embedded SQLite in ``CQ_DATA_DIR``, by default

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 
 from service import __version__
 from service.api.deps import AcceleratorCache
-from service.api.fast import FastEstimates
+from service.api.fast import FastPaths
 from service.api.limits import BodySizeLimitMiddleware
 from service.api.observability import (
     WARM_UP_HEADER,
@@ -219,7 +219,7 @@ def create_app(settings: Settings | None = None, *,
     tracer = install_tracing(app, settings, (engine, cache_engine), exporter=span_exporter)
     install_problem_handlers(app)
     # Innermost of the service's layers: every one of them still sees the fast answers.
-    app.add_middleware(FastEstimates, state=app.state, enabled=settings.fast_paths)
+    app.add_middleware(FastPaths, fastapi_app=app, enabled=settings.fast_paths)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics,
                        internal_token=app.state.warm_up_token, tracer=tracer)
     # Outside the request context, so a shed request costs as little as possible: no log

@@ -110,9 +110,10 @@ class Settings(BaseSettings):
                     "warning: nobody would run it.")
     fast_paths: bool = Field(
         default=True,
-        description="Answer valid POST /v1/estimates requests in a pure ASGI layer with the "
-                    "route's own bytes (service/api/fast.py); off sends every request through "
-                    "FastAPI's routing (for comparison; the answers are the same).")
+        description="Answer valid POST /v1/estimates requests and cached GET /v1/offers "
+                    "pages in a pure ASGI layer with the routes' own bytes "
+                    "(service/api/fast.py); off sends every request through FastAPI's routing "
+                    "(for comparison; the answers are the same).")
     body_timeout_s: float = Field(
         default=10.0, gt=0, le=600,
         description="Seconds a request body may take to arrive (408 after); the body is read "

@@ -1,50 +1,89 @@
-"""The hot path of ``POST /v1/estimates`` without the framework's per-request machinery.
+"""Hot paths without the framework's per-request machinery (issue 16).
 
-Issue 16: an estimate's model takes about 40 µs of CPU, and FastAPI's request object,
-routing, dependency injection and exception layers took several times that. This pure ASGI
-layer sits inside every service middleware (body limits, load shedding, the request context
-with its log line, metrics and security headers all still apply) and answers a *valid*
-estimate request itself, with the same bytes the route answers (``_estimate_response``, the
-same function). It parses the body the way FastAPI does (``json.loads``, then the request
-model's Python validation), so it accepts exactly what the route accepts.
+An estimate's model takes about 40 µs of CPU and a cached offers page none, while FastAPI's
+request object, routing, dependency injection and exception layers took several times that.
+This pure ASGI layer sits inside every service middleware (body limits, load shedding, the
+request context with its log line, metrics and security headers all still apply) and answers
+two requests itself, with the very bytes the routes answer:
+
+- a *valid* ``POST /v1/estimates``: the body is parsed the way FastAPI does (``json.loads``,
+  then the request model's Python validation), so it accepts exactly what the route accepts,
+  and answered by the route's own ``_estimate_response``;
+- ``GET /v1/offers`` whose page is already in the page cache, whose caller is already known
+  (no key, on an open read; or a key held in the state cache) and whose catalogue version is
+  held: the route's cache key, from query parameters checked against the route's own rules.
 
 Anything else goes to the application unchanged, with the body replayed: another path or
-method, a body that is not JSON or does not validate (FastAPI then writes the documented 422
-problem), "auto" fields (a search, which belongs in the worker pool), a stale accelerator
-cache (a database read), an error in the model, and every request while tracing is on (the
-FastAPI instrumentation makes the server span). The fast path therefore never writes an error
-of its own; ``tests/api/test_fast_path.py`` holds its answers equal to the route's, byte for
-byte, with the layer on and off.
+method, a body that is not JSON or does not validate, a query the rules above do not accept
+as written (FastAPI then writes the documented 4xx problem), "auto" fields (a search, which
+belongs in the worker pool), any cache miss (a database read, in the pool), an error in the
+model, any dependency override (tests, ``cq --local``), and every request while tracing is
+on (the FastAPI instrumentation makes the server span). The fast path therefore never writes
+an error of its own; ``tests/api/test_fast_path.py`` holds its answers equal to the routes',
+byte for byte, with the layer on and off.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.core.units import SECONDS_PER_DAY
 
-PATH = "/v1/estimates"
+ESTIMATES = "/v1/estimates"
+OFFERS = "/v1/offers"
 JSON_TYPES = (b"application/json", b"application/json; charset=utf-8")
+SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""``Slug`` of routes/prices.py: the pattern, at most 64 characters."""
+VERSION = re.compile(r"cv_\d{6}")
+PAGE_SIZE = re.compile(r"[1-9]\d{0,2}")
+OFFER_PARAMS = frozenset({"accelerator", "provider", "region", "term", "version", "page_size",
+                          "page_token"})
+PAGE_TOKEN_MAX = 256
 
 
-class FastEstimates:
-    """Answers valid ``POST /v1/estimates`` requests (module docstring)."""
+class _RouteName:
+    """What the request context reads from ``scope["route"]``: the route template."""
 
-    def __init__(self, app: ASGIApp, *, state: Any, enabled: bool = True) -> None:
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+ROUTES = {ESTIMATES: _RouteName(ESTIMATES), OFFERS: _RouteName(OFFERS)}
+
+
+class FastPaths:
+    """Answers valid estimates and cached offers pages (module docstring)."""
+
+    def __init__(self, app: ASGIApp, *, fastapi_app: Any, enabled: bool = True) -> None:
         self.app = app
-        self.state = state
-        """The FastAPI app's ``state``: its settings and accelerator cache."""
+        self.fastapi = fastapi_app
+        """The FastAPI application: its ``state`` (settings, caches) and its overrides."""
         self.enabled = enabled
-        self._route: Any = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not (self.enabled and scope["type"] == "http" and scope["path"] == PATH
-                and scope["method"] == "POST"
-                and getattr(self.state, "tracer_provider", None) is None
-                and _content_type(scope) in JSON_TYPES):
+        if not (self.enabled and scope["type"] == "http"
+                and scope["path"] in ROUTES and not self.fastapi.dependency_overrides
+                and getattr(self.fastapi.state, "tracer_provider", None) is None):
+            await self.app(scope, receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        if path == OFFERS and method == "GET":
+            page = self._offers(scope)
+            if page is None:
+                await self.app(scope, receive, send)
+            else:
+                await _answer(scope, send, path, page)
+            return
+        if not (path == ESTIMATES and method == "POST" and _header(scope, b"content-type")
+                in JSON_TYPES):
             await self.app(scope, receive, send)
             return
         messages: list[Message] = []
@@ -57,51 +96,109 @@ class FastEstimates:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        body = self._answer(b"".join(chunks)) if messages[-1]["type"] == "http.request" else None
+        body = (self._estimate(b"".join(chunks))
+                if messages[-1]["type"] == "http.request" else None)
         if body is None:
             await self.app(scope, _replay(messages, receive), send)
-            return
-        scope["route"] = self._route  # the route template for the metrics and the access log
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-length", str(len(body)).encode()),
-                                (b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": body})
+        else:
+            await _answer(scope, send, path, body)
 
-    def _answer(self, raw: bytes) -> bytes | None:
+    def _estimate(self, raw: bytes) -> bytes | None:
         """The route's answer to a valid request; None for everything the route must see."""
-        # Imported here: the routes import the app's dependencies, which import this module's
-        # importer; the cost is paid once.
+        # Imported here: the routes import the app's dependencies; the cost is paid once.
         from service.api.routes.estimates import _estimate_response
         from service.api.schemas.estimate import EstimateRequest
 
-        accelerators = self.state.accelerators
+        state = self.fastapi.state
+        accelerators = state.accelerators
         try:
             request = EstimateRequest.model_validate(json.loads(raw))
             if request.parallelism.auto_dimensions() or not accelerators.fresh():
                 return None
             response = _estimate_response(
                 request, accelerators,
-                self.state.settings.max_reasonable_train_days * SECONDS_PER_DAY)
+                state.settings.max_reasonable_train_days * SECONDS_PER_DAY)
         except Exception:  # the route answers every failure, as documented
             return None
-        if self._route is None:
-            self._route = _RouteName(PATH)
         return bytes(response.body)
 
+    def _offers(self, scope: Scope) -> bytes | None:
+        """The cached page ``list_offers`` would answer, or None (module docstring)."""
+        from service.api.pagination import decode_token
+        from service.catalog.keys import grants, key_digest
+        from service.catalog.offers import Term
 
-class _RouteName:
-    """What the request context reads from ``scope["route"]``: the route template."""
+        state = self.fastapi.state
+        try:
+            pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"),
+                              keep_blank_values=True)
+        except ValueError:
+            return None
+        query = dict(pairs)
+        if len(query) != len(pairs) or not set(query) <= OFFER_PARAMS:
+            return None
+        for name in ("accelerator", "provider", "region"):
+            if name in query and not SLUG.fullmatch(query[name]):
+                return None
+        version = query.get("version")
+        if version is not None and not VERSION.fullmatch(version):
+            return None
+        term = query.get("term")
+        if term is not None and term not in Term._value2member_map_:
+            return None
+        size = query.get("page_size", "50")
+        if not PAGE_SIZE.fullmatch(size) or int(size) > 200:
+            return None
+        token = query.get("page_token")
+        if token is not None:
+            if len(token) > PAGE_TOKEN_MAX:
+                return None
+            try:
+                decoded = decode_token(token)
+            except Exception:  # a 400 the route writes
+                return None
+            price, _sep, offer_id = (decoded or "").partition(":")
+            if not price.isdigit() or not offer_id:
+                return None
+        cache = state.state_cache
+        settings = state.settings
+        header = _header(scope, b"authorization")
+        if header:
+            scheme, _, key = header.decode("latin-1").partition(" ")
+            key = key.strip()
+            if scheme.lower() != "bearer" or not key:
+                return None
+            pepper = settings.api_key_pepper.get_secret_value()
+            found, principal, _ = cache.get(("api-key", key_digest(key, pepper)))
+            if not found or principal is None:
+                return None
+            if settings.require_read_auth and not grants(principal.scopes, "catalog:read"):
+                return None
+        elif settings.require_read_auth:
+            return None
+        found, version_id, _ = cache.get(("catalog-version", version))
+        if not found:
+            return None
+        today = dt.datetime.now(dt.UTC).date()
+        key_ = (version_id, query.get("accelerator"), query.get("provider"),
+                query.get("region"), Term(term) if term is not None else None, int(size),
+                token, today)
+        page: bytes | None = state.offer_pages.get(key_)
+        return page
 
-    __slots__ = ("path",)
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+async def _answer(scope: Scope, send: Send, path: str, body: bytes) -> None:
+    scope["route"] = ROUTES[path]  # the route template for the metrics and the access log
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(body)).encode()),
+                            (b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
 
 
-def _content_type(scope: Scope) -> bytes:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-type":
-            return bytes(value).lower()
+def _header(scope: Scope, name: bytes) -> bytes:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).lower() if name == b"content-type" else bytes(value)
     return b""
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,28 +28,60 @@ HEADERS_COMPARED = ("content-type", "content-length", "x-content-type-options",
                     "cache-control")
 
 
-@pytest.fixture
-def slow(migrated_engine: Engine) -> Iterator[TestClient]:
-    """The same application with the fast path off: every request goes through routing."""
-    url = migrated_engine.url.render_as_string(hide_password=False)
-    app = create_app(Settings(database_url=url, fast_paths=False))
+def _app(engine: Engine, **settings: Any) -> Iterator[TestClient]:
+    url = engine.url.render_as_string(hide_password=False)
+    app = create_app(Settings(database_url=url, **settings))
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
     dispose(app)
 
 
 @pytest.fixture
+def client(migrated_engine: Engine) -> Iterator[TestClient]:
+    """The application as it is deployed: no dependency overrides (the fast layer stands
+    aside for those), on the migrated, seeded database."""
+    yield from _app(migrated_engine)
+
+
+@pytest.fixture
+def slow(migrated_engine: Engine) -> Iterator[TestClient]:
+    """The same application with the fast path off: every request goes through routing."""
+    yield from _app(migrated_engine, fast_paths=False)
+
+
+@pytest.fixture
+def locked(migrated_engine: Engine) -> Iterator[TestClient]:
+    """Reads need a key (CQ_REQUIRE_READ_AUTH)."""
+    yield from _app(migrated_engine, require_read_auth=True)
+
+
+@pytest.fixture
 def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """One entry per request the fast layer examined: True when it answered it."""
     seen: list[bool] = []
-    original = fast.FastEstimates._answer
+    original = fast.FastPaths._estimate
 
-    def spy(self: fast.FastEstimates, raw: bytes) -> bytes | None:
+    def spy(self: fast.FastPaths, raw: bytes) -> bytes | None:
         body = original(self, raw)
         seen.append(body is not None)
         return body
 
-    monkeypatch.setattr(fast.FastEstimates, "_answer", spy)
+    monkeypatch.setattr(fast.FastPaths, "_estimate", spy)
+    return seen
+
+
+@pytest.fixture
+def paged(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """One entry per offers request the fast layer examined: True when it answered it."""
+    seen: list[bool] = []
+    original = fast.FastPaths._offers
+
+    def spy(self: fast.FastPaths, scope: Any) -> bytes | None:
+        page = original(self, scope)
+        seen.append(page is not None)
+        return page
+
+    monkeypatch.setattr(fast.FastPaths, "_offers", spy)
     return seen
 
 
@@ -184,3 +217,117 @@ def test_random_layouts_match(client: TestClient, slow: TestClient, seq_len: int
                        "training.tokens": tokens, "parallelism.micro_batch": micro,
                        "parallelism.recompute": recompute, "parallelism.zero_stage": zero})
     _same(client.post("/v1/estimates", json=body), slow.post("/v1/estimates", json=body))
+
+
+def _get_fast(client: TestClient, url: str, paged: list[bool], **kwargs: Any) -> Any:
+    """GET ``url`` until the fast layer answers it (at most 5 tries): on PostgreSQL a NOTIFY
+    from an earlier test's commit may still arrive and end the held values once, which sends
+    one request to the route, as it should."""
+    for _ in range(5):
+        paged.clear()
+        answer = client.get(url, **kwargs)
+        if paged == [True]:
+            return answer
+    raise AssertionError(f"the fast layer never answered {url}")
+
+
+OFFER_QUERIES = [
+    "",
+    "?accelerator=h100-sxm5-80gb",
+    "?accelerator=h100-sxm5-80gb&term=spot&page_size=7",
+    "?provider=aws&region=us-east-1&term=on_demand",
+    "?version=cv_000001&page_size=200",
+]
+
+
+@pytest.mark.parametrize("query", OFFER_QUERIES)
+def test_a_cached_offers_page_is_answered_by_the_layer_with_the_routes_bytes(
+    client: TestClient, slow: TestClient, paged: list[bool], query: str
+) -> None:
+    first = client.get(f"/v1/offers{query}")  # fills the version and page caches
+    assert first.status_code == 200, first.text
+    quick = _get_fast(client, f"/v1/offers{query}", paged)
+    _same(quick, slow.get(f"/v1/offers{query}"))
+    assert quick.content == first.content
+    # The next page, through the token the first one gave.
+    token = first.json()["next_page_token"]
+    if token:
+        joiner = "&" if query else "?"
+        client.get(f"/v1/offers{query}{joiner}page_token={token}")
+        again = _get_fast(client, f"/v1/offers{query}{joiner}page_token={token}", paged)
+        _same(again, slow.get(f"/v1/offers{query}{joiner}page_token={token}"))
+
+
+@pytest.mark.parametrize("query", [
+    "?accelerator=", "?accelerator=-bad", "?term=forever", "?page_size=0", "?page_size=201",
+    "?page_size=05", "?page_size=abc", "?version=cv_1", "?page_token=not-a-token",
+    "?accelerator=a&accelerator=b", "?surprise=1", "?accelerator=" + "a" * 65,
+])
+def test_any_other_offers_query_goes_to_the_route(
+    client: TestClient, slow: TestClient, paged: list[bool], query: str
+) -> None:
+    client.get(f"/v1/offers{query}")
+    quick = client.get(f"/v1/offers{query}")
+    assert paged[-1] is False
+    _same(quick, slow.get(f"/v1/offers{query}"))
+
+
+def test_a_catalogue_change_is_never_answered_from_a_stale_page(
+    client: TestClient, paged: list[bool], migrated_engine: Engine
+) -> None:
+    """The version id comes from the state cache, which a writer's commit ends: after a new
+    version the layer stands aside until the route has read the new one."""
+    client.get("/v1/offers?page_size=3")
+    _get_fast(client, "/v1/offers?page_size=3", paged)
+    app: Any = client.app
+    app.state.changes.bump()  # what a writer's commit does (service/catalog/changes.py)
+    paged.clear()
+    client.get("/v1/offers?page_size=3")
+    assert paged == [False]
+
+
+@pytest.fixture
+def committed_key(migrated_engine: Engine) -> Iterator[Any]:
+    """Makes committed API keys (the fast layer's app has no session override); removes
+    them afterwards."""
+    from sqlalchemy import delete
+    from sqlalchemy.orm import Session
+
+    from service.catalog.keys import create_key
+    from service.catalog.models import ApiKey
+
+    names: list[str] = []
+
+    def make(*scopes: str) -> dict[str, str]:
+        name = f"fast-{uuid.uuid4().hex[:8]}"
+        with Session(migrated_engine) as session:
+            _, key = create_key(session, name=name, scopes=scopes,
+                                pepper=Settings().api_key_pepper.get_secret_value())
+            session.commit()
+        names.append(name)
+        return {"Authorization": f"Bearer {key}"}
+
+    yield make
+    with Session(migrated_engine) as session:
+        session.execute(delete(ApiKey).where(ApiKey.name.in_(names)))
+        session.commit()
+
+
+def test_keys_and_read_auth_are_honoured(
+    locked: TestClient, paged: list[bool], committed_key: Any
+) -> None:
+    """With CQ_REQUIRE_READ_AUTH, no key and an unknown key go to the route (401); a key
+    with catalog:read is answered once it is held; one without the scope goes to the route
+    (403)."""
+    reader = committed_key("catalog:read")
+    other = committed_key("quotes:read")
+    assert locked.get("/v1/offers?page_size=2").status_code == 401
+    assert locked.get("/v1/offers?page_size=2",
+                      headers={"Authorization": "Bearer cq_nope"}).status_code == 401
+    assert locked.get("/v1/offers?page_size=2", headers=reader).status_code == 200
+    answer = _get_fast(locked, "/v1/offers?page_size=2", paged, headers=reader)
+    assert answer.status_code == 200
+    assert locked.get("/v1/offers?page_size=2", headers=other).status_code == 403
+    assert paged[-1] is False
+    assert locked.get("/v1/offers?page_size=2").status_code == 401
+    assert paged[-1] is False

@@ -60,11 +60,20 @@ def _command(pid: int) -> str:
         return "?"
 
 
+LONG_SWEEP = {**SWEEP_EXAMPLE, "clusters": [
+    {**cluster, "num_gpus_range": {"start": 32, "stop": 16384, "step": 32}}
+    for cluster in SWEEP_EXAMPLE["clusters"]]}
+"""The 405B sweep over 1,024 (accelerator, GPU count) pairs, the most a request takes,
+instead of 64: about 125 M candidates, several seconds of work on the 2-core CI machine
+where the 64-pair sweep takes 0.5 s, so it is still running when the SIGTERM comes one
+second in."""
+
+
 def _env(tmp_path: Path) -> dict[str, str]:
     url = f"sqlite:///{tmp_path}/workers.sqlite3"
     migrate_and_seed(url)
     return {"CQ_DATABASE_URL": url, "CQ_SEARCH_WORKERS": "2", "CQ_LOG_LEVEL": "warning",
-            "CQ_SEARCH_DEADLINE_S": "60"}
+            "CQ_SEARCH_DEADLINE_S": "60", "CQ_SEARCH_MAX_CANDIDATES": "1000000000"}
 
 
 def _sigterm_and_check(server: ServerProcess) -> None:
@@ -105,7 +114,7 @@ def test_sigterm_during_a_search_ends_every_child_before_the_server_exits(
         def sweep() -> None:
             try:
                 answers.append(httpx.post(f"{server.url}/v1/parallelism-plans",
-                                          json=SWEEP_EXAMPLE, timeout=60))
+                                          json=LONG_SWEEP, timeout=60))
             except httpx.HTTPError as exc:
                 answers.append(exc)
 

@@ -11,6 +11,10 @@ from service.catalog.currencies import minor_units
 
 GIB_BYTES = 1024**3
 DAY_S = 86_400.0
+MONTH_S = 365.25 * 86_400 / 12
+"""One month, seconds: a twelfth of a Julian year of 365.25 days (2,629,800 s), so that 12
+months are the 31,557,600 s the API's examples use for a year. Calendar months vary (28 to
+31 days); a quote for "12 months" must not depend on the day it is made."""
 
 TIME_PARTS: tuple[tuple[str, str], ...] = (
     ("compute", "compute"), ("tp_comm", "tensor-parallel comm"),

@@ -1,5 +1,5 @@
-"""``cq estimate|optimise|quote|budget-plan|serve-estimate|serve-plan|offers|models|accelerators|
-catalog|quotes|serve``: the API from a terminal.
+"""``cq estimate|optimise|quote|budget-plan|serve-estimate|serve-plan|serve-quote|offers|models|
+accelerators|catalog|quotes|serve``: the API from a terminal.
 
 Every command builds the same JSON body the API takes (from flags, or ``--request FILE``),
 sends it (``--api URL`` or ``--local``), and prints a table, or the raw answer with ``--json``.
@@ -128,6 +128,25 @@ TpotP50 = Annotated[float | None, typer.Option("--tpot-p50",
                                                help="SLO: median time per output token, s.")]
 TpotP99 = Annotated[float | None, typer.Option("--tpot-p99",
                                                help="SLO: p99 time per output token, s.")]
+# One serving deployment's flags (serve-estimate and serve-quote).
+ReplicaGpus = Annotated[int | None, typer.Option(
+    help="GPUs per replica (default tp × pp; the API requires them equal).")]
+ReplicaTp = Annotated[int | None, typer.Option(help="Tensor-parallel size.")]
+ReplicaPp = Annotated[int | None, typer.Option(help="Pipeline stages.")]
+WeightPrecisionOption = Annotated[WeightPrecision | None, typer.Option(
+    help="Weights: bf16, fp8 or int4 (weight-only).")]
+KvPrecisionOption = Annotated[KvPrecision | None, typer.Option(help="KV cache: bf16 or fp8.")]
+MaxBatch = Annotated[int | None, typer.Option(help="Largest running batch (max_num_seqs).")]
+PrefixCaching = Annotated[bool | None, typer.Option(
+    "--prefix-caching/--no-prefix-caching", help="Prefix caching (on needs --prefix-cache-hit).")]
+PrefixCacheHit = Annotated[float | None, typer.Option(
+    help="Share of prompt tokens found in the prefix cache, [0, 1); implies "
+         "--prefix-caching.")]
+SpecAcceptRate = Annotated[float | None, typer.Option(
+    help="Speculative decoding: the share of draft tokens accepted, [0, 1).")]
+SpecDraftTokens = Annotated[int | None, typer.Option(
+    help="Speculative decoding: draft tokens per step (needs --spec-accept-rate).")]
+BatchSize = Annotated[int | None, typer.Option(help="fixed_batch: sequences in lock-step.")]
 
 PIPED_WIDTH = 200
 
@@ -311,6 +330,69 @@ def _replica_default(deployment: dict[str, Any]) -> None:
         deployment["gpus_per_replica"] = max(tp, 1) * max(pp, 1)
 
 
+def _put_deployment_and_traffic(
+        body: dict[str, Any], *, model: str | None, accelerator: str | None,
+        gpus_per_replica: int | None, tp: int | None, pp: int | None,
+        weight_precision: WeightPrecision | None, kv_cache_precision: KvPrecision | None,
+        engine: Engine | None, max_batch: int | None, prefix_caching: bool | None,
+        prefix_cache_hit: float | None, spec_accept_rate: float | None,
+        spec_draft_tokens: int | None, price: str | None, mode: TrafficMode | None,
+        batch_size: int | None, prompt: dict[str, float] | None,
+        output: dict[str, float] | None, qps: float | None, concurrency: int | None,
+        slo: dict[str, float | None]) -> None:
+    """A serving estimate's body (POST /v1/serving-estimates) from its flags: flags given
+    replace the fields of ``body`` (a --request file's), the rest are kept."""
+    _put(body, "model", _model(model))
+    deployment: dict[str, Any] = body.setdefault("deployment", {})
+    if prefix_cache_hit is not None and prefix_caching is None:
+        prefix_caching = True
+    for path, value in (
+            ("accelerator", accelerator), ("gpus_per_replica", gpus_per_replica),
+            ("tp", tp), ("pp", pp),
+            ("weight_precision", weight_precision.value if weight_precision else None),
+            ("kv_cache_precision", kv_cache_precision.value if kv_cache_precision else None),
+            ("engine", engine.value if engine else None), ("max_batch", max_batch),
+            ("prefix_caching", prefix_caching),
+            ("prefix_cache_hit_fraction", prefix_cache_hit),
+            ("speculative.acceptance_rate", spec_accept_rate),
+            ("speculative.draft_tokens", spec_draft_tokens),
+            ("price_per_gpu_hour_usd", None if price is None else _price(price))):
+        _put(deployment, path, value)
+    _replica_default(deployment)
+    _put_traffic(body, mode=mode, prompt=prompt, output=output, qps=qps,
+                 concurrency=concurrency, batch_size=batch_size, slo=slo)
+
+
+def _serving_quote_body(loaded: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the quote's body, its serving estimate) from a --request file: a quote body whose
+    workload is ``serving.estimate``, or a serving estimate's body (what ``cq serve-estimate
+    --request`` takes), wrapped. From the latter a price per GPU-hour is left out (a quote
+    prices every line from the catalogue, and refuses one; a note says so) and ``energy`` goes
+    to the quote's top level (where it prices every line)."""
+    if "workload" not in loaded:
+        estimate = loaded
+        body: dict[str, Any] = {"workload": {"serving": {"estimate": estimate}}}
+        price = (estimate.get("deployment") or {}).pop("price_per_gpu_hour_usd", None)
+        if price is not None:
+            err.print(f"[yellow]note:[/] a quote prices every line from the catalogue; the "
+                      f"file's price_per_gpu_hour_usd ({price}) is not sent", highlight=False)
+        if "energy" in estimate:
+            body["energy"] = estimate.pop("energy")
+        return body, estimate
+    workload = loaded["workload"]
+    serving = workload.get("serving") if isinstance(workload, dict) else None
+    if not isinstance(serving, dict) or len(workload) != 1 or "plan" in serving:
+        raise typer.BadParameter(
+            "serve-quote's flags describe one deployment: give a serving estimate's body, or "
+            "a quote body with workload.serving.estimate (cq quote --request takes any quote)",
+            param_hint="--request")
+    estimate = serving.setdefault("estimate", {})
+    if not isinstance(estimate, dict):
+        raise typer.BadParameter("workload.serving.estimate must be a JSON object",
+                                 param_hint="--request")
+    return loaded, estimate
+
+
 def _plan_prices(prices: list[str]) -> str | dict[str, str] | None:
     """--price for serve-plan: one price for every accelerator, or ACCELERATOR=PRICE once per
     accelerator."""
@@ -491,9 +573,10 @@ def _lines_table(title: str, lines: list[dict[str, Any]],
     """Commitment (cash signed for) first, then the job's own cost; under amortised
     accounting also the amount judged."""
     amortised = any(line.get("accounting") == "amortised" for line in lines)
+    serving = any(line.get("serving") for line in lines)
     currency = tb.common_currency(lines)
     columns: list[tb.Col | str] = [
-        "line", tb.Col("days p50 (p10–p90)", max_width=11),
+        "line", tb.Col("days held" if serving else "days p50 (p10–p90)", max_width=11),
         tb.num(tb.money_header("commitment", currency)),
         tb.num(tb.money_header("job cost", currency)),
         *([tb.num(tb.money_header("judged", currency))] if amortised else []),
@@ -516,7 +599,11 @@ def _lines_table(title: str, lines: list[dict[str, Any]],
 
 def _line_label(line: dict[str, Any]) -> str:
     """'512 × aws us-east-1 p5.48xlarge spot': the GPU count as an integer, then where, then
-    the term."""
+    the term; a serving line's fleet instead of its GPU count: '2 × 4 h100-sxm5-80gb on aws
+    us-east-1 p5.48xlarge spot' (replicas × GPUs per replica)."""
+    fleet = report.fleet(line)
+    if fleet:
+        return f"{fleet} on {report.line_where(line)}"
     return f"{line['num_gpus']:,} × {report.line_where(line)}"
 
 
@@ -540,9 +627,11 @@ def render_quote(answer: dict[str, Any]) -> None:
               f"{fmt.money(summary['max_total'], summary['currency'])}", highlight=False)
     if recommended:
         out.print(f"recommended: {report.line_where(recommended)}, "
-                  f"{recommended['num_gpus']:,} GPUs: commitment {report.commitment(recommended)}"
-                  f", job cost {report.job_cost(recommended)} vs {report.budget_text(answer)}",
-                  highlight=False)
+                  f"{report.gpus_text(recommended)}: commitment "
+                  f"{report.commitment(recommended)}, job cost {report.job_cost(recommended)} "
+                  f"vs {report.budget_text(answer)}", highlight=False)
+        if fleet := report.fleet_details(recommended):
+            out.print(f"  fleet: {fleet}", highlight=False)
         converted = recommended.get("in_budget_currency")
         conversion = answer.get("fx")
         if converted and conversion:
@@ -1126,33 +1215,15 @@ def register(app: typer.Typer) -> None:
     @handled
     def serve_estimate(
         model: Model = None, accelerator: Accelerator = None,
-        gpus_per_replica: Annotated[int | None, typer.Option(
-            help="GPUs per replica (default tp × pp; the API requires them equal).")] = None,
-        tp: Annotated[int | None, typer.Option(help="Tensor-parallel size.")] = None,
-        pp: Annotated[int | None, typer.Option(help="Pipeline stages.")] = None,
-        weight_precision: Annotated[WeightPrecision | None, typer.Option(
-            help="Weights: bf16, fp8 or int4 (weight-only).")] = None,
-        kv_cache_precision: Annotated[KvPrecision | None, typer.Option(
-            help="KV cache: bf16 or fp8.")] = None,
-        engine: EngineOption = None,
-        max_batch: Annotated[int | None, typer.Option(
-            help="Largest running batch (max_num_seqs).")] = None,
-        prefix_caching: Annotated[bool | None, typer.Option(
-            "--prefix-caching/--no-prefix-caching",
-            help="Prefix caching (on needs --prefix-cache-hit).")] = None,
-        prefix_cache_hit: Annotated[float | None, typer.Option(
-            help="Share of prompt tokens found in the prefix cache, [0, 1); implies "
-                 "--prefix-caching.")] = None,
-        spec_accept_rate: Annotated[float | None, typer.Option(
-            help="Speculative decoding: the share of draft tokens accepted, [0, 1).")] = None,
-        spec_draft_tokens: Annotated[int | None, typer.Option(
-            help="Speculative decoding: draft tokens per step (needs --spec-accept-rate).")]
-        = None,
+        gpus_per_replica: ReplicaGpus = None, tp: ReplicaTp = None, pp: ReplicaPp = None,
+        weight_precision: WeightPrecisionOption = None,
+        kv_cache_precision: KvPrecisionOption = None, engine: EngineOption = None,
+        max_batch: MaxBatch = None, prefix_caching: PrefixCaching = None,
+        prefix_cache_hit: PrefixCacheHit = None, spec_accept_rate: SpecAcceptRate = None,
+        spec_draft_tokens: SpecDraftTokens = None,
         price: Annotated[str | None, typer.Option(
             help="USD per GPU-hour, for the cost per hour and per million tokens.")] = None,
-        mode: Mode = None,
-        batch_size: Annotated[int | None, typer.Option(
-            help="fixed_batch: sequences in lock-step.")] = None,
+        mode: Mode = None, batch_size: BatchSize = None,
         prompt_tokens: PromptTokens = None, prompt_p50: PromptP50 = None,
         prompt_p99: PromptP99 = None, output_tokens: OutputTokens = None,
         output_p50: OutputP50 = None, output_p99: OutputP99 = None,
@@ -1166,30 +1237,89 @@ def register(app: typer.Typer) -> None:
         throughput, the replicas and GPUs the load needs under the SLOs, and cost per million
         tokens with --price (POST /v1/serving-estimates)."""
         body = _load(request)
-        _put(body, "model", _model(model))
-        deployment: dict[str, Any] = body.setdefault("deployment", {})
-        if prefix_cache_hit is not None and prefix_caching is None:
-            prefix_caching = True
-        for path, value in (
-                ("accelerator", accelerator), ("gpus_per_replica", gpus_per_replica),
-                ("tp", tp), ("pp", pp),
-                ("weight_precision", weight_precision.value if weight_precision else None),
-                ("kv_cache_precision", kv_cache_precision.value if kv_cache_precision else None),
-                ("engine", engine.value if engine else None), ("max_batch", max_batch),
-                ("prefix_caching", prefix_caching),
-                ("prefix_cache_hit_fraction", prefix_cache_hit),
-                ("speculative.acceptance_rate", spec_accept_rate),
-                ("speculative.draft_tokens", spec_draft_tokens),
-                ("price_per_gpu_hour_usd", None if price is None else _price(price))):
-            _put(deployment, path, value)
-        _replica_default(deployment)
-        _put_traffic(body, mode=mode, prompt=_length(prompt_tokens, prompt_p50, prompt_p99),
-                     output=_length(output_tokens, output_p50, output_p99), qps=qps,
-                     concurrency=concurrency, batch_size=batch_size,
-                     slo=_slo(ttft_p50, ttft_p99, tpot_p50, tpot_p99))
+        _put_deployment_and_traffic(
+            body, model=model, accelerator=accelerator, gpus_per_replica=gpus_per_replica,
+            tp=tp, pp=pp, weight_precision=weight_precision,
+            kv_cache_precision=kv_cache_precision, engine=engine, max_batch=max_batch,
+            prefix_caching=prefix_caching, prefix_cache_hit=prefix_cache_hit,
+            spec_accept_rate=spec_accept_rate, spec_draft_tokens=spec_draft_tokens,
+            price=price, mode=mode, batch_size=batch_size,
+            prompt=_length(prompt_tokens, prompt_p50, prompt_p99),
+            output=_length(output_tokens, output_p50, output_p99), qps=qps,
+            concurrency=concurrency, slo=_slo(ttft_p50, ttft_p99, tpot_p50, tpot_p99))
         with connect(api, api_key, local) as client:
             answer = client.call("POST", "/v1/serving-estimates", json=body).json()
         _emit(answer, as_json, functools.partial(render_serving, request=body))
+
+    @app.command("serve-quote")
+    @handled
+    def serve_quote(
+        model: Model = None, accelerator: Accelerator = None,
+        gpus_per_replica: ReplicaGpus = None, tp: ReplicaTp = None, pp: ReplicaPp = None,
+        weight_precision: WeightPrecisionOption = None,
+        kv_cache_precision: KvPrecisionOption = None, engine: EngineOption = None,
+        max_batch: MaxBatch = None, prefix_caching: PrefixCaching = None,
+        prefix_cache_hit: PrefixCacheHit = None, spec_accept_rate: SpecAcceptRate = None,
+        spec_draft_tokens: SpecDraftTokens = None, mode: Mode = None,
+        batch_size: BatchSize = None,
+        prompt_tokens: PromptTokens = None, prompt_p50: PromptP50 = None,
+        prompt_p99: PromptP99 = None, output_tokens: OutputTokens = None,
+        output_p50: OutputP50 = None, output_p99: OutputP99 = None,
+        qps: Qps = None, concurrency: Concurrency = None,
+        ttft_p50: TtftP50 = None, ttft_p99: TtftP99 = None, tpot_p50: TpotP50 = None,
+        tpot_p99: TpotP99 = None,
+        months: Annotated[float | None, typer.Option(
+            help="How long the fleet is held, in months of 365.25 / 12 days (12 months: "
+                 "31,557,600 s); default 12, or the --request file's duration_s.")] = None,
+        replicas: Annotated[int | None, typer.Option(
+            help="Replicas to hold instead of those sized for the load.")] = None,
+        provider: Annotated[list[str] | None, typer.Option(
+            help="Only this provider; repeat for several ('onprem' included).")] = None,
+        term: Annotated[list[str] | None, typer.Option(
+            help="on_demand, spot, reserved_1y, reserved_3y, capacity_block, onprem; repeat "
+                 "for several (default all).")] = None,
+        budget: Annotated[str | None, typer.Option(help="Budget amount, e.g. 250000.")]
+        = None,
+        currency: Annotated[str, typer.Option(help="Budget currency.")] = "USD",
+        idempotency_key: Annotated[str | None, typer.Option(
+            help="Retry-safe key; default a new random one.")] = None,
+        accounting: Accounting = None, utilisation: Utilisation = None,
+        policy: PolicyOption = None, fail_on: FailOnOption = None,
+        request: RequestFile = None, api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None,
+        local: Local = False, as_json: AsJson = False, output_format: Format = None,
+    ) -> None:
+        """Quote a serving fleet held for --months against every matching offer, judge it
+        against the budget and policy, store the quote (POST /v1/quotes, workload.serving).
+
+        The fleet is the serve-estimate deployment, sized for --qps (the peak) and held for
+        the whole duration; every line is priced from the catalogue. --request takes a serving
+        estimate's body or a serving quote's. Exit 0, or 1 for a problem, 2 when unreachable,
+        3 reject and 4 warn (--fail-on), as cq quote."""
+        output = _output(output_format, as_json)
+        body, estimate = _serving_quote_body(_load(request))
+        _put_deployment_and_traffic(
+            estimate, model=model, accelerator=accelerator,
+            gpus_per_replica=gpus_per_replica, tp=tp, pp=pp, weight_precision=weight_precision,
+            kv_cache_precision=kv_cache_precision, engine=engine, max_batch=max_batch,
+            prefix_caching=prefix_caching, prefix_cache_hit=prefix_cache_hit,
+            spec_accept_rate=spec_accept_rate, spec_draft_tokens=spec_draft_tokens,
+            price=None, mode=mode, batch_size=batch_size,
+            prompt=_length(prompt_tokens, prompt_p50, prompt_p99),
+            output=_length(output_tokens, output_p50, output_p99), qps=qps,
+            concurrency=concurrency, slo=_slo(ttft_p50, ttft_p99, tpot_p50, tpot_p99))
+        serving = body["workload"]["serving"]
+        if months is not None or "duration_s" not in serving:
+            serving["duration_s"] = (12 if months is None else months) * report.MONTH_S
+        _put(serving, "replicas", replicas)
+        _put(body, "providers", provider)
+        _put(body, "terms", term)
+        _put_budget_and_deadline(body, budget, currency, None)
+        _put_accounting(body, accounting, utilisation, policy)
+        key = idempotency_key or uuid.uuid4().hex
+        with connect(api, api_key, local) as client, working("pricing"):
+            answer = client.call("POST", "/v1/quotes", json=body,
+                                 headers={"Idempotency-Key": key}).json()
+        _emit_quote(answer, output, fail_on)
 
     @app.command("serve-plan")
     @handled

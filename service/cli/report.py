@@ -111,7 +111,11 @@ def relative(before: str | None, delta: str | None) -> str:
 
 
 def days(line: dict[str, Any]) -> str:
-    """p50 days with the p10–p90 band: 8.2 (7.9–8.6)."""
+    """p50 days with the p10–p90 band: 8.2 (7.9–8.6); a serving line's days held (its
+    duration, 365.2: a fleet has no band)."""
+    held = (line.get("serving") or {}).get("duration_s")
+    if held is not None:
+        return f"{held / fmt.DAY_S:,.1f}"
     band = ((line.get("uncertainty") or {}).get("wall_clock_s")) or None
     if band is None:
         wall = line.get("wall_clock_s")
@@ -130,6 +134,37 @@ def job_cost(line: dict[str, Any]) -> str:
     if not line.get("feasible", True):
         return "—"
     return fmt.money(line.get("job_cost_total"), line["currency"])
+
+
+MONTH_S = fmt.MONTH_S
+
+
+def fleet(line: dict[str, Any]) -> str | None:
+    """A serving line's fleet, replicas × GPUs per replica and the accelerator:
+    '2 × 4 h100-sxm5-80gb'; None for a training line."""
+    held = line.get("serving")
+    if not held:
+        return None
+    return f"{held['replicas']:,} × {held['gpus_per_replica']} {held['accelerator']}"
+
+
+def gpus_text(line: dict[str, Any]) -> str:
+    """'512 GPUs', or a serving line's fleet with its GPUs: '2 × 4 h100-sxm5-80gb (8 GPUs)'."""
+    count = f"{line['num_gpus']:,} GPU{'' if line['num_gpus'] == 1 else 's'}"
+    shown = fleet(line)
+    return f"{shown} ({count})" if shown else count
+
+
+def fleet_details(line: dict[str, Any]) -> str | None:
+    """What a serving line holds: its fleet, layout and engine, its p99 latency at the load,
+    and for how long; None for a training line."""
+    held = line.get("serving")
+    if not held:
+        return None
+    return (f"{gpus_text(line)}, {serving_plan_layout(held, engine=True)}; p99 TTFT "
+            f"{fmt.duration(held['ttft_p99_s'])}, p99 TPOT {fmt.duration(held['tpot_p99_s'])} "
+            f"at {held['requests_per_s']:,g} requests/s; held for "
+            f"{fmt.duration(held['duration_s'])}")
 
 
 def same_line(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
@@ -188,7 +223,9 @@ def quote_markdown(answer: dict[str, Any]) -> str:
                       f"{fmt.money(recommended.get('total'), recommended['currency'])}")
         committed = fmt.money(recommended.get("commitment_total"), recommended["currency"])
         md.append(f"**Commitment {committed} vs {budget_text(answer)}** · job cost "
-                  f"{job_cost(recommended)}{judged} · {where}, {recommended['num_gpus']:,} GPUs")
+                  f"{job_cost(recommended)}{judged} · {where}, {gpus_text(recommended)}")
+        if recommended.get("serving"):
+            md[-1] += f" · held {fmt.duration(recommended['serving']['duration_s'])}"
     else:
         md.append(f"**No feasible line** · {budget_text(answer)}")
     if answer.get("deadline_s"):
@@ -196,12 +233,17 @@ def quote_markdown(answer: dict[str, Any]) -> str:
     md.append("")
     lines = top_lines(answer)
     if lines:
+        # A serving quote's lines show their fleet and the days it is held.
+        serving = any(line.get("serving") for line in lines)
         rows = [[("★ " if i == 0 and recommended else "") + line["provider"],
                  line.get("region") or "—", line.get("instance_type") or "—", line["term"],
-                 f"{line['num_gpus']:,}", commitment(line), job_cost(line), days(line)]
+                 fleet(line) or f"{line['num_gpus']:,}", commitment(line), job_cost(line),
+                 days(line)]
                 for i, line in enumerate(lines)]
-        md += _table(["provider", "region", "instance", "term", "GPUs", "commitment",
-                      "job cost", "days p50 (p10–p90)"], rows, right={4, 5, 6, 7})
+        md += _table(["provider", "region", "instance", "term",
+                      "fleet" if serving else "GPUs", "commitment", "job cost",
+                      "days held" if serving else "days p50 (p10–p90)"], rows,
+                     right={5, 6, 7} if serving else {4, 5, 6, 7})
         shown = len(answer.get("lines") or [])
         note = (f"★ recommended. Top {len(lines)} of {shown} best lines per provider and term "
                 f"({answer.get('lines_total', shown):,} lines in all)")

@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api import presentation as fmt
 from service.api.deps import SessionDep
+from service.api.schemas.quotes import ALL_TERM_NAMES, MAX_SERVING_DURATION_S
 from service.api.tracing import traced_client
 from service.api.ui import charts, latency_chart
 from service.catalog.models import Quote
@@ -208,7 +209,7 @@ def _purchase(v: dict[str, str]) -> dict[str, Any]:
         fields["providers"] = _list(v["providers"])
     if v["budget"]:
         fields["budget"] = {"amount": v["budget"].replace(",", ""), "currency": v["currency"]}
-    if v["deadline_days"]:
+    if v.get("deadline_days"):  # the Serve form has none: a fleet is held for its duration
         fields["deadline_s"] = _days_as_s(v["deadline_days"])
     return fields
 
@@ -452,8 +453,11 @@ SERVE_DEFAULTS: dict[str, str] = {
     "engine": "trtllm", "max_batch": "256", "mode": "online", "requests_per_s": "10",
     "batch_size": "", "prompt_tokens": "1024", "output_tokens": "256", "ttft_p99": "2",
     "tpot_p99": "0.1", "price_per_gpu_hour": "",
+    "duration_months": "12", "budget": "", "currency": "USD", "providers": "", "terms": "",
+    "api_key": "",
 }
-"""The issue's example: Llama 3.1 70B in FP8 on 4 H100 (TP4), TensorRT-LLM, 10 requests/s."""
+"""The issue's example: Llama 3.1 70B in FP8 on 4 H100 (TP4), TensorRT-LLM, 10 requests/s;
+then the fleet quote's fields (a year, every provider and term, no budget)."""
 SERVE_LABELS: dict[str, str] = {
     "model": "Model preset", "accelerator": "Accelerator",
     "gpus_per_replica": "GPUs per replica", "tp": "Tensor parallel (TP)",
@@ -463,6 +467,8 @@ SERVE_LABELS: dict[str, str] = {
     "batch_size": "Batch size (fixed batch)", "prompt_tokens": "Prompt tokens (mean)",
     "output_tokens": "Output tokens (mean)", "ttft_p99": "TTFT p99 SLO (s)",
     "tpot_p99": "TPOT p99 SLO (s)", "price_per_gpu_hour": "Price per GPU-hour (USD)",
+    "duration_months": "Duration (months)", "budget": "Budget", "currency": "Currency",
+    "providers": "Providers", "terms": "Terms", "api_key": "API key",
 }
 """The Serve form's labels, written once: the form and the error summary both use them."""
 SERVE_FIELD_OF: dict[str, str] = {
@@ -478,6 +484,18 @@ SERVE_FIELD_OF: dict[str, str] = {
     "traffic.slo.ttft_p99_s": "ttft_p99", "traffic.slo.tpot_p99_s": "tpot_p99",
 }
 """Where an API field error belongs on the Serve form."""
+SERVING_ESTIMATE_PREFIX = "workload.serving.estimate."
+"""A serving quote's deployment and traffic errors, under this prefix, are the estimate's."""
+SERVE_QUOTE_FIELD_OF: dict[str, str] = {
+    "workload.serving.duration_s": "duration_months", "budget": "budget",
+    "budget.amount": "budget", "budget.currency": "currency", "providers": "providers",
+    "terms": "terms", "authorization": "api_key",
+    # A deployment that does not fit (a modelling rule): more GPUs per replica is the remedy
+    # the message gives first.
+    "deployment": "gpus_per_replica",
+}
+"""Where a serving quote's own field errors belong on the Serve form."""
+MONTH_S = fmt.MONTH_S
 WEIGHT_PRECISIONS = {"bf16": "BF16", "fp8": "FP8", "int4": "INT4 (weight-only)"}
 KV_PRECISIONS = {"bf16": "BF16", "fp8": "FP8"}
 ENGINES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang",
@@ -503,8 +521,11 @@ class ServeOutcome(Outcome):
 
 
 def _serve_values(form: dict[str, str]) -> dict[str, str]:
-    return {name: str(form.get(name, default)).strip()[:200]
-            for name, default in SERVE_DEFAULTS.items()}
+    values = {name: str(form.get(name, default)).strip()[:200]
+              for name, default in SERVE_DEFAULTS.items()}
+    # The quote's idempotency nonce (a hidden field, as on the Train tab).
+    values["nonce"] = str(form.get("nonce", "")).strip()[:64]
+    return values
 
 
 def serving_body(v: dict[str, str]) -> dict[str, Any]:
@@ -548,8 +569,13 @@ def sweep_bodies(body: dict[str, Any], capacity_requests_per_s: float
 
 
 def _serve_field(path: str, mode: str) -> str | None:
+    path = path.removeprefix(SERVING_ESTIMATE_PREFIX)
     if path in SERVE_FIELD_OF:
         return SERVE_FIELD_OF[path]
+    if path in SERVE_QUOTE_FIELD_OF:
+        return SERVE_QUOTE_FIELD_OF[path]
+    if path.startswith(("providers.", "terms.")):
+        return path.split(".")[0]
     if path == "traffic":  # the mode's own field is missing or misplaced
         return {"online": "requests_per_s", "fixed_batch": "batch_size"}.get(mode, "mode")
     if path.startswith("traffic.slo"):
@@ -561,19 +587,26 @@ def _place_serve_errors(outcome: Outcome, problem: dict[str, Any]) -> None:
     """A problem's field errors next to their Serve fields; a modelling rule's single
     ``field`` and ``detail`` (tp × pp ≠ GPUs, an unknown accelerator) likewise."""
     mode = outcome.values["mode"]
-    found = [(str(e.get("field", "")), str(e.get("message", "invalid")))
+    found = [(str(e.get("field", "")), str(e.get("message", "invalid")), e.get("code"))
              for e in problem.get("errors") or []]
     if not found and problem.get("field"):
-        found = [(str(problem["field"]), str(problem.get("detail") or "invalid"))]
-    for path, message in found:
+        found = [(str(problem["field"]), str(problem.get("detail") or "invalid"), None)]
+    for path, message, code in found:
         name = _serve_field(path, mode)
         if name is None:
             outcome.general_errors.append(f"{path}: {message}" if path else message)
-        else:
-            outcome.errors.setdefault(name, []).append(message.removeprefix("Value error, "))
+            continue
+        if name == "duration_months" and code == "less_than_equal":
+            # The API's limit is in seconds; the form's field is in months.
+            message = (f"Input should be at most {MAX_SERVING_DURATION_S / MONTH_S:,.0f} "
+                       f"months ({MAX_SERVING_DURATION_S:,.0f} s)")
+        outcome.errors.setdefault(name, []).append(message.removeprefix("Value error, "))
     if not found:
-        outcome.general_errors.append(
-            str(problem.get("detail") or problem.get("title") or "the request failed"))
+        detail = str(problem.get("detail") or problem.get("title") or "the request failed")
+        if problem.get("status") in (401, 403):
+            outcome.errors.setdefault("api_key", []).append(detail)
+        else:
+            outcome.general_errors.append(detail)
 
 
 def _serve_charts(answer: dict[str, Any], sweep: list[dict[str, Any]],
@@ -630,11 +663,56 @@ async def run_serve(request: Request, outcome: Outcome) -> None:
                                    online=outcome.values["mode"] == "online")
 
 
+def _months_as_s(text: str) -> Any:
+    """Months from the form as seconds (``MONTH_S`` each), or the text for the API to
+    refuse naming ``workload.serving.duration_s``."""
+    months = _number(text)
+    return months * MONTH_S if isinstance(months, int | float) else text
+
+
+def serving_quote_body(v: dict[str, str]) -> dict[str, Any]:
+    """POST /v1/quotes for the Serve form's fleet: its serving estimate without the price
+    (a quote prices every line from the catalogue, and refuses one), held for the duration,
+    with the budget, providers and terms given (empty: all)."""
+    estimate = serving_body(v)
+    estimate["deployment"].pop("price_per_gpu_hour_usd", None)
+    body: dict[str, Any] = {"workload": {"serving": {
+        "estimate": estimate, "duration_s": _months_as_s(v["duration_months"])}}}
+    if v["terms"]:
+        body["terms"] = _list(v["terms"])
+    return {**body, **_purchase(v)}
+
+
+async def run_serve_quote(request: Request, outcome: Outcome) -> None:
+    """The fleet's quote through POST /v1/quotes with the form's key; the page's nonce is
+    the idempotency key, so submitting the same page twice replays one stored quote."""
+    key = outcome.values["api_key"]
+    if not key:
+        outcome.errors["api_key"] = ["a quote is stored: give an API key with quotes:write"]
+        return
+    async with _api(request) as client:
+        response = await client.post(
+            "/v1/quotes", json=serving_quote_body(outcome.values),
+            headers={"Authorization": f"Bearer {key}", "Idempotency-Key": "ui-serve-" + (
+                outcome.values["nonce"] or uuid.uuid4().hex)})
+    if response.status_code not in (200, 201):
+        _place_serve_errors(outcome, _problem(response))
+        return
+    outcome.result = response.json()
+
+
+SERVE_RUNNERS = {"serve": run_serve, "quote": run_serve_quote}
+SERVE_ACTION_LABELS = {"serve": "Estimate serving", "quote": "Quote this fleet"}
+
+
 def _serve_page(outcome: Outcome, choices: dict[str, list[str]],
                 status: int = 200) -> HTMLResponse:
+    outcome.values["api_key"] = ""  # never echoed back into the page, nor taken from a URL
+    outcome.values["nonce"] = uuid.uuid4().hex  # a fresh page is a fresh quote
     html = templates.get_template("serve.html").render(
         o=outcome, choices=choices, labels=SERVE_LABELS, weight_precisions=WEIGHT_PRECISIONS,
-        kv_precisions=KV_PRECISIONS, engines=ENGINES, modes=TRAFFIC_MODES)
+        kv_precisions=KV_PRECISIONS, engines=ENGINES, modes=TRAFFIC_MODES,
+        actions=SERVE_ACTION_LABELS, all_terms=ALL_TERM_NAMES)
     return HTMLResponse(html, status_code=status)
 
 
@@ -647,11 +725,15 @@ async def portal_serve(request: Request) -> HTMLResponse:
 
 @router.post("/ui/serve", response_class=HTMLResponse)
 async def portal_serve_submit(request: Request) -> HTMLResponse:
-    """The serving estimate for the form, its figures, and latency against throughput."""
+    """The serving estimate for the form, its figures, and latency against throughput; or,
+    with action=quote, the quote of the fleet it sizes (POST /v1/quotes)."""
     form = await request.form()
     raw = {k: v for k, v in form.items() if isinstance(v, str)}
-    outcome = ServeOutcome(values=_serve_values(raw), action="serve")
-    await run_serve(request, outcome)
+    outcome = ServeOutcome(values=_serve_values(raw), action=raw.get("action") or "serve")
+    if outcome.action not in SERVE_RUNNERS:
+        outcome.general_errors.append("choose " + " or ".join(SERVE_ACTION_LABELS.values()))
+        return _serve_page(outcome, await _choices(request), status=400)
+    await SERVE_RUNNERS[outcome.action](request, outcome)
     failed = bool(outcome.errors or outcome.general_errors) and outcome.result is None
     return _serve_page(outcome, await _choices(request), status=422 if failed else 200)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -572,12 +573,31 @@ def plausibility_warnings(lines: Sequence[QuoteLine], max_reasonable_train_s: fl
     return out
 
 
-def line_json(line: QuoteLine, legacy_fraction: Decimal,
-              conversion: Conversion | None = None,
-              warnings: Sequence[str] = ()) -> dict[str, Any]:
-    """One line in the documented shape (QuoteLineOut); with the budget's ``conversion``, its
-    amounts also in the budget's currency (``in_budget_currency``); ``warnings`` from
-    ``plausibility_warnings``."""
+def _offer_head(line: QuoteLine) -> dict[str, Any]:
+    return {
+        "provider": line.provider, "region": line.region, "zone": line.zone,
+        "instance_type": line.instance_type, "term": line.term.value,
+        "payment_option": line.payment_option, "accelerator": line.accelerator,
+        "num_gpus": line.num_gpus, "gpus_per_instance": line.gpus_per_instance,
+        "nvlink_domain": line.nvlink_domain, "inter_node_gbps": line.inter_node_gbps,
+        "fabric_source": line.fabric_source,
+    }
+
+
+def _offer_price(line: QuoteLine) -> dict[str, Any]:
+    return {
+        "unit_price": str(line.unit_price) if line.unit_price is not None else None,
+        "list_unit_price": (str(line.list_unit_price) if line.list_unit_price is not None
+                            else None),
+        "discount": line.discount, "unit": line.unit,
+    }
+
+
+def _amounts_parts(line: QuoteLine, legacy_fraction: Decimal,
+                   ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any],
+                              dict[str, Any] | None, dict[str, Any] | None]:
+    """The line's figures in the order ``line_json`` shows them, in six runs of keys (the
+    runs are interleaved with the offer's and the verdict's keys)."""
     a = line.amounts
     reserved = None
     if a is not None and a.reserved is not None:
@@ -603,49 +623,216 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal,
             "deadline_probability": a.deadline_probability,
             "basis": line.timing_basis,
         }
-    return {
-        "provider": line.provider, "region": line.region, "zone": line.zone,
-        "instance_type": line.instance_type, "term": line.term.value,
-        "payment_option": line.payment_option, "accelerator": line.accelerator,
-        "num_gpus": line.num_gpus, "gpus_per_instance": line.gpus_per_instance,
-        "nvlink_domain": line.nvlink_domain, "inter_node_gbps": line.inter_node_gbps,
-        "fabric_source": line.fabric_source,
+    return ({
         "instances": a.instances if a else _instances(line),
         "rounded_up": a.rounded_up if a else None,
         "wall_clock_s": a.wall_clock_s if a else None,
         "billed_hours": str(a.billed_hours.quantize(Decimal("0.0001"))) if a else None,
         "gpu_hours": str(a.gpu_hours.quantize(Decimal("0.0001"))) if a else None,
-        "unit_price": str(line.unit_price) if line.unit_price is not None else None,
-        "list_unit_price": (str(line.list_unit_price) if line.list_unit_price is not None
-                            else None),
-        "discount": line.discount,
-        "unit": line.unit, "accounting": line.accounting.value,
+    }, {
         "commitment_total": _money(a.commitment_total) if a else None,
         "job_cost_total": _money(a.job_cost_total) if a else None,
         "total": _money(a.total) if a else None,
         "term_s": a.term_s if a else None,
         "terms_bought": a.terms_bought if a else None,
-        "currency": line.currency,
+    }, {
         "goodput_loss_fraction": _finite(a.goodput_loss_fraction) if a else None,
         "checkpoint_interval_s": a.checkpoint_interval_s if a else None,
-        "goodput_basis": line.goodput_basis, "timing_basis": line.timing_basis,
+    }, {
         "energy_kwh": str(a.energy_kwh) if a else None,
-        "co2e_kg": str(a.co2e_kg) if a else None, "carbon_basis": line.carbon_basis,
+        "co2e_kg": str(a.co2e_kg) if a else None,
+    }, uncertainty, reserved)
+
+
+def _verdict_part(line: QuoteLine) -> dict[str, Any]:
+    return {
+        "carbon_basis": line.carbon_basis,
         "flags": list(line.flags), "feasible": line.feasible,
         "infeasible_reason": line.infeasible_reason,
         "within_budget": line.within_budget, "meets_deadline": line.meets_deadline,
         "policy_outcome": line.outcome.value,
         "rules": [rule_json(r) for r in line.rules if r.outcome is not core_quote.Outcome.PASS],
-        "uncertainty": uncertainty,
+    }
+
+
+def _job_part(line: QuoteLine) -> dict[str, Any]:
+    return {
+        "plan": dict(line.plan) if line.plan else None,
+        "global_batch_seqs": line.global_batch_seqs,
+        "serving": dict(line.serving) if line.serving else None,
+    }
+
+
+def line_json(line: QuoteLine, legacy_fraction: Decimal,
+              conversion: Conversion | None = None,
+              warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """One line in the documented shape (QuoteLineOut); with the budget's ``conversion``, its
+    amounts also in the budget's currency (``in_budget_currency``); ``warnings`` from
+    ``plausibility_warnings``. ``LineTexts`` writes the same keys in the same order as JSON
+    text from cached runs of them."""
+    figures, money, goodput, energy, uncertainty, reserved = _amounts_parts(
+        line, legacy_fraction)
+    return {
+        **_offer_head(line), **figures, **_offer_price(line),
+        "accounting": line.accounting.value, **money, "currency": line.currency, **goodput,
+        "goodput_basis": line.goodput_basis, "timing_basis": line.timing_basis, **energy,
+        **_verdict_part(line), "uncertainty": uncertainty,
         "price_as_of": line.price_as_of,
         "reserved": reserved, "onprem": dict(line.onprem) if line.onprem else None,
         "in_budget_currency": _in_budget_currency(line, conversion),
         "offer_id": line.offer_id, "catalog_version": line.catalog_version,
-        "plan": dict(line.plan) if line.plan else None,
-        "global_batch_seqs": line.global_batch_seqs,
-        "serving": dict(line.serving) if line.serving else None,
-        "warnings": list(warnings),
+        **_job_part(line), "warnings": list(warnings),
     }
+
+
+def _keys(value: dict[str, Any]) -> str:
+    """A dict's members as compact JSON without the braces: ``"a":1,"b":2``. Joined with
+    commas and wrapped in braces, runs of members are exactly ``json.dumps`` of the merged
+    dict with the same separators (the form stored quotes use)."""
+    return _dumps(value)[1:-1]
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` without building an
+encoder per call (``json.dumps`` makes one for any non-default argument)."""
+_LITERALS = {True: "true", False: "false", None: "null"}
+_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_c_encoder: Any = None if _make_encoder is None else _make_encoder(
+    None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+"""The C iterencoder ``_ENCODER.encode`` makes on every call, made once (without the check
+for circular references, which only changes the error on a cycle: lines have none)."""
+
+
+def _dumps(value: Any) -> str:
+    if _c_encoder is None or isinstance(value, str):
+        return _ENCODER.encode(value)
+    return "".join(_c_encoder(value, 0))
+
+
+def _scalar(value: bool | str | None) -> str:
+    return _LITERALS[value] if value is None or value is True or value is False else (
+        _ENCODER.encode(value))
+
+
+_CACHE_ENTRIES = 20_000
+"""Entries per cache of line text runs (offers, amounts, rules): a few catalogue versions'
+offers; each entry is a few hundred bytes to a few KB."""
+_offer_texts: dict[tuple[int, int], tuple[PriceOffer, tuple[str, str, str]]] = {}
+_amounts_texts: dict[tuple[int, str, str], tuple[object, tuple[str, ...]]] = {}
+_amounts_seen: dict[tuple[int, str, str], object] = {}
+_rules_texts: dict[int, tuple[tuple[RuleResult, ...], str]] = {}
+_flags_texts: dict[tuple[str, ...], str] = {}
+
+
+def _bounded(cache: dict[Any, Any]) -> dict[Any, Any]:
+    if len(cache) >= _CACHE_ENTRIES:
+        cache.clear()
+    return cache
+
+
+class LineTexts:
+    """Lines as the JSON text ``line_json`` gives (``json.dumps`` with compact separators),
+    written from runs of keys cached by what they depend on: an offer's (its immutable
+    ``PriceOffer``, by identity, with the job's GPU count), a line's figures (its memoised,
+    immutable ``Amounts``, by identity, with the reservation fraction and timing basis), and
+    the rules' (their tuple, by identity: ``core.quote.judge`` memoises it). Issue 16: the
+    lines' dicts and their serialisation were a third of a quote's CPU. The entries hold the
+    objects they were built from, so an id is never matched to another object."""
+
+    def __init__(self, legacy_fraction: Decimal, conversion: Conversion | None) -> None:
+        self.legacy_fraction = legacy_fraction
+        self.legacy_text = str(legacy_fraction)
+        self.conversion = conversion
+        self._small: dict[object, str] = {}
+        self._jobs: dict[tuple[int, int, int | None], tuple[QuoteLine, str]] = {}
+
+    def _small_keys(self, name: str, value: str | None) -> str:
+        key = (name, value)
+        text = self._small.get(key)
+        if text is None:
+            text = self._small[key] = _keys({name: value})
+        return text
+
+    def _offer(self, line: QuoteLine, offer: PriceOffer) -> tuple[str, str, str]:
+        key = (id(offer), line.num_gpus)
+        hit = _offer_texts.get(key)
+        if hit is not None and hit[0] is offer:
+            return hit[1]
+        texts = (_keys(_offer_head(line)), _keys(_offer_price(line)),
+                 _keys({"price_as_of": line.price_as_of}))
+        _bounded(_offer_texts)[key] = (offer, texts)
+        return texts
+
+    def _amounts(self, line: QuoteLine) -> tuple[str, ...] | None:
+        """The runs of the line's figures, or None the first time they are seen: splitting a
+        line into runs costs more than writing it whole, so it pays only for figures that
+        recur (the same offers priced for the same job again)."""
+        a = line.amounts
+        key = (id(a), self.legacy_text, line.timing_basis)
+        hit = _amounts_texts.get(key)
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        if _amounts_seen.pop(key, None) is not a:
+            _bounded(_amounts_seen)[key] = a
+            return None
+        figures, money, goodput, energy, uncertainty, reserved = _amounts_parts(
+            line, self.legacy_fraction)
+        texts = (_keys(figures), _keys(money), _keys(goodput), _keys(energy),
+                 _keys({"uncertainty": uncertainty}), _keys({"reserved": reserved}))
+        _bounded(_amounts_texts)[key] = (a, texts)
+        return texts
+
+    def _rules(self, rules: tuple[RuleResult, ...]) -> str:
+        hit = _rules_texts.get(id(rules))
+        if hit is not None and hit[0] is rules:
+            return hit[1]
+        text = _dumps([rule_json(r) for r in rules
+                       if r.outcome is not core_quote.Outcome.PASS])
+        _bounded(_rules_texts)[id(rules)] = (rules, text)
+        return text
+
+    def _job(self, line: QuoteLine) -> str:
+        key = (id(line.plan), id(line.serving), line.global_batch_seqs)
+        hit = self._jobs.get(key)
+        if hit is not None and hit[0].plan is line.plan and hit[0].serving is line.serving:
+            return hit[1]
+        text = _keys(_job_part(line))
+        self._jobs[key] = (line, text)
+        return text
+
+    def text(self, line: QuoteLine, warnings: Sequence[str] = ()) -> str:
+        """``_dumps(line_json(line, legacy_fraction, conversion, warnings))``."""
+        offer = line.offer
+        if offer is None or line.onprem is not None or line.amounts is None:
+            return _dumps(line_json(line, self.legacy_fraction, self.conversion, warnings))
+        runs = self._amounts(line)
+        if runs is None:
+            return _dumps(line_json(line, self.legacy_fraction, self.conversion, warnings))
+        head, price, as_of = self._offer(line, offer)
+        figures, money, goodput, energy, uncertainty, reserved = runs
+        small = self._small_keys
+        flags = _flags_texts.get(line.flags)
+        if flags is None:
+            flags = _bounded(_flags_texts)[line.flags] = _dumps(list(line.flags))
+        verdict = (f'{small("carbon_basis", line.carbon_basis)},'
+                   f'"flags":{flags},"feasible":true,'
+                   f'"infeasible_reason":{_scalar(line.infeasible_reason)},'
+                   f'"within_budget":{_scalar(line.within_budget)},'
+                   f'"meets_deadline":{_scalar(line.meets_deadline)},'
+                   f'"policy_outcome":"{line.outcome.value}",'
+                   f'"rules":{self._rules(line.rules)}')
+        converted = _in_budget_currency(line, self.conversion)
+        return "".join((
+            "{", head, ",", figures, ",", price, ",",
+            small("accounting", line.accounting.value), ",", money, ",",
+            small("currency", line.currency), ",", goodput, ",",
+            small("goodput_basis", line.goodput_basis), ",",
+            small("timing_basis", line.timing_basis), ",", energy, ",", verdict, ",",
+            uncertainty, ",", as_of, ",", reserved, ',"onprem":null,"in_budget_currency":',
+            "null" if converted is None else _dumps(converted), ",",
+            small("offer_id", line.offer_id), ",",
+            small("catalog_version", line.catalog_version), ",", self._job(line),
+            ',"warnings":', _dumps(list(warnings)) if warnings else "[]", "}"))
 
 
 def _instances(line: QuoteLine) -> int:
@@ -691,34 +878,43 @@ def rejected_json(computed: Computed) -> dict[str, Any]:
 
 
 def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,
-               max_reasonable_train_s: float | None = None) -> tuple[
-        dict[str, Any], list[dict[str, Any]]]:
-    """(the answer, every line): the answer holds the best line per provider and term unless
-    ``all_lines``; every line is stored for ``GET /v1/quotes/{id}/lines`` and ``verify``.
-    Lines over ``max_reasonable_train_s`` or ten times the cheapest carry warnings."""
+               max_reasonable_train_s: float | None = None) -> tuple[dict[str, Any], str]:
+    """(the answer, every line as the stored JSON text ``{"lines":[...]}``): the answer holds
+    the best line per provider and term unless ``all_lines``; every line is stored for
+    ``GET /v1/quotes/{id}/lines`` and ``verify``. Lines over ``max_reasonable_train_s`` or ten
+    times the cheapest carry warnings. The stored text is written once, from cached runs of
+    keys (``LineTexts``); only the few lines the answer shows are built as dicts."""
     result = computed.result
     fraction = computed.request_fraction
     warned = plausibility_warnings(result.lines, max_reasonable_train_s)
-    every = [line_json(x, fraction, computed.conversion, warned.get(id(x), ()))
-             for x in result.lines]
+    texts = LineTexts(fraction, computed.conversion)
+    every = '{"lines":[' + ",".join(texts.text(x, warned.get(id(x), ()))
+                                    for x in result.lines) + "]}"
     # The shown, cheapest, fastest and recommended lines are lines of ``result.lines``: each
-    # one's JSON is built once above (read-only from here on: it is only serialised).
-    built = {id(x): j for x, j in zip(result.lines, every, strict=True)}
-    shown = result.lines if all_lines else best_per_provider_term(result.lines)
-    totals = sorted(result.summary_totals)
+    # one's JSON is built once (read-only from here on: it is only validated and serialised).
+    built: dict[int, dict[str, Any]] = {}
 
     def one(line: QuoteLine | None) -> dict[str, Any] | None:
-        return None if line is None else built[id(line)]
+        if line is None:
+            return None
+        found = built.get(id(line))
+        if found is None:
+            found = built[id(line)] = line_json(line, fraction, computed.conversion,
+                                                warned.get(id(line), ()))
+        return found
+
+    shown = result.lines if all_lines else best_per_provider_term(result.lines)
+    totals = sorted(result.summary_totals)
 
     policy = result.policy
     body = {
         "accounting": computed.options.accounting.value,
-        "lines": [built[id(x)] for x in shown],
+        "lines": [one(x) for x in shown],
         "lines_total": len(result.lines),
         "lines_shown": "all" if all_lines else "best_per_provider_term",
         "rejected_offers": rejected_json(computed),
         "cheapest": one(result.cheapest),
-        "cheapest_per_term": {k: built[id(v)] for k, v in result.cheapest_per_term.items()},
+        "cheapest_per_term": {k: one(v) for k, v in result.cheapest_per_term.items()},
         "fastest": one(result.fastest),
         "recommended": one(result.recommended),
         "summary": {

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from decimal import ROUND_CEILING, Decimal
 from enum import StrEnum
 
@@ -340,6 +340,9 @@ class QuoteLine:
     meets_deadline: bool | None = None
     serving: Mapping[str, object] | None = None
     """The serving deployment a serving fleet's line prices (``SizedJob.serving``)."""
+    offer: PriceOffer | None = field(default=None, compare=False, repr=False)
+    """The catalogue offer a cloud line prices (None on-premises): its immutable values let
+    the API reuse what it built from them (issue 16); no figure reads it."""
 
     @property
     def feasible(self) -> bool:
@@ -603,7 +606,7 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
         global_batch_seqs=job.global_batch_seqs, accounting=options.accounting,
         amounts=amounts, infeasible_reason=loss.reason, onprem=None, price_as_of=offer.as_of,
         price_as_of_day=offer.as_of_day, list_unit_price=offer.list_price_per_instance_hour,
-        discount=offer.discount,
+        discount=offer.discount, offer=offer,
     )
 
 
@@ -821,21 +824,42 @@ def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
 
 def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy: Policy,
           options: Options, today: int, *, gated: bool,
-          misfits: Mapping[int, str] | None = None) -> QuoteResult:
+          misfits: Mapping[int, str] | None = None, _owned: bool = False) -> QuoteResult:
     """Judge every line, sort by ``total`` (the request's accounting) or, with
     ``RankBy.CO2E``, by CO2e, recommend the line with the best policy outcome and then the
-    first in that order, and give the verdict on it."""
+    first in that order, and give the verdict on it. The lines are left as they are (judged
+    copies are returned) unless ``_owned``: ``price_all`` passes lines it has just made."""
     misfits = misfits or {}
     judged: list[QuoteLine] = []
+    memo = _rules_memo(policy, options, today)
+    budget, deadline_s = options.budget, options.deadline_s
     for index, line in enumerate(lines):
-        rules = evaluate(line, policy, options, today, misfits.get(index))
+        misfit = misfits.get(index)
         a = line.amounts
-        judged.append(replace(
-            line, rules=rules,
-            within_budget=(None if options.budget is None
-                           else a is not None and a.total <= options.budget),
-            meets_deadline=(None if options.deadline_s is None
-                            else a is not None and a.wall_clock_s <= options.deadline_s)))
+        # Everything ``evaluate`` reads of the line, with the amounts by identity (they are
+        # memoised and immutable; the entry keeps them alive, so the id is not reused).
+        key = (line.provider, line.region, line.instance_type, line.term, line.currency,
+               id(a), line.flags, line.infeasible_reason, line.price_as_of,
+               line.price_as_of_day, line.gpus_per_instance, line.goodput_basis, misfit)
+        hit = memo.get(key)
+        if hit is not None and hit[0] is a:
+            rules = hit[1]
+        else:
+            rules = evaluate(line, policy, options, today, misfit)
+            if len(memo) >= _rules_memo_size:
+                memo.clear()
+            memo[key] = (a, rules)
+        within = None if budget is None else a is not None and a.total <= budget
+        meets = None if deadline_s is None else a is not None and a.wall_clock_s <= deadline_s
+        if _owned:
+            # ``price_all``'s own new lines, seen by no one else yet: completed in place (as
+            # a constructor would), not copied.
+            _set(line, "rules", rules)
+            _set(line, "within_budget", within)
+            _set(line, "meets_deadline", meets)
+            judged.append(line)
+        else:
+            judged.append(_judged(line, rules, within, meets))
     judged.sort(key=QuoteLine.sort_key)
     feasible = [x for x in judged if x.feasible]
     cheapest = feasible[0] if feasible else None
@@ -874,6 +898,45 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
     )
 
 
+_rules_memo_size = 50_000
+"""Lines whose rule outcomes one policy context keeps (about 2 KB each)."""
+_rules_memos: dict[str, dict[tuple[object, ...], tuple[Amounts | None, tuple[RuleResult, ...]]]]
+_rules_memos = {}
+
+
+def _rules_memo(policy: Policy, options: Options, today: int,
+                ) -> dict[tuple[object, ...], tuple[Amounts | None, tuple[RuleResult, ...]]]:
+    """The memo of ``evaluate`` for one (policy, options, day): its results are a pure
+    function of these and the line's values, and a catalogue version's lines recur from quote
+    to quote (issue 16: judging was a third of a quote's CPU). The context is keyed by its
+    ``repr``, not by equality: ``Decimal("0.5") == Decimal("0.50")`` but the two print
+    differently in a message."""
+    context = repr((policy, options, today))
+    memo = _rules_memos.get(context)
+    if memo is None:
+        if len(_rules_memos) >= 64:
+            _rules_memos.clear()
+        memo = _rules_memos[context] = {}
+    return memo
+
+
+_line_slots = tuple(f.name for f in fields(QuoteLine))
+_set = object.__setattr__
+
+
+def _judged(line: QuoteLine, rules: tuple[RuleResult, ...], within_budget: bool | None,
+            meets_deadline: bool | None) -> QuoteLine:
+    """``replace(line, rules=..., within_budget=..., meets_deadline=...)`` without the
+    keyword round trip: a new frozen line with the same values (it runs once per line)."""
+    new = object.__new__(QuoteLine)
+    for name in _line_slots:
+        _set(new, name, getattr(line, name))
+    _set(new, "rules", rules)
+    _set(new, "within_budget", within_budget)
+    _set(new, "meets_deadline", meets_deadline)
+    return new
+
+
 def price_all(
     *, jobs: Sequence[SizedJob], offers: Sequence[PriceOffer],
     timings: Mapping[tuple[int, Fabric], JobTiming], onprem: Mapping[str, OnPremInputs],
@@ -905,7 +968,8 @@ def price_all(
         if job.accelerator in onprem:
             owned = onprem_line(job, onprem[job.accelerator], options, version_id)
             lines.append(with_break_even(owned, lines[first:], options))  # this job's lines
-    return judge(lines, rejected, policy, options, today, gated=gated, misfits=misfits)
+    return judge(lines, rejected, policy, options, today, gated=gated, misfits=misfits,
+                 _owned=True)
 
 
 HOURS_PER_MONTH = Decimal(pricing.HOURS_PER_YEAR) / 12

@@ -107,7 +107,23 @@ def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCach
                  fx_version: str | None = None, book_revision: int | None = None,
                  max_reasonable_train_s: float | None = None,
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Everything of a quote that is computed (no id or timestamps), and every line; its
+    """``compute_text`` with every line as a dict (what ``verify`` compares)."""
+    body, lines = compute_text(
+        session, request, cache, version_id, budget, workers, policy, now, gated=gated,
+        offer_cache=offer_cache, fx_version=fx_version, book_revision=book_revision,
+        max_reasonable_train_s=max_reasonable_train_s)
+    every: list[dict[str, Any]] = json.loads(lines)["lines"]
+    return body, every
+
+
+def compute_text(session: Session, request: QuoteRequest, cache: AcceleratorCache,
+                 version_id: str, budget: WorkBudget, workers: int, policy: Policy,
+                 now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
+                 fx_version: str | None = None, book_revision: int | None = None,
+                 max_reasonable_train_s: float | None = None,
+                 ) -> tuple[dict[str, Any], str]:
+    """Everything of a quote that is computed (no id or timestamps), and every line as the
+    stored JSON text ``{"lines":[...]}``, written once; its
     searches within ``budget``. ``verify`` passes no ``offer_cache``: it reads the stored
     version again, and it passes the stored quote's FX table version."""
     conversion = budget_conversion(session, request, version_id, now, fx_version)
@@ -201,7 +217,7 @@ def create_quote(
     version = _version_in_body(session, body.catalog_version)
     policy = _policy(session, body.policy, settings.default_policy)
     now = dt.datetime.now(dt.UTC)
-    computed, lines = compute_body(
+    computed, lines = compute_text(
         session, body, accelerators, version.id, request_budget(settings, gone),
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy)),
@@ -215,7 +231,7 @@ def create_quote(
 
 def _new_quote(request: Request, principal: Principal, key: str, hash_: str,
                canonical: dict[str, Any], version_id: str, content_hash: str,
-               computed: dict[str, Any], lines: list[dict[str, Any]], policy: Policy,
+               computed: dict[str, Any], lines: str, policy: Policy,
                now: dt.datetime, ttl_days: int, requote_of: str | None) -> Quote:
     quote_id = "q_" + uuid.uuid4().hex
     request_id = getattr(request.state, "request_id", None) or uuid.uuid4().hex
@@ -234,7 +250,7 @@ def _new_quote(request: Request, principal: Principal, key: str, hash_: str,
         catalog_version_id=version_id, catalog_content_hash=content_hash,
         estimator_version=ESTIMATOR_VERSION, verdict=computed["verdict"],
         requote_of=requote_of, request=canonical, response=body.model_dump_json(),
-        lines=_body_text({"lines": lines}), policy_name=policy.name if policy.revision else None,
+        lines=lines, policy_name=policy.name if policy.revision else None,
         policy_revision=policy.revision,
     )
 
@@ -423,7 +439,7 @@ def requote_quote(
     version = get_version(session, None)
     policy = _policy(session, old.policy_name or body.policy, settings.default_policy)
     now = dt.datetime.now(dt.UTC)
-    computed, lines = compute_body(
+    computed, lines = compute_text(
         session, body, accelerators, version.id, request_budget(settings, gone),
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy or old.policy_name)),

@@ -250,9 +250,13 @@ def serving_jobs(spec: ServingWorkload, cache: AcceleratorCache, energy: EnergyS
         where = "workload.serving.estimate"
         accelerator = cache.require(given.deployment.accelerator,
                                     f"{where}.deployment.accelerator")
-        deployment = given.deployment.to_core(accelerator)
-        result = serving.serve(given.model.to_core(), deployment, given.traffic.to_core(),
-                               replicas=spec.replicas)
+        try:
+            deployment = given.deployment.to_core(accelerator)
+            result = serving.serve(given.model.to_core(), deployment, given.traffic.to_core(),
+                                   replicas=spec.replicas)
+        except InvalidSpecError as exc:  # the core names fields of the estimate's body
+            raise InvalidSpecError(str(exc), field=(
+                f"{where}.{exc.field}" if exc.field else where)) from None
         if not result.memory.fits:
             raise InvalidSpecError(f"the deployment does not fit: {result.warnings[0]}",
                                    field=f"{where}.deployment")

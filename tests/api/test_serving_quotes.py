@@ -243,3 +243,13 @@ def test_the_audit_page_shows_a_serving_quote(client: TestClient,
     fleet = quote["recommended"]["serving"]
     assert f"{fleet['replicas']} × {fleet['gpus_per_replica']} h100-sxm5-80gb" in page.text
     assert "365.2 days" in page.text or "1.0 year" in page.text
+
+
+def test_a_modelling_rule_names_the_field_inside_the_serving_workload(
+        client: TestClient, writer: dict[str, str]) -> None:
+    """tp x pp must equal the GPUs per replica: the problem names the field where the quote
+    request has it, not where a serving estimate's body would."""
+    body = serving_quote()
+    body["workload"]["serving"]["estimate"]["deployment"]["tp"] = 2
+    problem = assert_problem(post(client, writer, body), 422)
+    assert problem["field"].startswith("workload.serving.estimate.deployment"), problem

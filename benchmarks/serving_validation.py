@@ -23,6 +23,17 @@ Two figures are printed side by side:
   so correlated rows cannot leak into their own fit.
 
 ``before`` is the same evaluation with the priors, nothing fitted.
+
+**Sizing** is evaluated on closed-loop concurrency sweeps (``sweeps``): evaluable rows of one
+document with the same model, deployment and lengths at three or more concurrencies, each
+stating TTFT and TPOT. Each published point sets one SLO level at its own latencies (p50
+TTFT and TPOT no greater than the point's); the published requests/s per replica at that SLO
+is the highest of the sweep's points that meet it (``measured_capacity``), the model's is
+``serve()``'s requests/s at the largest concurrency whose p50 TTFT and TPOT meet it
+(``model_capacity``: bisection on the integer concurrency, 0 when concurrency 1 misses it).
+The error is model / published - 1; replicas for a load are ceil(QPS / that). The same
+tables are used as for throughput: priors, in sample, and each document's sweeps predicted
+by the table fitted without that document (``sizing_leave_one_source_out``).
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ from pathlib import Path
 from benchmarks.accuracy import seed_accelerators
 from service.core import serving as s
 from service.core.presets import PRESETS
-from service.core.specs import AcceleratorSpec
+from service.core.specs import AcceleratorSpec, ModelSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "serving-runs.csv"
 MODELS = {"Llama-3.1-8B": "llama3.1-8b", "Meta-Llama-3.1-8B": "llama3.1-8b",
@@ -58,6 +69,20 @@ NAMED = (s.Engine.TRTLLM, s.Engine.SGLANG, s.Engine.VLLM)
 WEIGHTS = {"bf16": s.WeightPrecision.BF16, "fp8": s.WeightPrecision.FP8,
            "int4": s.WeightPrecision.INT4, "": s.WeightPrecision.BF16}
 """Unstated weight precision is the checkpoint's bf16. fp4 has no WeightPrecision."""
+
+SWEEP_MIN_POINTS = 3
+"""A sweep with fewer published concurrencies is not evaluated for sizing."""
+SWEEP_KEY = ("model", "accelerator", "num_gpus", "tp", "engine", "weight_precision",
+             "kv_cache_precision", "prompt_tokens", "output_tokens")
+"""Columns a sweep's rows share (besides the document); only the concurrency varies."""
+LATENCIES = {"ttft": "measured_ttft_s_p50", "tpot": "measured_tpot_s_p50"}
+SLO_KINDS = (("ttft", "tpot"), ("tpot",), ("ttft",))
+"""The SLOs set at each published point: both latencies (the figure quoted), then each
+alone (diagnostics)."""
+CONCURRENCY_CAP = 4096
+"""The model-side search's largest concurrency (16 x the largest published, 250)."""
+EXAMPLE_QPS = 10.0
+"""The load the replica counts are shown for."""
 
 HBM_GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(46))  # 0.50 .. 0.95
 COMPUTE_GRID = tuple(round(0.30 + 0.05 * i, 2) for i in range(10))  # 0.30 .. 0.75
@@ -122,26 +147,32 @@ def skip_reason(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> str | 
     return None
 
 
-def evaluate(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> Result:
+def _setup(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> tuple[
+        ModelSpec, s.Deployment, s.Lengths, s.Lengths]:
+    """The model, deployment and prompt and output lengths a row states."""
     preset = _preset(row)
     assert preset is not None  # skip_reason ran first
     gpus, tp = int(row["num_gpus"]), int(row["tp"])
-    engine = ENGINES.get(row["engine"], s.Engine.UNKNOWN)
     deployment = s.Deployment(
         accelerator=accelerators[row["accelerator"]], gpus_per_replica=gpus, tp=tp,
         pp=gpus // tp, weight_precision=WEIGHTS[row["weight_precision"]],
         kv_cache_precision=(s.KvPrecision.FP8 if row["kv_cache_precision"] == "fp8"
                             else s.KvPrecision.BF16),
-        engine=engine)
-    prompt = s.Lengths.of(mean=float(row["prompt_tokens"]))
-    output = s.Lengths.of(mean=float(row["output_tokens"]))
+        engine=ENGINES.get(row["engine"], s.Engine.UNKNOWN))
+    return (PRESETS[preset].model, deployment, s.Lengths.of(mean=float(row["prompt_tokens"])),
+            s.Lengths.of(mean=float(row["output_tokens"])))
+
+
+def evaluate(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> Result:
+    model, deployment, prompt, output = _setup(row, accelerators)
+    engine = deployment.engine
     if row["batch_size"]:
         traffic = s.Traffic(mode=s.TrafficMode.FIXED_BATCH, prompt=prompt, output=output,
                             batch_size=int(row["batch_size"]))
     else:
         traffic = s.Traffic(mode=s.TrafficMode.ONLINE, prompt=prompt, output=output,
                             concurrency=int(row["concurrency"]))
-    estimate = s.serve(PRESETS[preset].model, deployment, traffic)
+    estimate = s.serve(model, deployment, traffic)
     tpot, ttft = row["measured_tpot_s_p50"], row["measured_ttft_s_p50"]
     return Result(row_id=row["id"], document=document(row), engine=engine,
                   measured=float(row["measured_output_tokens_per_s"]),
@@ -223,18 +254,190 @@ def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> dic
     return table
 
 
+Fitter = Callable[[Sequence[Row], Mapping[str, AcceleratorSpec]], Table]
+
+
+def fold_tables(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
+                fitter: Fitter = fit) -> dict[str, Table]:
+    """For each document, the table fitted on the other documents' rows."""
+    return {held_out: fitter([r for r in rows if document(r) != held_out], accelerators)
+            for held_out in sorted({document(r) for r in rows})}
+
+
 def leave_one_source_out(
         rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
-        fitter: Callable[[Sequence[Row], Mapping[str, AcceleratorSpec]], Table] = fit,
+        fitter: Fitter = fit, tables: Mapping[str, Table] | None = None,
 ) -> list[Result]:
-    """Each document's rows predicted by a table fitted on the other documents' rows."""
+    """Each document's rows predicted by a table fitted on the other documents' rows
+    (``tables``: the ``fold_tables`` already fitted, else fitted here with ``fitter``)."""
+    folds = tables if tables is not None else fold_tables(rows, accelerators, fitter)
     results: list[Result] = []
-    for held_out in sorted({document(r) for r in rows}):
-        train = [r for r in rows if document(r) != held_out]
+    for held_out, table in folds.items():
         test = [r for r in rows if document(r) == held_out]
-        results.extend(predict(test, fitter(train, accelerators), accelerators))
+        results.extend(predict(test, table, accelerators))
     order = {r["id"]: i for i, r in enumerate(rows)}
     return sorted(results, key=lambda r: order[r.row_id])
+
+
+# -- sizing -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sweep:
+    """Published closed-loop runs of one deployment at several concurrencies."""
+
+    document: str
+    rows: tuple[Row, ...]
+    """By concurrency, lowest first."""
+
+    @property
+    def label(self) -> str:
+        r = self.rows[0]
+        return (f"{r['model']}, {r['num_gpus']} x {r['accelerator']} tp{r['tp']} "
+                f"{r['weight_precision'] or 'bf16'} kv {r['kv_cache_precision'] or 'bf16'}, "
+                f"{r['engine']}, "
+                f"{r['prompt_tokens']} in / {r['output_tokens']} out")
+
+
+def _stated(row: Row, metric: str) -> float | None:
+    value = row[LATENCIES[metric]]
+    return float(value) if value else None
+
+
+def sweeps(rows: Sequence[Row]) -> tuple[list[Sweep], list[tuple[Sweep, str]]]:
+    """The closed-loop sweeps in ``rows`` (evaluable rows with a concurrency), grouped by
+    document and ``SWEEP_KEY``: those evaluable for sizing, and the others with the reason
+    (fewer than ``SWEEP_MIN_POINTS`` concurrencies, or a point without TTFT and TPOT)."""
+    groups: dict[tuple[str, ...], list[Row]] = {}
+    for row in rows:
+        if row["concurrency"] and not row["batch_size"]:
+            key = (document(row), *(row[k] for k in SWEEP_KEY))
+            groups.setdefault(key, []).append(row)
+    good: list[Sweep] = []
+    bad: list[tuple[Sweep, str]] = []
+    for key, members in groups.items():
+        sweep = Sweep(document=key[0], rows=tuple(
+            sorted(members, key=lambda r: int(r["concurrency"]))))
+        points = len({r["concurrency"] for r in members})
+        if points < SWEEP_MIN_POINTS:
+            bad.append((sweep, f"{points} concurrenc{'y' if points == 1 else 'ies'} "
+                               f"(fewer than {SWEEP_MIN_POINTS})"))
+        elif any(_stated(r, m) is None for r in members for m in LATENCIES):
+            bad.append((sweep, "a point without TTFT and TPOT"))
+        else:
+            good.append(sweep)
+    return good, bad
+
+
+def slo_at(row: Row, kind: Sequence[str]) -> s.Slo:
+    """The SLO a published point sets: its own p50 latencies of ``kind`` as limits."""
+    return s.Slo(ttft_p50_s=_stated(row, "ttft") if "ttft" in kind else None,
+                 tpot_p50_s=_stated(row, "tpot") if "tpot" in kind else None)
+
+
+def _meets(slo: s.Slo, ttft_s: float, tpot_s: float) -> bool:
+    return ((slo.ttft_p50_s is None or ttft_s <= slo.ttft_p50_s)
+            and (slo.tpot_p50_s is None or tpot_s <= slo.tpot_p50_s))
+
+
+def measured_requests_per_s(row: Row) -> float:
+    """Published requests/s per replica: output tokens/s over the output length."""
+    return float(row["measured_output_tokens_per_s"]) / float(row["output_tokens"])
+
+
+def measured_capacity(sweep: Sweep, slo: s.Slo) -> float:
+    """The highest published requests/s among the sweep's points that meet ``slo``
+    (0 when none does)."""
+    return max((measured_requests_per_s(r) for r in sweep.rows
+                if _meets(slo, _stated(r, "ttft") or 0.0, _stated(r, "tpot") or 0.0)),
+               default=0.0)
+
+
+def largest_meeting(meets: Callable[[int], bool], cap: int = CONCURRENCY_CAP) -> int:
+    """The largest n in [1, cap] with ``meets(n)``, by bisection, for a ``meets`` true up to
+    some n and false beyond (latency grows with concurrency); 0 when ``meets(1)`` is false."""
+    if not meets(1):
+        return 0
+    if meets(cap):
+        return cap
+    low, high = 1, cap  # meets(low), not meets(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if meets(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def model_capacity(model: ModelSpec, deployment: s.Deployment, prompt: s.Lengths,
+                   output: s.Lengths, slo: s.Slo) -> tuple[int, float]:
+    """The largest closed-loop concurrency at which ``serve()``'s p50 TTFT and TPOT meet
+    ``slo``, and its requests/s per replica; (0, 0.0) when concurrency 1 misses it."""
+
+    def estimate(concurrency: int) -> s.ServingEstimate:
+        return s.serve(model, deployment, s.Traffic(
+            mode=s.TrafficMode.ONLINE, prompt=prompt, output=output, concurrency=concurrency))
+
+    def meets(concurrency: int) -> bool:
+        e = estimate(concurrency)
+        return _meets(slo, e.ttft_s.p50, e.tpot_s.p50)
+
+    best = largest_meeting(meets)
+    return best, (estimate(best).requests_per_s if best else 0.0)
+
+
+@dataclass(frozen=True)
+class SizingResult:
+    sweep: str
+    document: str
+    level: str
+    """The published point whose latencies set the SLO."""
+    slo: s.Slo
+    measured: float
+    """Published requests/s per replica at the SLO."""
+    predicted: float
+    predicted_concurrency: int
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+    @staticmethod
+    def replicas(qps: float, per_replica: float) -> int | None:
+        """ceil(QPS / requests/s per replica); None when no load meets the SLO."""
+        return math.ceil(qps / per_replica) if per_replica > 0 else None
+
+
+def evaluate_sizing(sweep: Sweep, accelerators: Mapping[str, AcceleratorSpec],
+                    kind: Sequence[str] = SLO_KINDS[0]) -> list[SizingResult]:
+    """One result per published point of ``sweep``, the SLO at its own latencies."""
+    model, deployment, prompt, output = _setup(sweep.rows[0], accelerators)
+    results = []
+    for row in sweep.rows:
+        slo = slo_at(row, kind)
+        concurrency, predicted = model_capacity(model, deployment, prompt, output, slo)
+        results.append(SizingResult(
+            sweep=sweep.label, document=sweep.document, level=row["id"], slo=slo,
+            measured=measured_capacity(sweep, slo), predicted=predicted,
+            predicted_concurrency=concurrency))
+    return results
+
+
+def predict_sizing(sweep_list: Sequence[Sweep], table: Table,
+                   accelerators: Mapping[str, AcceleratorSpec],
+                   kind: Sequence[str] = SLO_KINDS[0]) -> list[SizingResult]:
+    with engine_table(table):
+        return [x for w in sweep_list for x in evaluate_sizing(w, accelerators, kind)]
+
+
+def sizing_leave_one_source_out(
+        sweep_list: Sequence[Sweep], tables: Mapping[str, Table],
+        accelerators: Mapping[str, AcceleratorSpec],
+        kind: Sequence[str] = SLO_KINDS[0]) -> list[SizingResult]:
+    """Each document's sweeps sized with the table fitted without that document
+    (``fold_tables``, the throughput figure's folds)."""
+    return [x for w in sweep_list
+            for x in predict_sizing([w], tables[w.document], accelerators, kind)]
 
 
 @dataclass(frozen=True)
@@ -267,7 +470,8 @@ def main() -> int:
     before = predict(usable, {**s.ENGINE_PRIORS}, accelerators)
     table = fit(usable, accelerators)
     inside = predict(usable, table, accelerators)
-    loso = leave_one_source_out(usable, accelerators)
+    tables = fold_tables(usable, accelerators)
+    loso = leave_one_source_out(usable, accelerators, tables=tables)
 
     print("fitted table (in sample):")
     for engine, eff in table.items():
@@ -296,9 +500,52 @@ def main() -> int:
         ins = [r.error for r in inside if r.document == doc]
         out = [r.error for r in loso if r.document == doc]
         print(f"  {doc[:60]:60s}\n    {Summary.of(ins)} | {Summary.of(out)}")
-    print("sizing: no evaluable row (the MLPerf Server rows, the only published rates at an "
-          "SLO, state neither prompt lengths nor tensor parallelism)")
+    print_sizing(usable, table, tables, accelerators)
     return 0
+
+
+def _replicas_text(qps: float, per_replica: float) -> str:
+    count = SizingResult.replicas(qps, per_replica)
+    return "none" if count is None else str(count)
+
+
+def print_sizing(usable: Sequence[Row], table: Table, tables: Mapping[str, Table],
+                 accelerators: Mapping[str, AcceleratorSpec]) -> None:
+    """The sizing figures: per SLO level, then summaries for each SLO kind."""
+    good, bad = sweeps(usable)
+    print("\nsizing: requests/s per replica at an SLO set at each published point's own "
+          "p50 latencies (closed-loop sweeps)")
+    for sweep, reason in bad:
+        print(f"  not evaluable: {document(sweep.rows[0])[:40]}, {sweep.label}: {reason}")
+    if not good:
+        print("  no evaluable sweep")
+        return
+    for sweep in good:
+        print(f"  sweep: {sweep.document[:60]}\n    {sweep.label}, concurrency "
+              f"{', '.join(r['concurrency'] for r in sweep.rows)}")
+    for kind in SLO_KINDS:
+        before = predict_sizing(good, {**s.ENGINE_PRIORS}, accelerators, kind)
+        inside = predict_sizing(good, table, accelerators, kind)
+        loso = sizing_leave_one_source_out(good, tables, accelerators, kind)
+        name = " and ".join(f"{m.upper()} p50" for m in kind)
+        print(f"\n  SLO: {name} <= the point's; requests/s per replica at it"
+              f"{' (the figure quoted)' if kind == SLO_KINDS[0] else ' (diagnostic)'}")
+        print(f"  {'SLO set at':38s} {'TTFT s':>7s} {'TPOT ms':>7s} {'meas':>6s} "
+              f"{'in':>6s} {'c in':>5s} {'in':>7s} {'LOSO':>7s} "
+              f" replicas @ {EXAMPLE_QPS:g}/s meas|in|LOSO")
+        for i, o in zip(inside, loso, strict=True):
+            ttft = "" if i.slo.ttft_p50_s is None else f"{i.slo.ttft_p50_s:7.3f}"
+            tpot = "" if i.slo.tpot_p50_s is None else f"{i.slo.tpot_p50_s * 1e3:7.2f}"
+            reps = " | ".join(_replicas_text(EXAMPLE_QPS, x) for x in (
+                i.measured, i.predicted, o.predicted))
+            print(f"  {i.level[:38]:38s} {ttft:>7s} {tpot:>7s} {i.measured:6.3f} "
+                  f"{i.predicted:6.3f} {i.predicted_concurrency:5d} {i.error:+7.1%} "
+                  f"{o.error:+7.1%}  {reps}")
+        for label, results in (("before (priors)", before), ("in sample", inside),
+                               ("leave one source out", loso)):
+            missed = sum(1 for r in results if r.predicted == 0)
+            print(f"    {label:21s} {Summary.of([r.error for r in results])}"
+                  f"{f'; {missed} SLO met by no load in the model' if missed else ''}")
 
 
 if __name__ == "__main__":

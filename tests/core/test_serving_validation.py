@@ -83,3 +83,125 @@ def test_evaluating_a_table_leaves_the_model_s_table_unchanged() -> None:
     before = dict(s.ENGINE_EFFICIENCY)
     v.predict(USABLE, dict(s.ENGINE_PRIORS), ACC)
     assert before == s.ENGINE_EFFICIENCY
+
+
+# -- sizing -----------------------------------------------------------------------------------
+
+NIM_DOC = "NVIDIA NIM for LLMs benchmarking docs: Performance (v1.0.0 docs)"
+
+
+def _point(concurrency: int, tokens_per_s: float, ttft_s: str, tpot_s: str,
+           **overrides: str) -> dict[str, str]:
+    """A synthetic closed-loop row: Llama 3.1 8B on one H100, 1,000 in / 200 out."""
+    row = {"id": f"syn_c{concurrency}", "source": "Synthetic doc, table 1",
+           "model": "Llama-3.1-8B", "accelerator": "h100-sxm5-80gb", "num_gpus": "1",
+           "tp": "1", "engine": "vllm", "weight_precision": "bf16", "kv_cache_precision": "",
+           "prompt_tokens": "1000", "output_tokens": "200", "batch_size": "",
+           "concurrency": str(concurrency), "measured_output_tokens_per_s": str(tokens_per_s),
+           "measured_ttft_s_p50": ttft_s, "measured_tpot_s_p50": tpot_s}
+    row.update(overrides)
+    return row
+
+
+SYNTHETIC = [  # requests/s = tokens/s / 200: 0.5, 1.5, 2.0, 2.1
+    _point(1, 100.0, "0.10", "0.010"), _point(4, 300.0, "0.20", "0.013"),
+    _point(16, 400.0, "0.50", "0.040"), _point(64, 420.0, "3.00", "0.038")]
+
+
+def test_sweeps_group_one_deployment_and_refuse_short_or_latency_less_ones() -> None:
+    short = [_point(c, 100.0 * c, "0.1", "0.01", prompt_tokens="2000") for c in (1, 2)]
+    no_ttft = [_point(c, 100.0 * c, "", "0.01", prompt_tokens="3000") for c in (1, 2, 4)]
+    good, bad = v.sweeps([*reversed(SYNTHETIC), *short, *no_ttft])
+    assert [[r["concurrency"] for r in w.rows] for w in good] == [["1", "4", "16", "64"]]
+    assert good[0].document == "Synthetic doc"
+    reasons = sorted(reason for _, reason in bad)
+    assert reasons == ["2 concurrencies (fewer than 3)", "a point without TTFT and TPOT"]
+
+
+def test_the_published_capacity_at_a_point_s_own_slo_is_known_by_hand() -> None:
+    (sweep,), _ = v.sweeps(SYNTHETIC)
+    both = ("ttft", "tpot")
+    # Each point meets its own SLO; at c=4's (0.20 s, 13 ms) c=1 and c=4 do: 300 / 200.
+    assert v.measured_capacity(sweep, v.slo_at(SYNTHETIC[1], both)) == 1.5
+    # c=64 has a lower TPOT (38 ms) than c=16 but a TTFT of 3 s: at c=16's SLO it fails.
+    assert v.measured_capacity(sweep, v.slo_at(SYNTHETIC[2], both)) == 2.0
+    # TPOT alone at c=16's 40 ms: c=64 (38 ms, 420 tokens/s) meets it and is higher.
+    assert v.measured_capacity(sweep, v.slo_at(SYNTHETIC[2], ("tpot",))) == 2.1
+    # Tighter than every point: nothing meets it.
+    assert v.measured_capacity(sweep, s.Slo(tpot_p50_s=0.005)) == 0.0
+
+
+def test_the_bisection_finds_the_largest_n_that_meets() -> None:
+    for limit in (1, 2, 37, 1000, 4095):
+        calls: list[int] = []
+
+        def meets(n: int, limit: int = limit, calls: list[int] = calls) -> bool:
+            calls.append(n)
+            return n <= limit
+
+        assert v.largest_meeting(meets, cap=4096) == limit
+        assert len(calls) <= 14  # log2(4096) + 2, not a scan
+    assert v.largest_meeting(lambda n: False, cap=64) == 0
+    assert v.largest_meeting(lambda n: True, cap=64) == 64
+
+
+def test_the_model_side_search_returns_the_largest_concurrency_meeting_the_slo() -> None:
+    (sweep,), _ = v.sweeps([r for r in USABLE if r["id"].startswith(
+        "nim_l33_70b_h100x2_fp8_5000_500_")])
+    model, deployment, prompt, output = v._setup(sweep.rows[0], ACC)
+
+    def estimate(c: int) -> s.ServingEstimate:
+        return s.serve(model, deployment, s.Traffic(
+            mode=s.TrafficMode.ONLINE, prompt=prompt, output=output, concurrency=c))
+
+    def meets(c: int, slo: s.Slo) -> bool:
+        e = estimate(c)
+        assert slo.ttft_p50_s is not None
+        assert slo.tpot_p50_s is not None
+        return e.ttft_s.p50 <= slo.ttft_p50_s and e.tpot_s.p50 <= slo.tpot_p50_s
+
+    with v.engine_table(s.ENGINE_EFFICIENCY):
+        for row in sweep.rows[1:]:  # the first level is met by no load (below)
+            slo = v.slo_at(row, ("ttft", "tpot"))
+            found, rps = v.model_capacity(model, deployment, prompt, output, slo)
+            assert 1 <= found < v.CONCURRENCY_CAP
+            assert meets(found, slo)
+            assert not meets(found + 1, slo)
+            assert rps == estimate(found).requests_per_s
+        # A brute-force scan agrees (latency grows with concurrency, so bisection is exact).
+        slo = v.slo_at(sweep.rows[3], ("ttft", "tpot"))
+        scan = max(c for c in range(1, 120) if meets(c, slo))
+        assert v.model_capacity(model, deployment, prompt, output, slo)[0] == scan
+        # At concurrency 1 the model's TPOT is above NIM's 18.58 ms: no load meets it.
+        first = v.slo_at(sweep.rows[0], ("ttft", "tpot"))
+        assert estimate(1).tpot_s.p50 > 0.01858
+        assert v.model_capacity(model, deployment, prompt, output, first) == (0, 0.0)
+
+
+def test_replicas_are_the_load_over_the_capacity_rounded_up() -> None:
+    assert v.SizingResult.replicas(10.0, 1.835) == 6  # 5.45 -> 6
+    assert v.SizingResult.replicas(10.0, 2.0) == 5
+    assert v.SizingResult.replicas(10.0, 0.0) is None
+
+
+def test_sizing_loso_sizes_each_sweep_with_the_table_fitted_without_its_document() -> None:
+    good, bad = v.sweeps(USABLE)
+    assert [w.document for w in good] == [NIM_DOC]
+    assert len(good[0].rows) == 8
+    assert len(bad) == 3  # the vLLM post's two single points, NIM's 500 / 2000 point
+    trained: dict[str, set[str]] = {}
+
+    def spy(train: Sequence[dict[str, str]],
+            accelerators: Mapping[str, AcceleratorSpec]) -> dict[s.Engine, s.EngineEfficiency]:
+        docs = {v.document(r) for r in train}
+        held_out = ({v.document(r) for r in USABLE} - docs).pop()
+        trained[held_out] = docs
+        return dict(s.ENGINE_PRIORS) if held_out == NIM_DOC else dict(s.ENGINE_EFFICIENCY)
+
+    tables = v.fold_tables(USABLE, ACC, fitter=spy)
+    assert NIM_DOC not in trained[NIM_DOC]
+    loso = v.sizing_leave_one_source_out(good, tables, ACC)
+    # Sized with the NIM fold's table (the priors here), not with any other fold's.
+    assert loso == v.predict_sizing(good, dict(s.ENGINE_PRIORS), ACC)
+    assert loso != v.predict_sizing(good, dict(s.ENGINE_EFFICIENCY), ACC)
+    assert [r.level for r in loso] == [r["id"] for r in good[0].rows]

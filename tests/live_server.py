@@ -30,8 +30,9 @@ busy)."""
 def live_server(settings: Settings) -> Iterator[str]:
     """Yields the base URL of a server running ``create_app(settings)``."""
     app = create_app(settings)
+    # A browser's keep-alive connections would hold a graceful shutdown open: 2 s at most.
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                            lifespan="off")
+                            lifespan="off", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

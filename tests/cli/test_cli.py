@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,40 +22,15 @@ from typer.testing import CliRunner
 
 from service.api import presentation as fmt
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
-from service.catalog.migrate import migrate_and_seed
 from service.cli import app
-from service.main import create_app, dispose
 from service.settings import Settings
-from tests.factories import date_offers_at, seeded_database_with_key
+from tests.factories import seeded_database_with_key
 from tests.live_server import STARTUP_WAIT_S, free_port, live_server
 
 runner = CliRunner()
 ESTIMATE_FLAGS = ["--model", "llama3.1-70b", "--accelerator", "h100-sxm5-80gb", "--gpus", "64",
                   "--tokens", "15e12", "--seq-len", "8192", "--global-batch", "128",
                   "--tp", "4", "--pp", "4", "--cp", "2"]
-
-
-@pytest.fixture(scope="module")
-def local_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('cli')}/local.sqlite3"
-    migrate_and_seed(url)
-    date_offers_at(url)  # a refreshed catalogue: the seed's SkyPilot prices carry no date
-    return url
-
-
-@pytest.fixture
-def local(local_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("CQ_DATABASE_URL", local_url)
-    return local_url
-
-
-@pytest.fixture(scope="module")
-def api(local_url: str) -> Iterator[TestClient]:
-    """The API itself on the same database, to compare against."""
-    application = create_app(Settings(database_url=local_url, search_workers=0))
-    with TestClient(application) as client:
-        yield client
-    dispose(application)
 
 
 def flat(text: str) -> str:

@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from service.api import presentation as fmt
 from service.api.schemas.serving import SERVING_EXAMPLE, SERVING_PLAN_EXAMPLE
-from service.catalog.migrate import migrate_and_seed
 from service.cli import commands, report
 from service.core import serving
-from service.main import create_app, dispose
 from service.settings import Settings
 from tests.cli.test_cli import cq, flat, legible
 from tests.live_server import live_server
@@ -45,28 +41,6 @@ PLAN_FLAGS = ["--model", "llama3.1-70b", "--accelerator", "h100-sxm5-80gb", "--a
               "--price", "a100-sxm4-80gb=1.40", "--prompt-tokens", "1024",
               "--output-tokens", "256", "--qps", "20", "--ttft-p99", "2", "--tpot-p99", "0.1"]
 """SERVING_PLAN_EXAMPLE, as flags."""
-
-
-@pytest.fixture(scope="module")
-def local_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('cli-serving')}/local.sqlite3"
-    migrate_and_seed(url)
-    return url
-
-
-@pytest.fixture
-def local(local_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("CQ_DATABASE_URL", local_url)
-    return local_url
-
-
-@pytest.fixture(scope="module")
-def api(local_url: str) -> Iterator[TestClient]:
-    """The API itself on the same database, to compare against."""
-    application = create_app(Settings(database_url=local_url, search_workers=0))
-    with TestClient(application) as client:
-        yield client
-    dispose(application)
 
 
 def as_json(*args: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +18,9 @@ from fastapi.testclient import TestClient
 from service.api import presentation as fmt
 from service.api import ui
 from service.api.schemas.serving import SERVING_EXAMPLE
-from service.catalog.migrate import migrate_and_seed
 from service.cli import report
-from service.main import create_app, dispose
-from service.settings import Settings
 from tests.cli.test_cli import cq, flat, legible
-from tests.factories import date_offers_at, seeded_database_with_key
+from tests.factories import seeded_database_with_key
 
 YEAR_S = 31_557_600  # 12 months of 365.25 / 12 days
 # SERVING_EXAMPLE as flags (no price: a quote prices from the catalogue).
@@ -44,28 +40,6 @@ def serving_quote_body(**extra: Any) -> dict[str, Any]:
     return {"workload": {"serving": {"estimate": estimate, "duration_s": YEAR_S}},
             "providers": ["aws", "gcp", "lambda"], "terms": ["on_demand", "reserved_1y"],
             **extra}
-
-
-@pytest.fixture(scope="module")
-def local_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('cli-serving-quote')}/local.sqlite3"
-    migrate_and_seed(url)
-    date_offers_at(url)  # dated prices: the default policy can approve
-    return url
-
-
-@pytest.fixture
-def local(local_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("CQ_DATABASE_URL", local_url)
-    return local_url
-
-
-@pytest.fixture(scope="module")
-def api(local_url: str) -> Iterator[TestClient]:
-    application = create_app(Settings(database_url=local_url, search_workers=0))
-    with TestClient(application) as client:
-        yield client
-    dispose(application)
 
 
 @pytest.fixture(scope="module")

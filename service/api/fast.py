@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.limits import JSON_BODY_KEY
 from service.core.units import SECONDS_PER_DAY
 
 ESTIMATES = "/v1/estimates"
@@ -96,15 +97,17 @@ class FastPaths:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        body = (self._estimate(b"".join(chunks))
+        body = (self._estimate(b"".join(chunks), scope.get("state", {}).get(JSON_BODY_KEY))
                 if messages[-1]["type"] == "http.request" else None)
         if body is None:
             await self.app(scope, _replay(messages, receive), send)
         else:
             await _answer(scope, send, path, body)
 
-    def _estimate(self, raw: bytes) -> bytes | None:
-        """The route's answer to a valid request; None for everything the route must see."""
+    def _estimate(self, raw: bytes, parsed: Any = None) -> bytes | None:
+        """The route's answer to a valid request; None for everything the route must see.
+        ``parsed``: the body as the body-limit layer already parsed it (``json.loads``'s
+        object), else it is parsed here."""
         # Imported here: the routes import the app's dependencies; the cost is paid once.
         from service.api.routes.estimates import _estimate_response
         from service.api.schemas.estimate import EstimateRequest
@@ -112,7 +115,8 @@ class FastPaths:
         state = self.fastapi.state
         accelerators = state.accelerators
         try:
-            request = EstimateRequest.model_validate(json.loads(raw))
+            request = EstimateRequest.model_validate(json.loads(raw) if parsed is None
+                                                     else parsed)
             if request.parallelism.auto_dimensions() or not accelerators.fresh():
                 return None
             response = _estimate_response(

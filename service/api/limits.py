@@ -35,10 +35,17 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+JSON_BODY_KEY = "computequote.json_body"
+"""Where the parsed body is left in ``scope["state"]`` for the fast layer
+(``service/api/fast.py``), so a JSON body is parsed once: the same object ``json.loads``
+gives, since a body that repeats a key is refused before it is left there."""
+
+
 def _repeats_a_key(scope: Scope, body: bytes) -> bool:
     """Whether a JSON body repeats a key within one object. RFC 8259 leaves such bodies'
     meaning to the parser (Python keeps the last value): refusing them is the only answer no
-    client can misread. Bodies that are not JSON are left to the route."""
+    client can misread. Bodies that are not JSON are left to the route. A body that parses is
+    left in the scope's state under ``JSON_BODY_KEY``."""
     if not body:
         return False
     for name, value in scope.get("headers", []):
@@ -50,11 +57,12 @@ def _repeats_a_key(scope: Scope, body: bytes) -> bool:
     else:
         return False
     try:
-        json.loads(body, object_pairs_hook=_no_duplicates)
+        parsed = json.loads(body, object_pairs_hook=_no_duplicates)
     except _DuplicateKeyError:
         return True
     except (ValueError, RecursionError):
         return False  # malformed: the route's parser names the problem
+    scope.setdefault("state", {})[JSON_BODY_KEY] = parsed
     return False
 
 

@@ -61,8 +61,8 @@ def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     seen: list[bool] = []
     original = fast.FastPaths._estimate
 
-    def spy(self: fast.FastPaths, raw: bytes) -> bytes | None:
-        body = original(self, raw)
+    def spy(self: fast.FastPaths, raw: bytes, parsed: Any = None) -> bytes | None:
+        body = original(self, raw, parsed)
         seen.append(body is not None)
         return body
 

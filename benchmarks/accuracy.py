@@ -10,6 +10,8 @@ Usage: ``make accuracy`` or ``python -m benchmarks.accuracy [--csv]``.
 
 Rules for fields a source leaves open (documented in docs/validation.md):
 - micro_batch, vp, cp empty -> 1; zero_stage empty -> 1 (Megatron distributed optimizer);
+- shared_experts empty -> 0 (MoE rows: shared experts of the routed experts' width in every
+  MoE layer, as ``ModelSpec.num_shared_experts``);
 - sequence_parallel unknown -> on whenever tp > 1 (NeMo/Megatron recipes turn it on with TP);
 - recompute unknown -> the least recomputation that fits in memory (none, selective, full);
 - offload unknown -> the least host offload that fits (none, optimizer, optimizer and
@@ -17,8 +19,9 @@ Rules for fields a source leaves open (documented in docs/validation.md):
 - GPT-style (gelu) models tie embeddings, as Megatron GPT and MPT do; the others do not;
 - the SC'21 rows run unfused attention (they predate FlashAttention);
 - per-head width comes from the public config where it differs from hidden/heads (gpt-oss,
-  Qwen3), as the row's notes say; the scale-up domain ("node") is the accelerator's, as the
-  API's default: 8 GPUs for DGX/HGX, the 72-GPU rack for GB200 NVL72, the ICI slice for TPUs.
+  Qwen3, MaxText's custom 700B MoE), as the row's notes say; the scale-up domain ("node")
+  is the accelerator's, as the API's default: 8 GPUs for DGX/HGX, the 72-GPU rack for
+  GB200 NVL72, the ICI slice for TPUs.
 """
 
 from __future__ import annotations
@@ -55,7 +58,11 @@ from service.core.specs import (
 from service.core.units import bytes_to_gib
 
 DATA = Path(__file__).parent / "data" / "published-runs.csv"
-HEAD_DIM_FROM_PUBLIC_CONFIG = {"gpt-oss-120b": 64, "qwen3-235b": 128}
+HEAD_DIM_FROM_PUBLIC_CONFIG = {"gpt-oss-120b": 64, "qwen3-235b": 128, "custom-moe-700b": 256}
+"""Per-head width where it is not hidden / heads, from the row's notes: gpt-oss and Qwen3 from
+their public configs; MaxText's custom 700B MoE from custom_model.md and
+benchmarks/maxtext_trillium_model_configs.py custom_moe_700b (head_dim 256 x 128 query heads,
+an attention width of 32,768 on an 8,192 model width)."""
 UNFUSED_ATTENTION_PREFIXES = ("sc21-",)
 """SC'21 (2021) predates FlashAttention (2022): Megatron-LM then used unfused softmax kernels."""
 
@@ -134,6 +141,7 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
         head_dim=_head_dim(row),
         num_experts=_int(row["experts"], 0) if moe else 0,
         experts_per_token=_int(row["experts_per_token"], 0) if moe else 0,
+        num_shared_experts=_int(row.get("shared_experts") or "", 0) if moe else 0,
     )
     tp = int(row["tp"])
     sp_text = row["sequence_parallel"]

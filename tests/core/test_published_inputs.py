@@ -1,0 +1,82 @@
+"""The accuracy benchmark reads what each published row states (issue 15, 2026-11-25).
+
+Two rows used to be estimated with fewer parameters than their sources give, because a value
+stated in the row was not passed to the model: Llama 4 Scout's shared expert and the per-head
+width of MaxText's custom 700B MoE. Counting parameters from the row's inputs and comparing
+with the row's own totals catches that kind of omission.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.accuracy import is_usable, load_rows, row_inputs, seed_accelerators
+from benchmarks.calibrate import TIME_KNOBS, fit, physical_start, time_loss
+from service.core.calibration import DEFAULT_CALIBRATION
+from service.core.params import count_parameters
+
+MOE_PARAMETER_TOLERANCE = 0.08
+"""Rows print rounded totals from their sources' own counts (gpt-oss-120b: 5.1B active by
+OpenAI's count, 5.43B counting the embedding and head as this model does); an omitted shared
+expert (-35% active) or per-head width (-20%) is far outside it."""
+
+
+def _row(row_id: str) -> dict[str, str]:
+    return next(r for r in load_rows() if r["id"] == row_id)
+
+
+def test_llama4_scout_counts_its_shared_expert() -> None:
+    """MaxText configs/models/llama4-17b-16e.yml: 16 routed experts top-1 plus
+    ``shared_experts: 1`` of width 8,192 in every layer; 107.8B total and 17.2B active
+    (the row's figures, computed from those dims)."""
+    row = _row("moe-tpurec-v5p-llama4-scout-512")
+    model = row_inputs(row, seed_accelerators()).model
+    counts = count_parameters(model)
+    assert model.num_shared_experts == 1
+    # 48 layers x 3 x 5120 x 8192 (SwiGLU) = 6.04e9 parameters that every token uses.
+    assert counts.shared_experts_per_layer == 3 * 5120 * 8192
+    assert counts.active / 1e9 == pytest.approx(17.2, rel=0.01)
+    assert counts.total / 1e9 == pytest.approx(107.8, rel=0.01)
+
+
+def test_maxtext_custom_700b_moe_uses_its_published_head_width() -> None:
+    """custom_model.md final config: head_dim 256 x 128 query heads on an 8,192 model width;
+    754B total and 123B active per the document's table."""
+    model = row_inputs(_row("moe-maxtext-v6e256-custom-moe-700b"), seed_accelerators()).model
+    counts = count_parameters(model)
+    assert model.attention_head_dim == 256
+    assert counts.total / 1e9 == pytest.approx(754, rel=0.01)
+    assert counts.active / 1e9 == pytest.approx(123, rel=0.01)
+
+
+def test_every_moe_row_counts_the_parameters_its_source_gives() -> None:
+    accelerators = seed_accelerators()
+    checked = 0
+    for row in load_rows():
+        if row["arch"] != "moe" or not is_usable(row):
+            continue
+        counts = count_parameters(row_inputs(row, accelerators).model)
+        for column, counted in (("params_b", counts.total), ("active_params_b", counts.active)):
+            if row[column]:
+                stated = float(row[column]) * 1e9
+                assert counted == pytest.approx(stated, rel=MOE_PARAMETER_TOLERANCE), (
+                    row["id"], column)
+                checked += 1
+    assert checked >= 50
+
+
+def test_the_shipped_time_constants_are_what_the_fit_gives() -> None:
+    """``python -m benchmarks.calibrate`` starts every fit from ``physical_start``, which no
+    longer reads the shipped calibration's step overhead or attention-kernel scale, so
+    re-running it on the same rows reproduces the shipped constants (printed to 4
+    significant digits, pasted into calibration.py)."""
+    from benchmarks.accuracy import usable_inputs
+
+    rows = usable_inputs()
+    start = physical_start()
+    assert start.step_overhead_s == 0.1164
+    assert start.attention_kernel_scale == 0.8526
+    fitted = fit(rows, start, TIME_KNOBS, time_loss)
+    for knob in TIME_KNOBS:
+        assert knob.get(DEFAULT_CALIBRATION) == pytest.approx(knob.get(fitted), rel=1e-3), (
+            knob.name)

@@ -58,17 +58,21 @@ from service.core.specs import AcceleratorSpec, ModelSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "serving-runs.csv"
 MODELS = {"Llama-3.1-8B": "llama3.1-8b", "Meta-Llama-3.1-8B": "llama3.1-8b",
-          "Llama-3.3-70B": "llama3.1-70b", "Llama-2-70B": "llama2-70b",
+          "Llama-3.1-70B": "llama3.1-70b", "Llama-3.3-70B": "llama3.1-70b",
+          "Llama-2-7B": "llama2-7b", "Llama-2-13B": "llama2-13b", "Llama-2-70B": "llama2-70b",
           "Llama-3.1-405B": "llama3.1-405b", "Mixtral-8x7B": "mixtral-8x7b",
           "DeepSeek-V3": "deepseek-v3", "DeepSeek-R1": "deepseek-v3"}
-"""Row model -> preset. Llama 3.3 70B has Llama 3.1 70B's architecture and DeepSeek-R1 has
-DeepSeek-V3's (their model cards)."""
+"""Row model -> preset (a row's model is matched by prefix). Llama 3.3 70B has Llama 3.1 70B's
+architecture and DeepSeek-R1 has DeepSeek-V3's (their model cards)."""
 ENGINES = {"vllm": s.Engine.VLLM, "sglang": s.Engine.SGLANG, "trtllm": s.Engine.TRTLLM}
 """Anything else (``other``: NVIDIA NIM, MangoBoost, ...) is run as ``unknown``."""
 NAMED = (s.Engine.TRTLLM, s.Engine.SGLANG, s.Engine.VLLM)
-WEIGHTS = {"bf16": s.WeightPrecision.BF16, "fp8": s.WeightPrecision.FP8,
-           "int4": s.WeightPrecision.INT4, "": s.WeightPrecision.BF16}
-"""Unstated weight precision is the checkpoint's bf16. fp4 has no WeightPrecision."""
+WEIGHTS = {"bf16": s.WeightPrecision.BF16, "fp16": s.WeightPrecision.BF16,
+           "fp8": s.WeightPrecision.FP8, "int4": s.WeightPrecision.INT4,
+           "": s.WeightPrecision.BF16}
+"""Unstated weight precision is the checkpoint's bf16. fp16 is run as bf16: both are 2 bytes a
+weight and run at the same dense tensor-core rate on A100, H100 and MI300X (their data
+sheets). fp4 has no WeightPrecision."""
 
 SWEEP_MIN_POINTS = 3
 """A sweep with fewer published concurrencies is not evaluated for sizing."""

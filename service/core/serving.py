@@ -132,14 +132,23 @@ ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
     Engine.TRTLLM: ENGINE_PRIORS[Engine.TRTLLM],
     Engine.SGLANG: ENGINE_PRIORS[Engine.SGLANG],
     Engine.VLLM: EngineEfficiency(
-        hbm_fraction=0.94, compute_fraction=0.55, step_overhead_s=2.0e-3,
+        hbm_fraction=0.95, compute_fraction=0.55, step_overhead_s=3.0e-3,
         gpu_memory_fraction=0.90,
-        basis="fitted on 2 rows of vLLM blog: The State of FP8 KV-Cache and Attention "
-              "Quantization in vLLM (2026-04-22), Table 4 (Llama 3.1 8B, 1 H100, concurrency "
-              "8, ~20k in / ~2k out, bf16 and fp8 KV): output tokens/s, median TPOT and TTFT "
-              "of rows vllmblog_fp8kv_llama8b_bf16kv_c8 and vllmblog_fp8kv_llama8b_fp8kv_c8"),
+        basis="fitted on 7 rows of 2 documents: vLLM blog: The State of FP8 KV-Cache and "
+              "Attention Quantization in vLLM (2026-04-22), Table 4 (Llama 3.1 8B, 1 H100, "
+              "concurrency 8, ~20k in / ~2k out, bf16 and fp8 KV; output tokens/s, median TPOT "
+              "and TTFT; rows vllmblog_fp8kv_llama8b_bf16kv_c8 and "
+              "vllmblog_fp8kv_llama8b_fp8kv_c8), and AMD ROCm developer hub: Performance results "
+              "(vLLM on Instinct MI300X), Latency tables of the vLLM 0.9.1 and 0.10.2 containers "
+              "(Llama 3.1 70B FP8, TP8 on 8 MI300X, batch 1-4, 128 in / 2,048 out; output "
+              "tokens/s = batch x 2,048 / published latency; rows "
+              "amd_mi300x_l31_70b_fp8_tp8_v091_b1_128_2048, "
+              "amd_mi300x_l31_70b_fp8_tp8_v091_b2_128_2048, "
+              "amd_mi300x_l31_70b_fp8_tp8_v0102_b1_128_2048, "
+              "amd_mi300x_l31_70b_fp8_tp8_v0102_b2_128_2048 and "
+              "amd_mi300x_l31_70b_fp8_tp8_v0102_b4_128_2048)"),
     Engine.UNKNOWN: EngineEfficiency(
-        hbm_fraction=0.75, compute_fraction=0.55, step_overhead_s=2.0e-3,
+        hbm_fraction=0.75, compute_fraction=0.55, step_overhead_s=3.0e-3,
         gpu_memory_fraction=0.88,
         basis="conservative: per parameter the least efficient of trtllm, sglang and vllm "
               "(lowest HBM and compute fractions, highest step overhead, smallest memory "
@@ -150,9 +159,10 @@ ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
 rows of ``benchmarks/data/serving-runs.csv`` run with that engine); ``trtllm`` and
 ``sglang`` have no evaluable row yet and keep their priors; ``unknown`` is the conservative
 combination of the three named engines, never fitted (the NVIDIA NIM rows, whose engine is
-not stated, are evaluated with it and fit nothing). The leave-one-source-out accuracy is in
-docs/serving.md; ``tests/core/test_serving_validation.py`` checks this table equals the
-benchmark's in-sample fit."""
+not stated, and the LMDeploy TurboMind rows are evaluated with it and fit nothing). The
+leave-one-source-out accuracy is in docs/serving.md;
+``tests/core/test_serving_validation.py`` checks this table equals the benchmark's in-sample
+fit."""
 
 WORKSPACE_TOKENS = 8192
 """Tokens one forward pass may hold for activation workspace (vLLM's and SGLang's default

@@ -79,6 +79,31 @@ def test_the_shipped_engine_table_is_the_in_sample_fit() -> None:
         assert row_id in s.ENGINE_EFFICIENCY[s.Engine.VLLM].basis
 
 
+def test_row_models_and_fp16_weights_resolve_to_the_right_preset_and_precision() -> None:
+    # prefix matching: "Llama-2-7B" must not capture "Llama-2-70B" rows, nor the reverse
+    assert v._preset({"model": "Llama-2-7B (llama2-7b)"}) == "llama2-7b"
+    assert v._preset({"model": "Llama-2-13B (llama2-13b)"}) == "llama2-13b"
+    assert v._preset({"model": "Llama-2-70B (llama2-70b)"}) == "llama2-70b"
+    assert v._preset({"model": "Llama-2-70B-chat (llama2-70b-99)"}) == "llama2-70b"
+    assert v._preset({"model": "Llama-3.1-70B-Instruct (amd/...-FP8-KV)"}) == "llama3.1-70b"
+    # fp16 is two bytes a weight like bf16, so it runs as bf16; fp4 is still refused
+    assert v.WEIGHTS["fp16"] is s.WeightPrecision.BF16
+    fp16 = next(r for r in ROWS if r["weight_precision"] == "fp16")
+    assert v.skip_reason(fp16, ACC) is None
+    _, deployment, _, _ = v._setup(fp16, ACC)
+    assert deployment.weight_precision is s.WeightPrecision.BF16
+    fp4 = next(r for r in ROWS if r["weight_precision"] == "fp4")
+    assert v.skip_reason(fp4, ACC) == "fp4 weights (no such weight precision)"
+
+
+def test_a_fixed_batch_row_runs_in_lock_step_at_its_batch() -> None:
+    row = next(r for r in USABLE if r["id"] == "lmdeploy_a100_llama270b_b16_128_2048")
+    assert (row["batch_size"], row["concurrency"]) == ("16", "")
+    result = v.evaluate(row, ACC)
+    assert result.measured == 482.99  # the published throughput(out tok/s)
+    assert result.measured_tpot_s == 0.033  # the published 50% per-token latency
+
+
 def test_evaluating_a_table_leaves_the_model_s_table_unchanged() -> None:
     before = dict(s.ENGINE_EFFICIENCY)
     v.predict(USABLE, dict(s.ENGINE_PRIORS), ACC)

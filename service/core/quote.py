@@ -698,7 +698,9 @@ def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
              node_fit_reason: str | None = None) -> tuple[RuleResult, ...]:
     """Every rule's outcome for one line. A rule that does not apply passes silently (it is
     not reported); a violated rule fails, or warns when the policy lists it in ``warn_only``
-    (the built-in warnings: amortised accounting, assumed interruption rates, a wide band)."""
+    (the built-in warnings: amortised accounting, assumed interruption rates, a wide band).
+    ``judge`` memoises this on every field of the line it reads: a field newly read here must
+    join ``judge``'s key (``tests/core/test_quote.py`` checks that it does)."""
     results: list[RuleResult] = []
 
     def add(rule: str, ok: bool, code: str, message: str, *, soft: bool = False) -> None:

@@ -396,3 +396,21 @@ def test_rank_by_co2e_recommends_the_cleaner_grid_and_keeps_the_cheapest() -> No
     assert [x.offer_id for x in by_carbon.lines] == ["off_clean", "off_dirty"]
     assert by_carbon.cheapest is not None
     assert by_carbon.cheapest.offer_id == "off_dirty"
+
+
+def test_judges_memo_key_covers_every_field_evaluate_reads() -> None:
+    """judge() memoises evaluate() per line (issue 16): a line field evaluate (or _where)
+    reads but the key leaves out would hand one line another's rule outcomes."""
+    import inspect
+    import re
+
+    from service.core import quote as module
+
+    read = set(re.findall(r"\bline\.([a-z_]+)", inspect.getsource(module.evaluate)
+                          + inspect.getsource(module._where)))
+    judge = inspect.getsource(module.judge)
+    key = judge[judge.index("key = ("):judge.index("hit = memo.get(key)")]
+    keyed = set(re.findall(r"\bline\.([a-z_]+)", key)) | ({"amounts"} if "id(a)" in key
+                                                          else set())
+    assert read, "evaluate reads no line field?"
+    assert read <= keyed, sorted(read - keyed)

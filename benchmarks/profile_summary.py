@@ -12,8 +12,10 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("model (service/core)", r"service/core/"),
     ("response: build and serialise", r"from_core|model_dump_json|SchemaSerializer|to_json|"
                                       r"_estimate_response"),
-    ("request: JSON parse and validation", r"validate_python|json/decoder|json/__init__|"
-                                           r"request_body_to_args|Request\.body|Request\.json"),
+    ("request: JSON parse and validation", r"validate_python|model_validate|json/decoder|"
+                                           r"json/__init__|request_body_to_args|Request\.body|"
+                                           r"Request\.json"),
+    ("the fast layer (service/api/fast.py: dispatch, replay)", r"service/api/fast\.py"),
     ("body middleware (size, time, duplicate keys)", r"service/api/limits\.py"),
     ("request-context middleware (id, headers, metrics, log)",
      r"service/api/observability\.py|prometheus_client"),

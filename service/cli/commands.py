@@ -445,6 +445,18 @@ def _output(chosen: OutputFormat | None, as_json: bool,
     return output
 
 
+def _post_quote(body: dict[str, Any], idempotency_key: str | None, api: str,
+                api_key: str | None, local: bool, output: OutputFormat,
+                fail_on: FailOn | None) -> None:
+    """``POST /v1/quotes`` (a new random Idempotency-Key unless one is given), then print the
+    quote and apply the CI gate (``cq quote`` and ``cq serve-quote``)."""
+    key = idempotency_key or uuid.uuid4().hex
+    with connect(api, api_key, local) as client, working("pricing"):
+        answer = client.call("POST", "/v1/quotes", json=body,
+                             headers={"Idempotency-Key": key}).json()
+    _emit_quote(answer, output, fail_on)
+
+
 def _emit_quote(answer: dict[str, Any], output: OutputFormat, fail_on: FailOn | None) -> None:
     """Prints a quote, then applies the CI gate: exit 3 (reject) or 4 (warn) with --fail-on."""
     if output is OutputFormat.json:
@@ -1149,11 +1161,7 @@ def register(app: typer.Typer) -> None:
         _put(body, "terms", term)
         _put_budget_and_deadline(body, budget, currency, deadline_days)
         _put_accounting(body, accounting, utilisation, policy)
-        key = idempotency_key or uuid.uuid4().hex
-        with connect(api, api_key, local) as client, working("pricing"):
-            answer = client.call("POST", "/v1/quotes", json=body,
-                                 headers={"Idempotency-Key": key}).json()
-        _emit_quote(answer, output, fail_on)
+        _post_quote(body, idempotency_key, api, api_key, local, output, fail_on)
 
     @app.command("budget-plan")
     @handled
@@ -1315,11 +1323,7 @@ def register(app: typer.Typer) -> None:
         _put(body, "terms", term)
         _put_budget_and_deadline(body, budget, currency, None)
         _put_accounting(body, accounting, utilisation, policy)
-        key = idempotency_key or uuid.uuid4().hex
-        with connect(api, api_key, local) as client, working("pricing"):
-            answer = client.call("POST", "/v1/quotes", json=body,
-                                 headers={"Idempotency-Key": key}).json()
-        _emit_quote(answer, output, fail_on)
+        _post_quote(body, idempotency_key, api, api_key, local, output, fail_on)
 
     @app.command("serve-plan")
     @handled

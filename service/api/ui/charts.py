@@ -173,6 +173,26 @@ class Point:
     label: str
 
 
+def grid_lines(x_ticks: Sequence[float], y_ticks: Sequence[float],
+               sx: Callable[[float], float], sy: Callable[[float], float], *, left: float,
+               top: float, width: float, height: float,
+               x_text: Callable[[float], str] = tick_text) -> list[str]:
+    """A plot area's grid lines with their tick labels under the x axis and left of the y
+    axis (the scatter's and the serving latency chart's)."""
+    out: list[str] = []
+    for tick in x_ticks:
+        out.append(f'<line x1="{sx(tick):.1f}" x2="{sx(tick):.1f}" y1="{top}" '
+                   f'y2="{top + height}" stroke="{GRID}"/>')
+        out.append(f'<text x="{sx(tick):.1f}" y="{top + height + 18}" font-size="12" '
+                   f'text-anchor="middle" fill="{INK}">{x_text(tick)}</text>')
+    for tick in y_ticks:
+        out.append(f'<line x1="{left}" x2="{left + width}" y1="{sy(tick):.1f}" '
+                   f'y2="{sy(tick):.1f}" stroke="{GRID}"/>')
+        out.append(f'<text x="{left - 8}" y="{sy(tick) + 4:.1f}" font-size="12" '
+                   f'text-anchor="end" fill="{INK}">{tick_text(tick)}</text>')
+    return out
+
+
 def scatter(ident: str, title: str, points: Sequence[Point], front: Sequence[Point],
             marked: Point | None, *, x_unit: str, y_unit: str,
             x_format: Callable[[float], str] = tick_text, width: int = WIDE_W) -> str:
@@ -210,16 +230,8 @@ def scatter(ident: str, title: str, points: Sequence[Point], front: Sequence[Poi
     if marked:
         description += f". Recommended: {marked.label}"
     svg = _open(width, height, title, description, ident)
-    for tick in x_ticks:
-        svg.append(f'<line x1="{sx(tick):.1f}" x2="{sx(tick):.1f}" y1="{top_pad}" '
-                   f'y2="{top_pad + plot_h}" stroke="{GRID}"/>')
-        svg.append(f'<text x="{sx(tick):.1f}" y="{top_pad + plot_h + 18}" font-size="12" '
-                   f'text-anchor="middle" fill="{INK}">{escape(x_format(tick))}</text>')
-    for tick in y_ticks:
-        svg.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{sy(tick):.1f}" '
-                   f'y2="{sy(tick):.1f}" stroke="{GRID}"/>')
-        svg.append(f'<text x="{left - 8}" y="{sy(tick) + 4:.1f}" font-size="12" '
-                   f'text-anchor="end" fill="{INK}">{tick_text(tick)}</text>')
+    svg += grid_lines(x_ticks, y_ticks, sx, sy, left=left, top=top_pad, width=plot_w,
+                      height=plot_h, x_text=lambda tick: escape(x_format(tick)))
     svg.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 22}" font-size="13" '
                'class="x-label" '
                f'text-anchor="middle" fill="{INK}">{escape(x_unit)}</text>')

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from html import escape
 
 from service.api.ui import charts
-from service.api.ui.charts import GRID, INK, NARROW_W, PALETTE, WIDE_W, nice_ticks, tick_text
+from service.api.ui.charts import INK, NARROW_W, PALETTE, WIDE_W, nice_ticks, tick_text
 
 CLIP_FACTOR = 2.5
 """How far above the SLO (or the requested load's latency) the latency axis reaches before
@@ -101,16 +101,8 @@ def latency_curve(ident: str, title: str, points: Sequence[CurvePoint], *,
         description += (f". {len(off_scale)} loads above {tick_text(y_top)} {y_unit} are drawn "
                         "on the top edge")
     svg = charts._open(width, height, title, description, ident)  # charts' head
-    for tick in x_ticks:
-        svg.append(f'<line x1="{sx(tick):.1f}" x2="{sx(tick):.1f}" y1="{top_pad}" '
-                   f'y2="{top_pad + plot_h}" stroke="{GRID}"/>')
-        svg.append(f'<text x="{sx(tick):.1f}" y="{top_pad + plot_h + 18}" font-size="12" '
-                   f'text-anchor="middle" fill="{INK}">{tick_text(tick)}</text>')
-    for tick in y_ticks:
-        svg.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{sy(tick):.1f}" '
-                   f'y2="{sy(tick):.1f}" stroke="{GRID}"/>')
-        svg.append(f'<text x="{left - 8}" y="{sy(tick) + 4:.1f}" font-size="12" '
-                   f'text-anchor="end" fill="{INK}">{tick_text(tick)}</text>')
+    svg += charts.grid_lines(x_ticks, y_ticks, sx, sy, left=left, top=top_pad, width=plot_w,
+                             height=plot_h)
     svg.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 18}" font-size="13" '
                f'class="x-label" text-anchor="middle" fill="{INK}">{escape(x_unit)}</text>')
     svg.append(f'<text x="16" y="{top_pad + plot_h / 2:.1f}" font-size="13" class="y-label" '

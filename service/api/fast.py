@@ -34,6 +34,11 @@ from urllib.parse import parse_qsl
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.limits import JSON_BODY_KEY
+from service.api.pagination import decode_token
+from service.api.routes.estimates import _estimate_response
+from service.api.schemas.estimate import EstimateRequest
+from service.catalog.keys import grants, key_digest
+from service.catalog.offers import Term
 from service.core.units import SECONDS_PER_DAY
 
 ESTIMATES = "/v1/estimates"
@@ -108,10 +113,6 @@ class FastPaths:
         """The route's answer to a valid request; None for everything the route must see.
         ``parsed``: the body as the body-limit layer already parsed it (``json.loads``'s
         object), else it is parsed here."""
-        # Imported here: the routes import the app's dependencies; the cost is paid once.
-        from service.api.routes.estimates import _estimate_response
-        from service.api.schemas.estimate import EstimateRequest
-
         state = self.fastapi.state
         accelerators = state.accelerators
         try:
@@ -128,10 +129,6 @@ class FastPaths:
 
     def _offers(self, scope: Scope) -> bytes | None:
         """The cached page ``list_offers`` would answer, or None (module docstring)."""
-        from service.api.pagination import decode_token
-        from service.catalog.keys import grants, key_digest
-        from service.catalog.offers import Term
-
         state = self.fastapi.state
         try:
             pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"),

@@ -139,6 +139,15 @@ def test_a_gpu_count_off_the_layout_speaks_the_users_language(client: TestClient
         in summary
 
 
+def _stored_quote(client: TestClient, html: str, key: str) -> dict[str, Any]:
+    """The stored quote a portal page links to, read with ``key``."""
+    match = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html)
+    assert match is not None, "the page links to no stored quote"
+    stored: dict[str, Any] = client.get(f"/v1/quotes/{match.group(1)}",
+                                        headers={"Authorization": f"Bearer {key}"}).json()
+    return stored
+
+
 def _summary(html: str) -> str:
     match = re.search(r'<div class="error-summary" id="error-summary"[^>]*>(.*?)</div>', html,
                       re.S)
@@ -276,9 +285,8 @@ def test_quote_needs_a_key_then_stores_a_quote_with_links(
                                         "nonce": "abc123"})
     assert response.status_code == 200, response.text[:800]
     html = response.text
-    quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
-    stored = client.get(f"/v1/quotes/{quote_id}",
-                        headers={"Authorization": f"Bearer {key}"}).json()
+    stored = _stored_quote(client, html, key)
+    quote_id = stored["id"]
     assert stored["verdict"] == "reject"  # nothing trains 70B for 1,000 USD
     assert "Budget verdict: <strong>reject</strong>" in html
     line = stored["cheapest_per_term"]["on_demand"]
@@ -427,9 +435,7 @@ def test_the_portal_quote_shows_commitment_policy_and_reason_codes(
                                         "providers": "aws, onprem", "action": "quote"})
     assert response.status_code == 200, response.text[:800]
     html = response.text
-    quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
-    stored = client.get(f"/v1/quotes/{quote_id}",
-                        headers={"Authorization": f"Bearer {key}"}).json()
+    stored = _stored_quote(client, html, key)
     rec = stored["recommended"]
     figures = re.search(r'id="quote-figures">(.*?)</dl>', html, re.S)
     assert figures is not None
@@ -597,9 +603,7 @@ def test_a_eur_budget_shows_the_commitment_in_euros_with_its_ecb_fixing(
                                         "action": "quote"})
     assert response.status_code == 200, response.text[:800]
     html = response.text
-    quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
-    stored = client.get(f"/v1/quotes/{quote_id}",
-                        headers={"Authorization": f"Bearer {key}"}).json()
+    stored = _stored_quote(client, html, key)
     shown = stored["recommended"]["in_budget_currency"]
     assert shown["currency"] == "EUR"
     block = re.search(r'id="commitment-in-budget-currency">(.*?)</div>', html, re.S)
@@ -661,9 +665,7 @@ def test_the_portal_quote_tags_impractical_lines_in_the_per_term_table(
         "action": "quote"})
     assert response.status_code == 200, response.text[:800]
     html = response.text
-    quote_id = re.search(r"/v1/quotes/(q_[0-9a-f]+)", html).group(1)  # type: ignore[union-attr]
-    stored = client.get(f"/v1/quotes/{quote_id}",
-                        headers={"Authorization": f"Bearer {key}"}).json()
+    stored = _stored_quote(client, html, key)
     warned = [t for t, line in stored["cheapest_per_term"].items()
               if any(w.startswith("impractical") for w in line["warnings"])]
     per_term = _table(html, "per-term")

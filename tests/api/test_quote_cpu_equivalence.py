@@ -201,6 +201,13 @@ def _run_cases(client: TestClient, headers: dict[str, str],
         stored = db_session.execute(select(Quote.lines, Quote.response)
                                     .where(Quote.id == quote_id)).one()
         assert stored.response == response.text, name  # the stored answer is the answer
+        # The stored lines are written as text (LineTexts), the answer's as dicts (line_json):
+        # the two writers must agree on every line the answer shows.
+        written = {}
+        for line in json.loads(stored.lines)["lines"]:
+            written.setdefault(_line_key(line), line)
+        for line in response.json()["lines"]:
+            assert written[_line_key(line)] == line, name
         text, lines = normalised(response.text, stored.lines)
         verify = client.post(f"/v1/quotes/{quote_id}/verify", headers=headers).json()
         assert verify["matches"], (name, verify["differences"][:3])
@@ -208,6 +215,11 @@ def _run_cases(client: TestClient, headers: dict[str, str],
                      .hexdigest(), "lines_bytes": len(lines.encode()),
                      "line_sha256_16": line_digests(lines)}
     return out
+
+
+def _line_key(line: dict[str, Any]) -> tuple[Any, ...]:
+    return (line["provider"], line["offer_id"], line["term"], line["accelerator"],
+            line["num_gpus"])
 
 
 @pytest.fixture

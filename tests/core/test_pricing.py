@@ -123,8 +123,10 @@ def test_cost_is_linear_in_hours(price: Decimal, wall: float, factor: int) -> No
                              lost_fraction=0.0, price_per_instance_hour=price)
     many = pricing.cloud_line(num_gpus=64, gpus_per_instance=8.0, wall_s=wall * factor,
                               lost_fraction=0.0, price_per_instance_hour=price)
-    unrounded = 8 * pricing.exact(wall * factor) / 3600 * price
-    assert many.total == pricing.cents(unrounded)
+    # Hours are a 28-digit Decimal, so the product is taken in that order (instances x
+    # hours x price): dividing after multiplying can land an exact half cent on the other side.
+    hours = pricing.exact(wall * factor) / pricing.SECONDS_PER_HOUR_DECIMAL
+    assert many.total == pricing.cents(8 * hours * price)
     assert abs(many.total - one.total * factor) <= Decimal("0.01") * factor
 
 

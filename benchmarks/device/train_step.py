@@ -4,16 +4,18 @@ Run on the device machine (PyTorch 2.11, one H200), from the repository root:
 
     PYTHONUNBUFFERED=1 python3 benchmarks/device/train_step.py --out $OUT/train_steps.json
 
-Every configuration is a Llama-style decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU,
-no biases, untied embeddings) trained the way torchtitan trains it, in eager mode (the ``torchtitan``
-stack of ``service.core.specs.Framework``): FSDP2 ``fully_shard`` per block and at the root
-with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` on a world of one GPU, fp32
-parameters that are the optimizer's master copy, fused AdamW, ``scaled_dot_product_attention``
-(causal, the flash backend), the cross-entropy on an fp32 upcast of the logits (as torchtitan
-does), and, for ``recompute: full``, ``torch.utils.checkpoint`` around every block. One step is
-one micro-batch (data-parallel size 1, no accumulation): forward, backward, optimizer step,
-``zero_grad``. It reports the median of the timed steps after warm-up, the peak memory the
-caching allocator held (allocated and reserved) and what the device reported in use.
+Every configuration is a Llama-style decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU, no
+biases, untied embeddings) trained the way torchtitan trains it, in eager mode (the
+``torchtitan`` stack of ``service.core.specs.Framework``): FSDP2 ``fully_shard`` per block and
+at the root with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` on a world of one
+GPU, fp32 parameters that are the optimizer's master copy, fused AdamW,
+``scaled_dot_product_attention`` (causal, the flash backend), the cross-entropy on an fp32
+upcast of the logits (as torchtitan does), and, for ``recompute: full``,
+``torch.utils.checkpoint`` around every block. One step is one micro-batch (data-parallel size
+1, no accumulation; ``--set 2`` also runs 2, 4 and 8 micro-batches per step and
+``torch.compile`` per block): forward, backward, optimizer step, ``zero_grad``. It reports the
+median of the timed steps after warm-up, the peak memory the caching allocator held (allocated
+and reserved) and what the device reported in use.
 
 This file imports torch, which the service never does; it is not imported by tests or by the
 service, and the figures it printed are in ``benchmarks/data/published-runs.csv`` (rows
@@ -49,6 +51,21 @@ CONFIGS = [
     ("l7b-s4096-b1-full", 32, 4096, 32, 32, 11008, 32000, 4096, 1, "full"),
     ("l7b-s4096-b4-full", 32, 4096, 32, 32, 11008, 32000, 4096, 4, "full"),
     ("l8b-s4096-b1-full", 32, 4096, 32, 8, 14336, 128256, 4096, 1, "full"),
+]
+SECOND_SET = [
+    # The per-step fixed cost: the same micro-batch with 1, 2, 4 and 8 micro-batches per
+    # optimizer step (gradient accumulation); torch.compile per block as torchtitan does it;
+    # a repeat of a first-set configuration for run-to-run spread.
+    # name, layers, hidden, heads, kv_heads, ffn, vocab, seq, micro_batch, recompute, accum,
+    # compile
+    ("l1b-s2048-b4-m1", 16, 2048, 32, 8, 8192, 128256, 2048, 4, "none", 1, False),
+    ("l1b-s2048-b4-m2", 16, 2048, 32, 8, 8192, 128256, 2048, 4, "none", 2, False),
+    ("l1b-s2048-b4-m4", 16, 2048, 32, 8, 8192, 128256, 2048, 4, "none", 4, False),
+    ("l1b-s2048-b4-m8", 16, 2048, 32, 8, 8192, 128256, 2048, 4, "none", 8, False),
+    ("l350m-s2048-b8-m4", 24, 1024, 16, 16, 2816, 32000, 2048, 8, "none", 4, False),
+    ("l7b-s4096-b1-full-m4", 32, 4096, 32, 32, 11008, 32000, 4096, 1, "full", 4, False),
+    ("l1b-s2048-b4-compile", 16, 2048, 32, 8, 8192, 128256, 2048, 4, "none", 1, True),
+    ("l3b-s4096-b2-compile", 28, 3072, 24, 8, 8192, 128256, 4096, 2, "none", 1, True),
 ]
 
 
@@ -134,7 +151,8 @@ def parameter_count(model: nn.Module) -> int:
 def run_config(cfg: tuple, warmup: int, timed: int) -> dict:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    name, layers, hidden, heads, kv_heads, ffn, vocab, seq, mb, recompute = cfg
+    name, layers, hidden, heads, kv_heads, ffn, vocab, seq, mb, recompute = cfg[:10]
+    accum, compiled = (cfg[10], cfg[11]) if len(cfg) > 10 else (1, False)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base_allocated = torch.cuda.memory_allocated()
@@ -142,7 +160,10 @@ def run_config(cfg: tuple, warmup: int, timed: int) -> dict:
         model = Decoder(layers, hidden, heads, kv_heads, ffn, vocab, recompute == "full")
     params = parameter_count(model)
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for block in model.blocks:
+    for index, block in enumerate(model.blocks):
+        if compiled:  # torchtitan: torch.compile each block, then fully_shard it
+            block = torch.compile(block, fullgraph=True)
+            model.blocks[index] = block
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     model.to_empty(device="cuda")
@@ -159,23 +180,25 @@ def run_config(cfg: tuple, warmup: int, timed: int) -> dict:
     for step in range(warmup + timed):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
-        del logits
-        loss.backward()
+        for _ in range(accum):
+            logits = model(inputs)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten()) / accum
+            del logits
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         if step >= warmup:
             times.append(time.perf_counter() - start)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()) * accum)
     free, total = torch.cuda.mem_get_info()
     result = {
         "name": name, "layers": layers, "hidden": hidden, "heads": heads,
         "kv_heads": kv_heads, "ffn": ffn, "vocab": vocab, "seq_len": seq, "micro_batch": mb,
-        "recompute": recompute, "params": params, "steps_timed": timed,
+        "recompute": recompute, "accum": accum, "compiled": compiled, "params": params,
+        "steps_timed": timed,
         "step_times_s": times, "median_step_s": statistics.median(times),
-        "tokens_per_s": mb * seq / statistics.median(times),
+        "tokens_per_s": accum * mb * seq / statistics.median(times),
         "peak_allocated_bytes": torch.cuda.max_memory_allocated() - base_allocated,
         "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
         "device_used_bytes": total - free, "device_total_bytes": total,
@@ -220,6 +243,8 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=360.0,
                         help="skip the remaining configurations once this much time has passed")
     parser.add_argument("--only", default="", help="comma-separated configuration names")
+    parser.add_argument("--set", type=int, default=1, choices=(1, 2),
+                        help="1: the sizes and layouts; 2: accumulation, compile, repeats")
     args = parser.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29511")
@@ -232,7 +257,7 @@ def main() -> int:
         "command": " ".join(sys.argv), "ceilings": calibrate_device(), "runs": [],
     }
     wanted = set(filter(None, args.only.split(",")))
-    for cfg in CONFIGS:
+    for cfg in CONFIGS if args.set == 1 else SECOND_SET:
         if wanted and cfg[0] not in wanted:
             continue
         if time.perf_counter() - started > args.budget_s:

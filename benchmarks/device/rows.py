@@ -21,6 +21,9 @@ from pathlib import Path
 
 from benchmarks.accuracy import DATA
 
+REPEATS = {"l1b-s2048-b4-m1": "l1b-s2048-b4"}
+"""Runs that repeat a configuration already recorded (second set -> first set): they measure
+the run-to-run spread (docs/validation.md) and are not rows of their own."""
 GPU_ID = {"NVIDIA H200": "h200-sxm-141gb", "NVIDIA H100 80GB HBM3": "h100-sxm5-80gb"}
 
 
@@ -30,9 +33,12 @@ def rows_from_report(path: Path) -> list[dict[str, str]]:
     ceilings = report["ceilings"]
     out = []
     for run in report["runs"]:
-        if "median_step_s" not in run:
+        if "median_step_s" not in run or run["name"] in REPEATS:
             continue
-        tokens = run["micro_batch"] * run["seq_len"]
+        accum = run.get("accum", 1)
+        tokens = accum * run["micro_batch"] * run["seq_len"]
+        compiled = ("torch.compile(fullgraph=True) per block (then fully_shard, as torchtitan "
+                    "applies it), " if run.get("compiled") else "eager (no torch.compile), ")
         notes = (
             f"Measured on this project's lent {report['device']} ({report['date']}, torch "
             f"{report['torch']}, CUDA {report['cuda']}; the card's measured ceilings in the same "
@@ -42,9 +48,10 @@ def rows_from_report(path: Path) -> list[dict[str, str]]:
             f"{run['params']:,} parameters counted by PyTorch; FSDP2 fully_shard per block and "
             f"root on one GPU, MixedPrecisionPolicy(param bf16, reduce fp32), fp32 parameters, "
             f"fused AdamW, SDPA causal (flash backend), cross-entropy on an fp32 upcast of the "
-            f"logits, recompute {run['recompute']} (torch.utils.checkpoint per block). One step = "
-            f"one micro-batch of {run['micro_batch']} x {run['seq_len']} tokens (forward, "
-            f"backward, optimizer step); median of {run['steps_timed']} timed steps after 3 "
+            f"logits, {compiled}recompute {run['recompute']} (torch.utils.checkpoint per "
+            f"block). One step = {accum} micro-batch(es) of {run['micro_batch']} x "
+            f"{run['seq_len']} tokens (forward and backward each, gradients accumulated, then "
+            f"the optimizer step); median of {run['steps_timed']} timed steps after 3 "
             f"warm-up steps = {run['median_step_s']:.4f} s; tokens/s/GPU = {tokens} / "
             f"{run['median_step_s']:.4f}. Memory: torch.cuda.max_memory_reserved "
             f"{run['peak_reserved_bytes'] / 2**30:.2f} GiB (max_memory_allocated "
@@ -63,7 +70,8 @@ def rows_from_report(path: Path) -> list[dict[str, str]]:
             "ffn": str(run["ffn"]), "mlp": "swiglu", "seq_len": str(run["seq_len"]),
             "vocab": str(run["vocab"]), "gpu": gpu, "gpu_count": "1", "tp": "1", "pp": "1",
             "dp": "1", "cp": "1", "ep": "1", "vp": "1", "sequence_parallel": "false",
-            "micro_batch": str(run["micro_batch"]), "global_batch_seqs": str(run["micro_batch"]),
+            "micro_batch": str(run["micro_batch"]),
+            "global_batch_seqs": str(accum * run["micro_batch"]),
             "zero_stage": "3", "recompute": run["recompute"], "precision": "bf16",
             "measured_tokens_per_s_per_gpu": f"{tokens / run['median_step_s']:.1f}",
             "measured_step_time_s": f"{run['median_step_s']:.4f}",

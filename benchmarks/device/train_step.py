@@ -67,6 +67,18 @@ SECOND_SET = [
     ("l1b-s2048-b4-compile", 16, 2048, 32, 8, 8192, 128256, 2048, 4, "none", 1, True),
     ("l3b-s4096-b2-compile", 28, 3072, 24, 8, 8192, 128256, 4096, 2, "none", 1, True),
 ]
+THIRD_SET = [
+    # The edge of the memory promise: the 8B at 2 sequences (answered fits, 136.8 of 141
+    # GiB, by calibration 2026-11-26.1) and at 4 (answered does not fit); long sequences,
+    # where attention dominates; no recompute on the 7B; compiled runs (dynamo reset first).
+    ("l8b-s4096-b2-full", 32, 4096, 32, 8, 14336, 128256, 4096, 2, "full", 1, False),
+    ("l8b-s4096-b4-full", 32, 4096, 32, 8, 14336, 128256, 4096, 4, "full", 1, False),
+    ("l1b-s16384-b1", 16, 2048, 32, 8, 8192, 128256, 16384, 1, "none", 1, False),
+    ("l1b-s32768-b1-full", 16, 2048, 32, 8, 8192, 128256, 32768, 1, "full", 1, False),
+    ("l7b-s2048-b1", 32, 4096, 32, 32, 11008, 32000, 2048, 1, "none", 1, False),
+    ("l1b-s8192-b1-compile", 16, 2048, 32, 8, 8192, 128256, 8192, 1, "none", 1, True),
+    ("l3b-s4096-b2-compile", 28, 3072, 24, 8, 8192, 128256, 4096, 2, "none", 1, True),
+]
 
 
 class RMSNorm(nn.Module):
@@ -155,6 +167,8 @@ def run_config(cfg: tuple, warmup: int, timed: int) -> dict:
     accum, compiled = (cfg[10], cfg[11]) if len(cfg) > 10 else (1, False)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    if compiled:  # a fresh dynamo cache: no dynamic shapes carried over from another model
+        torch._dynamo.reset()
     base_allocated = torch.cuda.memory_allocated()
     with torch.device("meta"):
         model = Decoder(layers, hidden, heads, kv_heads, ffn, vocab, recompute == "full")
@@ -243,8 +257,9 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=360.0,
                         help="skip the remaining configurations once this much time has passed")
     parser.add_argument("--only", default="", help="comma-separated configuration names")
-    parser.add_argument("--set", type=int, default=1, choices=(1, 2),
-                        help="1: the sizes and layouts; 2: accumulation, compile, repeats")
+    parser.add_argument("--set", type=int, default=1, choices=(1, 2, 3),
+                        help="1: the sizes and layouts; 2: accumulation, compile, repeats; "
+                             "3: the memory edge, long sequences, compile")
     args = parser.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29511")
@@ -257,7 +272,7 @@ def main() -> int:
         "command": " ".join(sys.argv), "ceilings": calibrate_device(), "runs": [],
     }
     wanted = set(filter(None, args.only.split(",")))
-    for cfg in CONFIGS if args.set == 1 else SECOND_SET:
+    for cfg in {1: CONFIGS, 2: SECOND_SET, 3: THIRD_SET}[args.set]:
         if wanted and cfg[0] not in wanted:
             continue
         if time.perf_counter() - started > args.budget_s:

@@ -9,7 +9,7 @@ biases, untied embeddings) trained the way torchtitan trains it, in eager mode (
 ``torchtitan`` stack of ``service.core.specs.Framework``): FSDP2 ``fully_shard`` per block and
 at the root with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` on a world of one
 GPU, fp32 parameters that are the optimizer's master copy, fused AdamW,
-``scaled_dot_product_attention`` (causal, the flash backend), the cross-entropy on an fp32
+``scaled_dot_product_attention`` (causal, PyTorch's default backend), the cross-entropy on an fp32
 upcast of the logits (as torchtitan does), and, for ``recompute: full``,
 ``torch.utils.checkpoint`` around every block. One step is one micro-batch (data-parallel size
 1, no accumulation; ``--set 2`` also runs 2, 4 and 8 micro-batches per step and
@@ -78,6 +78,25 @@ THIRD_SET = [
     ("l7b-s2048-b1", 32, 4096, 32, 32, 11008, 32000, 2048, 1, "none", 1, False),
     ("l1b-s8192-b1-compile", 16, 2048, 32, 8, 8192, 128256, 8192, 1, "none", 1, True),
     ("l3b-s4096-b2-compile", 28, 3072, 24, 8, 8192, 128256, 4096, 2, "none", 1, True),
+]
+H100_SET = [
+    # The first set's layouts that the model answers "fits" on an 80 GB H100 (calibration
+    # 2026-11-26.1), the tightest last: l3b-s4096-b2 at a predicted 77.5 of 80 GiB.
+    ("l350m-s2048-b8", 24, 1024, 16, 16, 2816, 32000, 2048, 8, "none"),
+    ("l1b-s2048-b4", 16, 2048, 32, 8, 8192, 128256, 2048, 4, "none"),
+    ("l1b-s8192-b1", 16, 2048, 32, 8, 8192, 128256, 8192, 1, "none"),
+    ("l1b-s2048-b8", 16, 2048, 32, 8, 8192, 128256, 2048, 8, "none"),
+    ("l1b-s4096-b8-full", 16, 2048, 32, 8, 8192, 128256, 4096, 8, "full"),
+    ("l3b-s4096-b4-full", 28, 3072, 24, 8, 8192, 128256, 4096, 4, "full"),
+    ("l3b-s4096-b2", 28, 3072, 24, 8, 8192, 128256, 4096, 2, "none"),
+]
+EDGE_SET = [
+    # After decision 143 (calibration 2026-11-26.1), on an H200: the layout answered "fits"
+    # nearest the capacity (95.1%) and the two answered "does not fit" nearest it (105.4%,
+    # 106.1%); whether the latter run is how far the model stays conservative.
+    ("l8b-s16384-b1-full", 32, 4096, 32, 8, 14336, 128256, 16384, 1, "full"),
+    ("l1b-s16384-b4-full", 16, 2048, 32, 8, 8192, 128256, 16384, 4, "full"),
+    ("l8b-s8192-b1", 32, 4096, 32, 8, 14336, 128256, 8192, 1, "none"),
 ]
 
 
@@ -257,9 +276,10 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=360.0,
                         help="skip the remaining configurations once this much time has passed")
     parser.add_argument("--only", default="", help="comma-separated configuration names")
-    parser.add_argument("--set", type=int, default=1, choices=(1, 2, 3),
+    parser.add_argument("--set", type=int, default=1, choices=(1, 2, 3, 4, 5),
                         help="1: the sizes and layouts; 2: accumulation, compile, repeats; "
-                             "3: the memory edge, long sequences, compile")
+                             "3: the memory edge, long sequences, compile; 4: for an 80 GB "
+                             "H100; 5: the memory edge after decision 143")
     args = parser.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29511")
@@ -272,7 +292,7 @@ def main() -> int:
         "command": " ".join(sys.argv), "ceilings": calibrate_device(), "runs": [],
     }
     wanted = set(filter(None, args.only.split(",")))
-    for cfg in {1: CONFIGS, 2: SECOND_SET, 3: THIRD_SET}[args.set]:
+    for cfg in {1: CONFIGS, 2: SECOND_SET, 3: THIRD_SET, 4: H100_SET, 5: EDGE_SET}[args.set]:
         if wanted and cfg[0] not in wanted:
             continue
         if time.perf_counter() - started > args.budget_s:

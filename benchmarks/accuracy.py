@@ -41,6 +41,7 @@ from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.estimate import Estimate, estimate
 from service.core.specs import (
     AcceleratorSpec,
+    AttentionKernel,
     ClusterSpec,
     Framework,
     MlpKind,
@@ -192,6 +193,8 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
             "gradient_precision") else None,
         optimizer=Optimizer(row.get("optimizer") or "adamw"),
         fp8_params=row.get("fp8_params") == "true",
+        attention_kernel=AttentionKernel(row["attention_kernel"]) if row.get(
+            "attention_kernel") else None,
     )
     memory = row["measured_memory_gib"].strip()
     return RowInputs(

@@ -16,16 +16,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from service.core.specs import Framework
+from service.core.specs import AttentionKernel, Framework
 
-
-class Kernel(StrEnum):
-    FA2 = "fa2"
-    """FlashAttention-2 (Dao 2023, arXiv 2307.08691): PyTorch SDPA's flash backend."""
-    FA3 = "fa3"
-    """FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608), Hopper only."""
-    CUDNN = "cudnn"
-    """cuDNN fused attention (Transformer Engine's fused-attention backend; XLA on GPU)."""
+Kernel = AttentionKernel
+"""The kernels of the table (``specs.AttentionKernel``)."""
 
 
 class Generation(StrEnum):
@@ -55,14 +49,18 @@ KERNEL_PEAK_FRACTION: dict[tuple[Kernel, Generation], float] = {
     # FA2 fwd+bwd, hd 128, causal, 16k: 189 TFLOP/s of 312.
     (Kernel.FA2, Generation.HOPPER): 0.33,
     # Same README, "Performance / H100": FA2 fwd+bwd, hd 128, causal, 16k: 328 of 989; the
-    # FA3 abstract: "FlashAttention-2 achieving only 35% utilization on the H100".
+    # FA3 abstract: "FlashAttention-2 achieving only 35% utilization on the H100". Measured
+    # here (PyTorch 2.11 SDPA flash backend, H200, 16 heads, 32k tokens per call): 313 at
+    # 16k, 322 at 32k (0.32-0.33).
     (Kernel.FA3, Generation.HOPPER): 0.59,
     # FA3 paper (arXiv 2407.08608): forward 648 TFLOP/s (README assets/flash3_fp16_fwd.png,
     # hd 128, 16k) and backward 561 (the paper's backward figure): 3.5/(1/648 + 2.5/561) = 583.
     (Kernel.CUDNN, Generation.HOPPER): 0.61,
     # NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/
     # llama3.1_20260227_034703.csv (cuDNN 9.19, H200): BF16 causal 16k, fwd 673 and bwd 579
-    # TFLOP/s, 603 forward + backward, of 989.
+    # TFLOP/s, 603 forward + backward, of 989. Measured here through PyTorch 2.11's SDPA
+    # (the same cuDNN 9.19): 530 at 16k and 537 at 32k (0.54); the fitted
+    # ``attention_kernel_scale`` sets the level.
     (Kernel.CUDNN, Generation.BLACKWELL): 0.56,
     # cudnn-frontend artifacts sdpa_bf16/fp8_benchmark_results_NVIDIA_B200.csv (cuDNN 9.13.1,
     # B200, 0.53-0.56 at 16k-32k) and _GB200.csv (cuDNN 9.17, 0.57 at 32k of 2500).
@@ -80,7 +78,14 @@ STACK_KERNEL: dict[tuple[Framework, Generation], Kernel] = {
     # SDPBackend priority order); on Blackwell FA2 reaches 0.16 of peak, and PyTorch stacks
     # there are assumed to run cuDNN (SDPA's cuDNN backend), the only fast kernel.
     (Framework.TORCHTITAN, Generation.AMPERE): Kernel.FA2,
-    (Framework.TORCHTITAN, Generation.HOPPER): Kernel.FA2,
+    # torchtitan calls SDPA, whose order PyTorch changed: cuDNN was opt-in from 2.5.1
+    # (pytorch/pytorch#138522) and is preferred again on sm90/sm100 once the bundled cuDNN is
+    # newer than 9.15 (``check_prefer_cudnn_attention`` in aten/src/ATen/native/transformers/
+    # cuda/sdp_utils.cpp, PyTorch 2.10; PyTorch 2.11 ships cuDNN 9.19). Measured on this
+    # project's H200 with PyTorch 2.11 (benchmarks/data/device-h200-attention-2026-11-26.json):
+    # the default matched cuDNN's time at 4 of 5 lengths, 530 TFLOP/s forward + backward at
+    # 16k (0.54 of 989; flash 313, 0.32). A torchtitan run on an older PyTorch states fa2.
+    (Framework.TORCHTITAN, Generation.HOPPER): Kernel.CUDNN,
     (Framework.TORCHTITAN, Generation.BLACKWELL): Kernel.CUDNN,
     (Framework.FSDP, Generation.AMPERE): Kernel.FA2,
     (Framework.FSDP, Generation.HOPPER): Kernel.FA2,
@@ -96,16 +101,21 @@ STACK_KERNEL: dict[tuple[Framework, Generation], Kernel] = {
 """The kernel a stack runs by default; ``unknown`` has none (it keeps the fitted global)."""
 
 
-def kernel_for(framework: Framework, accelerator_id: str) -> Kernel | None:
+def kernel_for(framework: Framework, accelerator_id: str,
+               stated: Kernel | None = None) -> Kernel | None:
+    """The kernel the caller stated, else the stack's default on the accelerator's
+    generation; None on an accelerator outside the table."""
     generation = GENERATION_OF.get(accelerator_id)
     if generation is None:
         return None
-    return STACK_KERNEL.get((framework, generation))
+    return stated or STACK_KERNEL.get((framework, generation))
 
 
-def kernel_peak_fraction(framework: Framework, accelerator_id: str) -> float | None:
-    """The table's forward + backward peak fraction for the stack's kernel, or None."""
-    kernel = kernel_for(framework, accelerator_id)
+def kernel_peak_fraction(framework: Framework, accelerator_id: str,
+                         stated: Kernel | None = None) -> float | None:
+    """The table's forward + backward peak fraction for the kernel (stated or the stack's),
+    or None where the table has no measurement (the fitted global efficiency then applies)."""
+    kernel = kernel_for(framework, accelerator_id, stated)
     if kernel is None:
         return None
     generation = GENERATION_OF[accelerator_id]

@@ -76,6 +76,20 @@ class Framework(StrEnum):
     UNKNOWN = "unknown"
 
 
+class AttentionKernel(StrEnum):
+    """The fused attention kernel a run uses, where the caller knows it; unset, the stack's
+    default (``attention.STACK_KERNEL``)."""
+
+    FA2 = "fa2"
+    """FlashAttention-2 (Dao 2023, arXiv 2307.08691): PyTorch SDPA's flash backend."""
+    FA3 = "fa3"
+    """FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608), Hopper only."""
+    CUDNN = "cudnn"
+    """cuDNN fused attention: Transformer Engine's fused-attention backend, XLA on GPU, and
+    PyTorch SDPA's cuDNN backend, which PyTorch 2.11 picks by default on an H200 (measured:
+    benchmarks/data/device-h200-attention-2026-11-26.json)."""
+
+
 class Offload(StrEnum):
     """What lives in host memory instead of on the accelerator.
 
@@ -469,6 +483,8 @@ class TrainingSpec:
     """The gradient buffer and its reduction; None takes the stack's default
     (``memory.STACK_MEMORY``)."""
     optimizer: Optimizer = Optimizer.ADAMW
+    attention_kernel: AttentionKernel | None = None
+    """The attention kernel; None takes the stack's default for the accelerator."""
     fp8_params: bool = False
     """FP8 working weights (Transformer Engine ``fp8_model_init``, Megatron ``--fp8-param-gather``):
     1 byte per parameter on the device and in the all-gather; needs precision fp8."""

@@ -27,6 +27,7 @@ from service.core.plausibility import costly_warnings, long_run_warning
 from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult, SearchSpace
 from service.core.specs import (
     AcceleratorSpec,
+    AttentionKernel,
     ClusterSpec,
     EnergySpec,
     Framework,
@@ -151,6 +152,8 @@ class PlanTrainingIn(RequestModel):
         default=Optimizer.ADAMW, description=TrainingIn.model_fields["optimizer"].description)
     fp8_params: bool = Field(strict=True, default=False,
                              description=TrainingIn.model_fields["fp8_params"].description)
+    attention_kernel: AttentionKernel | None = Field(
+        default=None, description=TrainingIn.model_fields["attention_kernel"].description)
 
     @model_validator(mode="after")
     def _one_batch(self) -> Self:
@@ -171,7 +174,8 @@ class PlanTrainingIn(RequestModel):
                             flash_attention=self.flash_attention, framework=self.framework,
                             master_weights=self.master_weights,
                             gradient_precision=self.gradient_precision,
-                            optimizer=self.optimizer, fp8_params=self.fp8_params)
+                            optimizer=self.optimizer, fp8_params=self.fp8_params,
+                            attention_kernel=self.attention_kernel)
 
     def batches(self) -> list[int]:
         if self.global_batch_seqs is not None:

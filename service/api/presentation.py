@@ -27,7 +27,7 @@ TIME_PARTS: tuple[tuple[str, str], ...] = (
 
 MEMORY_PARTS: tuple[tuple[str, str], ...] = (
     ("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer states"),
-    ("activations", "activations"), ("other", "other (buffers, fragmentation)"),
+    ("activations", "activations"), ("other", "other (buffers, fragmentation, allocator headroom)"),
 )
 
 

@@ -16,7 +16,14 @@ from service.core.calibration import DEFAULT_CALIBRATION, Band, Calibration
 from service.core.errors import InvalidSpecError
 from service.core.flops import TokenFlops, token_flops
 from service.core.geometry import PlanVars, build_geometry
-from service.core.memory import MemoryBreakdown, memory_breakdown, stage_activation_bytes
+from service.core.memory import (
+    EDGE_FRACTION,
+    GRADIENTS_FREED_NOTE,
+    MemoryBreakdown,
+    memory_breakdown,
+    stage_activation_bytes,
+    state_layout,
+)
 from service.core.ops import SCALAR, Num
 from service.core.params import ParameterCount, count_parameters
 from service.core.specs import (
@@ -188,6 +195,13 @@ def estimate(
             f"does not fit: needs {bytes_to_gib(memory.peak_bytes):.1f} GiB per GPU, "
             f"{acc.id} has {bytes_to_gib(memory.capacity_bytes):.1f} GiB"
         )
+    elif memory.at_edge:
+        warnings.append(
+            f"fits at the edge: {bytes_to_gib(memory.peak_bytes):.1f} of "
+            f"{bytes_to_gib(memory.capacity_bytes):.1f} GiB per GPU, within "
+            f"{1 - EDGE_FRACTION:.0%} of the capacity, where measured layouts have both run "
+            "and failed with out-of-memory (docs/validation.md); leave more room, or try it"
+        )
     if not calibration.is_calibrated_for(acc.id):
         warnings.append(
             f"{acc.id} has no published training runs in the calibration set; its efficiency "
@@ -214,7 +228,7 @@ def estimate(
         energy=energy_result,
         num_micro_batches=layout.num_micro_batches,
         warnings=tuple(warnings),
-        assumptions=(*_assumptions(plan, training), _band_note(band)),
+        assumptions=(*_assumptions(plan, training, layout.num_micro_batches), _band_note(band)),
         calibration_version=calibration.version,
     )
 
@@ -226,7 +240,8 @@ def _band_note(band: Band) -> str:
             f"({band.coverage_fraction:.0%} covered out of sample)")
 
 
-def _assumptions(plan: ParallelismPlan, training: TrainingSpec) -> tuple[str, ...]:
+def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
+                 num_micro_batches: int) -> tuple[str, ...]:
     notes = [
         "model FLOPs count full (non-causal) attention and the logits, as PaLM and Megatron-LM "
         "do; MFU is against the dense peak for the training precision",
@@ -237,4 +252,6 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec) -> tuple[str, ..
         notes.append("fp8: linear layers at the FP8 peak; attention and logits in bf16")
     if plan.recompute == RecomputeMode.SELECTIVE:
         notes.append("selective recomputation repeats the attention core only")
+    if state_layout(training).gradients_freed and num_micro_batches == 1 and plan.pp == 1:
+        notes.append(GRADIENTS_FREED_NOTE)
     return tuple(notes)

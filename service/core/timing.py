@@ -425,7 +425,9 @@ def step_time(
         dp_comm_exposed_s=dp_exposed,
         optimizer_s=optimizer_s,
         host_offload_s=host_offload_s,
-        overhead_s=step_overhead_s(plan.tp * plan.pp * plan.dp * plan.cp, work_s, cal, xp),
+        # tp*pp*dp*cp = num_gpus for every plan (specs.validate_plan), so one scalar serves
+        # every candidate of a bulk search.
+        overhead_s=step_overhead_s(cluster.num_gpus, work_s, cal, SCALAR),
     )
 
 

@@ -139,7 +139,7 @@ EDGE_FRACTION = 0.97
 GPUs (benchmarks/device), layouts predicted between 99.8% and 101.7% of the capacity both ran
 and failed with out-of-memory, so the model cannot promise either way within a few percent
 (decision 143). The memory fit keeps every measured failure above it (``calibrate.OOM_MARGIN``)
-and every layout that ran at or below the capacity."""
+and every layout that ran at most at 99% of its capacity (``calibrate.RAN_MARGIN``)."""
 FP32_LOGITS_BYTES_PER_ENTRY = 4.0
 """The fp32 copy of the logits that torchtitan's ``F.cross_entropy(pred.float())`` and
 Megatron's vocab-parallel cross-entropy (``vocab_parallel_logits.float()``) make: the largest

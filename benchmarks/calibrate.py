@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import math
 import multiprocessing
 import statistics
@@ -191,15 +192,17 @@ FITS_WEIGHT = 1e6
 that ran must be answered ``fits: true`` (issue 15), so this dominates the peak error."""
 
 
-def out_of_memory_inputs() -> list[RowInputs]:
+@functools.cache
+def out_of_memory_inputs() -> tuple[RowInputs, ...]:
     """Layouts that failed with CUDA out-of-memory on this project's lent GPUs
     (benchmarks/device reports): a layout that did not fit must not be answered ``fits``."""
     from benchmarks.accuracy import DATA, row_inputs, seed_accelerators
     from benchmarks.device.rows import out_of_memory_runs
 
     accelerators = seed_accelerators()
-    return [row_inputs(row, accelerators) for report in sorted(DATA.parent.glob("device-*.json"))
-            for row in out_of_memory_runs(report)]
+    return tuple(row_inputs(row, accelerators)
+                 for report in sorted(DATA.parent.glob("device-*.json"))
+                 for row in out_of_memory_runs(report))
 
 
 def memory_loss(rows: list[RowInputs], cal: Calibration) -> float:
@@ -217,7 +220,8 @@ def memory_loss(rows: list[RowInputs], cal: Calibration) -> float:
         over.append(max(0.0, math.log(memory.peak_bytes / (RAN_MARGIN * memory.capacity_bytes)))
                     ** 2)
     under = [max(0.0, math.log(OOM_MARGIN * memory.capacity_bytes / memory.peak_bytes)) ** 2
-             for memory in (evaluate(row, cal).estimate.memory for row in _OOM_ROWS)]
+             for memory in (evaluate(row, cal).estimate.memory
+                            for row in out_of_memory_inputs())]
     # Each broken promise weighs the same, whichever side it is on.
     return sum(logs) / len(logs) + FITS_WEIGHT * (sum(over) + sum(under)) / len(over)
 
@@ -268,8 +272,6 @@ def fit(rows: list[RowInputs], cal: Calibration, knobs: tuple[Knob, ...],
                         best, cal, improved = score, candidate, True
     return cal
 
-
-_OOM_ROWS = out_of_memory_inputs()
 
 HOLDOUT = Path(__file__).parent / "data" / "holdout.csv"
 """Each usable row's leave-one-source-out residual (``make holdout``, several minutes): the

@@ -85,6 +85,12 @@ and the one prefetched next (double buffering, as in ZeRO-Infinity's activation 
 Rajbhandari et al. 2021, section 5.2, and MaxText's host-offload remat policies)."""
 
 
+FP32_LOGITS_BYTES_PER_ENTRY = 4.0
+"""The fp32 copy of the logits that torchtitan's ``F.cross_entropy(pred.float())`` and
+Megatron's vocab-parallel cross-entropy (``vocab_parallel_logits.float()``) make: the largest
+single block such a step allocates when the vocabulary is large."""
+
+
 @dataclass(frozen=True, slots=True)
 class StackMemory:
     """A training stack's memory conventions."""
@@ -101,7 +107,7 @@ class StackMemory:
     (``Calibration.memory_overhead_bytes``). XLA assigns buffers when it compiles the step,
     so a JAX stack has no runtime fragmentation (openxla.org/xla/architecture, buffer
     assignment), and its runtime reserve is ``XLA_RUNTIME_BYTES``."""
-    logits_block_bytes_per_entry: float = 4.0
+    logits_block_bytes_per_entry: float = FP32_LOGITS_BYTES_PER_ENTRY
     """The largest single block of the loss, per logit: the fp32 copy that PyTorch's and
     Megatron's cross-entropy make of the whole logits (4); 2 where the trainer's loss is fused
     or compiled and works on the bf16 logits in chunks (``ALLOCATOR_HEADROOM_NOTE``)."""
@@ -140,10 +146,6 @@ GPUs (benchmarks/device), layouts predicted between 99.8% and 101.7% of the capa
 and failed with out-of-memory, so the model cannot promise either way within a few percent
 (decision 143). The memory fit keeps every measured failure above it (``calibrate.OOM_MARGIN``)
 and every layout that ran at most at 99% of its capacity (``calibrate.RAN_MARGIN``)."""
-FP32_LOGITS_BYTES_PER_ENTRY = 4.0
-"""The fp32 copy of the logits that torchtitan's ``F.cross_entropy(pred.float())`` and
-Megatron's vocab-parallel cross-entropy (``vocab_parallel_logits.float()``) make: the largest
-single block such a step allocates when the vocabulary is large."""
 ALLOCATOR_HEADROOM_NOTE = (
     "PyTorch's caching allocator needs a contiguous free block for each allocation, and the "
     "free memory it holds can be split into smaller pieces, so what must fit includes one "

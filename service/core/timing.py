@@ -37,6 +37,7 @@ gathers and reduce-scatters recur every micro-batch and overlap with that micro-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from service.core.attention import kernel_peak_fraction
@@ -69,8 +70,8 @@ CAUSAL_FRACTION = 0.5
 """Causal masking halves the executed attention-score work (Dao 2023, section 3.1.1)."""
 OPTIMIZER_BYTES_TOUCHED_PER_PARAM = 30.0
 """Adam step: read fp32 grad, master, m, v (16 B); write master, m, v (12 B), bf16 weight (2 B)."""
-LN_2 = 0.6931471805599453
-"""ln 2, for base-2 logarithms through ``xp.log`` (math.log(2))."""
+LN_2 = math.log(2.0)
+"""ln 2, for the base-2 logarithm of the GPU count."""
 HOST_LINK_BYTES_PER_S = 32e9
 """Host-to-device bandwidth per GPU, each way, where ``HOST_LINK_BY_ACCELERATOR`` has no entry:
 PCIe 4.0 x16, 16 GT/s x 16 lanes with 128b/130b coding, about 31.5 GB/s (PCI-SIG PCIe 4.0
@@ -427,11 +428,11 @@ def step_time(
         host_offload_s=host_offload_s,
         # tp*pp*dp*cp = num_gpus for every plan (specs.validate_plan), so one scalar serves
         # every candidate of a bulk search.
-        overhead_s=step_overhead_s(cluster.num_gpus, work_s, cal, SCALAR),
+        overhead_s=step_overhead_s(cluster.num_gpus, work_s, cal),
     )
 
 
-def step_overhead_s(world: Num, work_s: Num, cal: Calibration, xp: Num = SCALAR) -> Num:
+def step_overhead_s(world: int, work_s: Num, cal: Calibration) -> Num:
     """Per-step time outside the modelled work, on ``world`` GPUs whose modelled step is
     ``work_s`` seconds:
 
@@ -457,10 +458,10 @@ def step_overhead_s(world: Num, work_s: Num, cal: Calibration, xp: Num = SCALAR)
     Both scale terms vanish on one GPU. The three constants are fitted (benchmarks/
     calibrate.py); issue 15 asked for a sourced efficiency loss with scale, and a single
     fixed overhead fitted to many-node sweeps overstated one GPU's step by 0.1 s."""
-    log_world = xp.log(world)
+    log_world = math.log(world)
     return (cal.step_overhead_s
             + cal.step_sync_s_per_doubling * log_world / LN_2
-            + cal.straggler_fraction * xp.sqrt(2.0 * log_world) * work_s)
+            + cal.straggler_fraction * math.sqrt(2.0 * log_world) * work_s)
 
 
 def _host_offload_s(

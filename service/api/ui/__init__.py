@@ -371,17 +371,24 @@ async def run_optimise(request: Request, outcome: Outcome) -> None:
     outcome.charts.update(_estimate_charts(answer["plans"][0], "best"))
 
 
+async def _store_quote(request: Request, outcome: Outcome, body: dict[str, Any],
+                       key_prefix: str) -> httpx.Response:
+    """POST /v1/quotes with the form's API key; the page's nonce (a fresh page is a fresh
+    nonce) is the idempotency key, so submitting the same page twice replays one quote."""
+    async with _api(request) as client:
+        return await client.post(
+            "/v1/quotes", json=body,
+            headers={"Authorization": f"Bearer {outcome.values['api_key']}",
+                     "Idempotency-Key": key_prefix + (outcome.values["nonce"]
+                                                      or uuid.uuid4().hex)})
+
+
 async def run_quote(request: Request, outcome: Outcome) -> None:
     key = outcome.values["api_key"]
     if not key:
         outcome.errors["api_key"] = ["Quote stores a quote: give an API key with quotes:write"]
         return
-    async with _api(request) as client:
-        response = await client.post(
-            "/v1/quotes", json=quote_body(outcome.values),
-            # The form's nonce: submitting the same page twice replays one quote.
-            headers={"Authorization": f"Bearer {key}",
-                     "Idempotency-Key": "ui-" + (outcome.values["nonce"] or uuid.uuid4().hex)})
+    response = await _store_quote(request, outcome, quote_body(outcome.values), "ui-")
     if response.status_code != 201:
         _place_errors(outcome, _problem(response), prefix="workload.optimise.")
         return
@@ -690,11 +697,8 @@ async def run_serve_quote(request: Request, outcome: Outcome) -> None:
     if not key:
         outcome.errors["api_key"] = ["a quote is stored: give an API key with quotes:write"]
         return
-    async with _api(request) as client:
-        response = await client.post(
-            "/v1/quotes", json=serving_quote_body(outcome.values),
-            headers={"Authorization": f"Bearer {key}", "Idempotency-Key": "ui-serve-" + (
-                outcome.values["nonce"] or uuid.uuid4().hex)})
+    response = await _store_quote(request, outcome, serving_quote_body(outcome.values),
+                                  "ui-serve-")
     if response.status_code not in (200, 201):
         _place_serve_errors(outcome, _problem(response))
         return

@@ -29,7 +29,9 @@ The model (docs/serving.md) is analytic, per replica of ``gpus_per_replica`` GPU
   E[W]) (Kingman 1962; Tijms, "A First Course in Stochastic Models", 2003, §2.5). TPOT is
   the decode step stretched by the share of time the replica spends in prefill; its p99
   adds one prefill chunk (chunked prefill, Sarathi-Serve, Agrawal et al. OSDI 2024) when
-  more than 1 % of steps carry one.
+  more than 1 % of steps carry one. A fixed batch runs in lock-step (static batching, as
+  LMDeploy's and vLLM's offline latency benchmarks run it): all of its prefills come first
+  (its TTFT is the batch's prefill), then every step decodes, so its TPOT is the plain step.
 - **Speculative decoding** with acceptance rate a and k draft tokens yields
   (1 - a^(k+1)) / (1 - a) tokens per target step (Leviathan et al. ICML 2023, eq. 1); the
   target step verifies k + 1 tokens per sequence (k + 1 times the FLOPs, the same weight
@@ -176,6 +178,18 @@ MAX_REPLICAS = 100_000
 TAIL_P99 = 0.99
 P99_TPOT_STEP_SHARE = 0.01
 """The p99 TPOT includes a prefill chunk when more than this share of steps carry one."""
+
+MOE_SERVING_WARNING = (
+    "mixture-of-experts serving is not validated: on the only published MoE runs we hold "
+    "(DeepSeek-R1 on 8 x H200 and 8 x MI300X with vLLM 0.7 and SGLang 0.4, early 2025; "
+    "dstack's benchmark), measured output tokens/s was 2.8-5.8x below this model's and median TTFT "
+    "18x or more above it; read throughput as an upper bound and size with margin")
+"""Decision 144 (docs/serving.md, Validation): the model's MoE decode reads only the experts
+a batch touches at the engine's dense efficiencies; what MoE kernels at small per-rank
+shapes and expert routing cost on top is not modelled, and the one document measuring it
+(dstack, 'DeepSeek R1 inference performance: MI300X vs. H200', 2025-03-18, raw data
+dstackai/benchmarks@7f37e66 Deepseek-R1/raw_data/online_results.csv) shows the gap above;
+those rows are evaluated, and fit nothing."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -448,7 +462,7 @@ def _memory(r: _Replica, traffic: Traffic) -> ServingMemory:
     # the sampled tokens (vocab x 4 bytes for up to 256 sequences).
     workspace = WORKSPACE_TOKENS * (4 * h + 3 * ffn / d.tp) * 2.0 + 256 * r.model.vocab_size * 4
     budget = usable - r.weights_bytes_per_gpu - workspace
-    per_sequence = (traffic.prompt.mean + traffic.output.mean) * r.kv_bytes_per_token_per_gpu
+    per_sequence = (traffic.prompt.mean + traffic.output.mean / 2) * r.kv_bytes_per_token_per_gpu
     max_concurrency = max(0, int(budget // per_sequence)) if budget > 0 else 0
     return ServingMemory(
         weights_bytes_per_gpu=r.weights_bytes_per_gpu,
@@ -573,6 +587,8 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
             f"speculative decoding: {r.tokens_per_step():.2f} tokens per target step "
             f"({deployment.speculative_draft_tokens} draft tokens, acceptance "
             f"{deployment.speculative_acceptance_rate:g}); the draft model's cost is left out")
+    if model.num_experts > 0:
+        warnings.append(MOE_SERVING_WARNING)
     largest = float(max(memory.max_concurrency, 1))
     if deployment.max_batch is not None:
         largest = float(min(largest, deployment.max_batch))
@@ -595,11 +611,15 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         saturated = load.saturated
     else:
         if traffic.mode is TrafficMode.FIXED_BATCH:
-            batch = float(traffic.batch_size or 1)
+            requested = float(traffic.batch_size or 1)
         elif traffic.mode is TrafficMode.ONLINE:  # a fixed concurrency (closed loop)
-            batch = float(min(traffic.concurrency or 1, largest))
+            requested = float(traffic.concurrency or 1)
         else:
-            batch = largest
+            requested = largest
+        # Sequences beyond those whose KV cache fits wait for a slot (the engine admits
+        # what fits, as vLLM's and TensorRT-LLM's schedulers do), so the batch that runs is
+        # at most ``largest``.
+        batch = min(requested, largest)
         count = replicas or 1
         step, _, _ = r.decode_step(batch, context)
         served = _capacity(r, traffic, batch)
@@ -610,19 +630,22 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
                              p99=r.prefill_s(traffic.prompt.p99) * batch)
         else:
             ttft = _ttft(r, traffic, served, load.prefill_share, 0.0)
-            waiting = (traffic.concurrency or 0) - batch
-            if traffic.mode is TrafficMode.ONLINE and waiting > 0:
-                # Closed loop beyond the batch that fits: the extra requests wait in line,
-                # and by Little's law the line drains at the replica's completion rate.
-                queue_s = waiting / served
-                ttft = Quantiles(p50=ttft.p50 + queue_s, p99=ttft.p99 + queue_s)
-                warnings.append(
-                    f"concurrency {traffic.concurrency} exceeds the {batch:g} sequences that "
-                    f"fit; {waiting:g} wait about {queue_s:.3g} s for a slot")
-        if batch > memory.max_concurrency >= 1:
-            warnings.append(f"batch {batch:g} exceeds the {memory.max_concurrency} sequences "
-                            "whose KV cache fits; the engine would preempt")
-    tpot = _tpot(r, traffic, step, load.prefill_share, served)
+        waiting = requested - batch
+        if waiting > 0:
+            # The extra sequences wait in line, and by Little's law the line drains at the
+            # replica's completion rate.
+            queue_s = waiting / served
+            ttft = Quantiles(p50=ttft.p50 + queue_s, p99=ttft.p99 + queue_s)
+            what = ("batch" if traffic.mode is TrafficMode.FIXED_BATCH else "concurrency")
+            warnings.append(
+                f"{what} {requested:g} exceeds the {batch:g} sequences that fit; "
+                f"{waiting:g} wait about {queue_s:.3g} s for a slot")
+    if traffic.mode is TrafficMode.FIXED_BATCH:
+        # Lock-step: the batch's prefills all run before its first decode step (they are in
+        # the TTFT above), so no decode step waits on a prefill or carries a chunk.
+        tpot = _tpot(r, traffic, step, 0.0, 0.0)
+    else:
+        tpot = _tpot(r, traffic, step, load.prefill_share, served)
     # A request's decode time sums hundreds of steps, so its tail is the mean step times the
     # tail output length (the p99 step is a rare chunk, not every step's).
     e2e = Quantiles(p50=ttft.p50 + tpot.p50 * max(traffic.output.p50 - 1, 0),

@@ -557,7 +557,7 @@ def _memory(m: _Model, r: _Rows, columns: Columns) -> _Memory:
     usable = columns.memory_bytes * columns.gpu_memory_fraction
     workspace = sv.WORKSPACE_TOKENS * (4 * h + 3 * ffn / r.tp) * 2.0 + 256 * model.vocab_size * 4
     budget = usable - r.weights_bytes_per_gpu - workspace
-    per_sequence = (traffic.prompt.mean + traffic.output.mean) * r.kv_bytes_per_token_per_gpu
+    per_sequence = (traffic.prompt.mean + traffic.output.mean / 2) * r.kv_bytes_per_token_per_gpu
     positive = budget > 0
     sequences = np.floor_divide(np.where(positive, budget, 0.0), per_sequence)
     max_concurrency = np.where(positive, np.maximum(sequences, 0.0), 0.0).astype(np.int64)
@@ -592,11 +592,12 @@ def evaluate(model: ModelSpec, columns: Columns, traffic: sv.Traffic,
                      _decode_work_share(served, capacity, load.prefill_share))
     else:
         if traffic.mode is sv.TrafficMode.FIXED_BATCH:
-            batch = np.full(rows, float(traffic.batch_size or 1))
+            requested: Floats | float = float(traffic.batch_size or 1)
         elif traffic.mode is sv.TrafficMode.ONLINE:  # closed loop
-            batch = np.minimum(float(traffic.concurrency or 1), largest)
+            requested = float(traffic.concurrency or 1)
         else:
-            batch = largest
+            requested = largest
+        batch = np.minimum(requested, largest)  # the rest wait for a slot (``serving.serve``)
         count = np.full(rows, float(replicas or 1))
         step = _step(m, r, batch)
         served = _capacity(m, r, batch, prefill_mean)
@@ -605,12 +606,13 @@ def evaluate(model: ModelSpec, columns: Columns, traffic: sv.Traffic,
             ttft = (_prefill_s(m, r, prompt.p50) * batch, _prefill_s(m, r, prompt.p99) * batch)
         else:
             ttft = _ttft(m, r, served, load.prefill_share, prefill_mean, 0.0)
-            waiting = (traffic.concurrency or 0) - batch
-            if traffic.mode is sv.TrafficMode.ONLINE:
-                queue_s = np.where(waiting > 0, waiting / served, 0.0)
-                ttft = (np.where(waiting > 0, ttft[0] + queue_s, ttft[0]),
-                        np.where(waiting > 0, ttft[1] + queue_s, ttft[1]))
-    tpot = _tpot(m, r, load.step_s, load.prefill_share, served)
+        waiting = requested - batch
+        queue_s = np.where(waiting > 0, waiting / served, 0.0)
+        ttft = (ttft[0] + queue_s, ttft[1] + queue_s)
+    if traffic.mode is sv.TrafficMode.FIXED_BATCH:  # lock-step, as in ``serving.serve``
+        tpot = _tpot(m, r, load.step_s, np.zeros(rows), np.zeros(rows))
+    else:
+        tpot = _tpot(m, r, load.step_s, load.prefill_share, served)
     e2e = (ttft[0] + tpot[0] * max(output.p50 - 1, 0),
            ttft[1] + tpot[0] * max(output.p99 - 1, 0))
     within = _within_slo(traffic.slo, ttft, tpot)

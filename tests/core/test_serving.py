@@ -205,3 +205,50 @@ def test_a_closed_loop_ttft_is_a_few_prefills_not_a_queue_at_saturation() -> Non
     assert 0 < share < 1
     assert e.ttft_s.p50 < 10 * e.prefill_s.p50
     assert e.ttft_s.p99 < 60.0  # it was 10.5 hours
+
+
+def test_max_concurrency_holds_each_running_sequence_at_its_prompt_and_half_its_output() -> None:
+    e = s.serve(L8, deployment(), traffic())
+    per_token = 2 * 32 * 8 * 128 * 2  # Llama 3.1 8B, bf16 KV
+    assert e.memory.kv_cache_bytes_per_sequence == (1024 + 256 / 2) * per_token
+    assert e.memory.max_concurrency == int(
+        e.memory.kv_budget_bytes_per_gpu // ((1024 + 128) * per_token))
+
+
+def test_a_fixed_batch_decodes_in_lock_step_so_its_tpot_is_the_plain_step() -> None:
+    batch = 16
+    e = s.serve(L8, deployment(), traffic(mode=s.TrafficMode.FIXED_BATCH, batch_size=batch))
+    r = s._Replica.build(L8, deployment())
+    step, _, _ = r.decode_step(batch, 1024 + 256 / 2)
+    assert e.tpot_s.p50 == pytest.approx(step, rel=1e-12)
+    assert e.tpot_s.p99 == e.tpot_s.p50  # no prefill chunk lands between lock-step steps
+    # Its prefills all come first: the batch's prefill is the TTFT.
+    assert e.ttft_s.p50 == pytest.approx(batch * r.prefill_s(1024), rel=1e-12)
+    # The same sequences as a closed loop time-share prefill and decode: a longer TPOT.
+    closed = s.serve(L8, deployment(), traffic(mode=s.TrafficMode.ONLINE, concurrency=batch))
+    assert closed.tpot_s.p50 > e.tpot_s.p50
+
+
+def test_a_fixed_batch_larger_than_fits_runs_what_fits_and_the_rest_wait() -> None:
+    long = {"prompt": s.Lengths.of(mean=8192), "output": s.Lengths.of(mean=2048)}
+    fits = s.serve(L70, deployment(gpus_per_replica=4, tp=4), traffic(**long)).memory
+    room = fits.max_concurrency
+    assert 1 < room < 1000
+    big = s.serve(L70, deployment(gpus_per_replica=4, tp=4),
+                  traffic(mode=s.TrafficMode.FIXED_BATCH, batch_size=room * 3, **long))
+    at_room = s.serve(L70, deployment(gpus_per_replica=4, tp=4),
+                      traffic(mode=s.TrafficMode.FIXED_BATCH, batch_size=room, **long))
+    assert big.batch == room  # the decode step runs the sequences whose KV cache fits
+    assert big.output_tokens_per_s == at_room.output_tokens_per_s
+    # The other 2 x room sequences wait for slots, drained at the replica's completion rate.
+    assert big.ttft_s.p50 == pytest.approx(at_room.ttft_s.p50 + 2 * room / at_room.requests_per_s,
+                                           rel=1e-12)
+    assert any(f"batch {room * 3} exceeds the {room} sequences that fit" in w
+               for w in big.warnings)
+
+
+def test_moe_serving_estimates_warn_that_they_are_unvalidated_and_optimistic() -> None:
+    mixtral = PRESETS["mixtral-8x7b"].model
+    e = s.serve(mixtral, deployment(gpus_per_replica=2, tp=2), traffic())
+    assert s.MOE_SERVING_WARNING in e.warnings
+    assert s.MOE_SERVING_WARNING not in s.serve(L8, deployment(), traffic()).warnings

@@ -113,6 +113,28 @@ def test_evaluating_a_table_leaves_the_model_s_table_unchanged() -> None:
 # -- sizing -----------------------------------------------------------------------------------
 
 NIM_DOC = "NVIDIA NIM for LLMs benchmarking docs: Performance (v1.0.0 docs)"
+DSTACK_DOC = "dstack blog: DeepSeek R1 inference performance: MI300X vs. H200 (2025-03-18)"
+
+
+def test_moe_rows_are_evaluated_and_fit_nothing() -> None:
+    moe = [r for r in USABLE if v.is_moe(r)]
+    assert {v.document(r) for r in moe} == {DSTACK_DOC}
+    assert len(moe) == 24
+    dense = [r for r in USABLE if not v.is_moe(r)]
+    with_moe, without = v.fit(USABLE, ACC), v.fit(dense, ACC)
+    for engine in s.Engine:
+        assert with_moe[engine] == without[engine]
+    # The gap the warning states: measured output tokens/s 2.8-5.8x below the model's and
+    # median TTFT 18x or more above it.
+    results = v.predict(moe, with_moe, ACC)
+    ratios = [x.predicted / x.measured for x in results]
+    assert round(min(ratios), 1) == 2.8
+    assert round(max(ratios), 1) == 5.8
+    assert "2.8-5.8x below" in s.MOE_SERVING_WARNING
+    ttft = [x.measured_ttft_s / x.predicted_ttft_s for x in results
+            if x.measured_ttft_s and x.predicted_ttft_s]
+    assert min(ttft) >= 18.0
+    assert "18x or more" in s.MOE_SERVING_WARNING
 
 
 def _point(concurrency: int, tokens_per_s: float, ttft_s: str, tpot_s: str,
@@ -210,8 +232,10 @@ def test_replicas_are_the_load_over_the_capacity_rounded_up() -> None:
 
 
 def test_sizing_loso_sizes_each_sweep_with_the_table_fitted_without_its_document() -> None:
-    good, bad = v.sweeps(USABLE)
-    assert [w.document for w in good] == [NIM_DOC]
+    every, bad = v.sweeps(USABLE)
+    assert {w.document for w in every} == {DSTACK_DOC, NIM_DOC}
+    assert len(every) == 5  # NIM's, and dstack's 2 engines x 2 accelerators
+    good = [w for w in every if w.document == NIM_DOC]
     assert len(good[0].rows) == 8
     assert len(bad) == 3  # the vLLM post's two single points, NIM's 500 / 2000 point
     trained: dict[str, set[str]] = {}

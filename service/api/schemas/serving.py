@@ -171,11 +171,16 @@ class ServingMemoryOut(BaseModel):
     weights_bytes_per_gpu: float
     kv_cache_bytes_per_token: float = Field(description="Per GPU, one token of one sequence.")
     kv_cache_bytes_per_sequence: float = Field(
-        description="Per GPU, one sequence at the mean prompt + output length.")
+        description=("Per GPU, one running sequence at steady state: the mean prompt plus half "
+                     "the mean output (a paged KV cache holds only the tokens so far, and a "
+                     "running sequence is on average half-way through its output)."))
     workspace_bytes_per_gpu: float
     usable_bytes_per_gpu: float = Field(description="The share of memory the engine takes.")
     kv_budget_bytes_per_gpu: float
-    max_concurrency: int = Field(description="Sequences whose KV cache fits per replica.")
+    max_concurrency: int = Field(description=(
+        "Sequences whose KV cache fits per replica at steady state (the KV budget divided by "
+        "kv_cache_bytes_per_sequence): engines with a paged KV cache admit new sequences while "
+        "blocks are free."))
     fits: bool
 
 

@@ -8,9 +8,11 @@ what this service adds to each request. ``--profile PATH`` writes a cProfile of 
 requests (read it with ``python -m pstats PATH``; ``benchmarks/profile.md`` summarises one).
 
 Scenarios: ``estimates`` (the documented example body), ``offers`` (the load benchmark's
-filtered page, warm page cache), ``offers-cold`` (the same page built every time) and
-``quotes`` (the load benchmark's quote, unique Idempotency-Keys). All run on a fresh SQLite
-database, or on PostgreSQL with ``--database-url`` (an empty database).
+filtered page, warm page cache), ``offers-cold`` (the same page built every time),
+``quotes`` (the load benchmark's quote, unique Idempotency-Keys) and ``quotes-varied`` (the
+same quote with a different ``gpu_hours`` on every request, so that no line's figures repeat
+and the caches of repeated work miss). All run on a fresh SQLite database, or on PostgreSQL
+with ``--database-url`` (an empty database).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import cProfile
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -71,25 +74,27 @@ async def call(app: Asgi, method: str, path: str, body: bytes = b"",
     return status, b"".join(chunks)
 
 
-async def measure(app: Asgi, method: str, path: str, body: bytes, count: int,
-                  headers: tuple[tuple[bytes, bytes], ...] = (),
+async def measure(app: Asgi, method: str, path: str, body: bytes | Callable[[], bytes],
+                  count: int, headers: tuple[tuple[bytes, bytes], ...] = (),
                   fresh_key: bool = False, before: Callable[[], None] | None = None,
                   ) -> tuple[list[float], int, int]:
     """Process CPU seconds per request for ``count`` sequential requests, in batches
-    (``before`` runs ahead of each request, inside the measurement)."""
+    (``before`` runs ahead of each request, inside the measurement; a callable ``body``
+    makes each request's body, outside it)."""
     per_request: list[float] = []
     status = 0
     size = 0
     batch = max(1, count // 20)
     for _ in range(0, count, batch):
+        bodies = [body() if callable(body) else body for _ in range(batch)]
         started = time.process_time()
-        for _ in range(batch):
+        for content in bodies:
             extra = headers
             if before is not None:
                 before()
             if fresh_key:
                 extra = (*headers, (b"idempotency-key", uuid.uuid4().hex.encode()))
-            status, answer = await call(app, method, path, body, extra)
+            status, answer = await call(app, method, path, content, extra)
             size = len(answer)
         per_request.append((time.process_time() - started) / batch)
     return per_request, status, size
@@ -106,6 +111,13 @@ def service_app(database_url: str) -> tuple[Asgi, str]:
     key = seeded_database_with_key(database_url, name=f"asgi-cpu-{uuid.uuid4().hex[:8]}",
                                    scopes=["quotes:write", "quotes:read", "catalog:read"])
     return create_app(Settings()), key
+
+
+def varied_quote() -> bytes:
+    """The load benchmark's quote with a random workload size: every line's figures new."""
+    body = json.loads(json.dumps(QUOTE_BODY))
+    body["workload"]["gpu_hours"]["gpu_hours"] = random.randint(10_000, 2_000_000)
+    return json.dumps(body).encode()
 
 
 def run_thread_work_inline() -> None:
@@ -128,13 +140,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     url = args.database_url or f"sqlite:///{tempfile.mkdtemp()}/asgi_cpu.sqlite"
     app, key = service_app(url)
     auth = ((b"authorization", f"Bearer {key}".encode()),)
-    scenarios = {
+    scenarios: dict[str, tuple[Any, ...]] = {
         "estimates": ("POST", "/v1/estimates", json.dumps(ESTIMATE_EXAMPLE).encode(), (), False,
                       "POST", "/bare-async", b'{"a": 1}'),
         "offers": ("GET", OFFERS_PATH, b"", auth, False, "GET", "/bare-async", b""),
         "offers-cold": ("GET", OFFERS_PATH, b"", auth, False, "GET", "/bare-async", b""),
         "quotes": ("POST", "/v1/quotes", json.dumps(QUOTE_BODY).encode(), auth, True,
                    "POST", "/bare-async", b'{"a": 1}'),
+        "quotes-varied": ("POST", "/v1/quotes", varied_quote, auth, True,
+                          "POST", "/bare-async", b'{"a": 1}'),
     }
     report: dict[str, Any] = {"database": url.split(":")[0]}
     async with app.router.lifespan_context(app):
@@ -161,7 +175,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             "service_cpu_ms": round(service_ms, 3),
                             "bare_async_cpu_ms": round(bare_ms, 3),
                             "ratio_bare_over_service": round(bare_ms / service_ms, 3)}
-            print(f"{name:10s} status {status}  {size:>7d} B  service {service_ms:7.3f} ms CPU"
+            print(f"{name:13s} status {status}  {size:>7d} B  service {service_ms:7.3f} ms CPU"
                   f"  bare async {bare_ms:6.3f} ms  bare/service {bare_ms / service_ms:5.3f}")
     return report
 
@@ -169,13 +183,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                        help="estimates, offers, offers-cold, quotes (default: all)")
+                        help="estimates, offers, offers-cold, quotes, quotes-varied "
+                             "(default: all but quotes-varied)")
     parser.add_argument("--count", type=int, default=2000, help="requests per scenario")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--profile", type=Path, default=None,
                         help="write cProfile stats to PATH.<scenario>")
     args = parser.parse_args(argv)
-    unknown = set(args.scenarios) - {"estimates", "offers", "offers-cold", "quotes"}
+    unknown = set(args.scenarios) - {"estimates", "offers", "offers-cold", "quotes",
+                                     "quotes-varied"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     args.scenarios = args.scenarios or ["estimates", "offers", "offers-cold", "quotes"]

@@ -54,6 +54,7 @@ from service.core.params import count_parameters
 from service.core.plausibility import costly_warnings, long_run_warning
 from service.core.quote import (
     Accounting,
+    Amounts,
     Fabric,
     JobTiming,
     OnPremInputs,
@@ -718,14 +719,102 @@ def _scalar(value: bool | str | None) -> str:
         _ENCODER.encode(value))
 
 
+_float_text: Callable[[Any], str] = float.__repr__
+_int_text: Callable[[Any], str] = int.__repr__
+_str_text: Callable[[Any], str] = json.encoder.encode_basestring
+_isfinite = math.isfinite
+
+
+def _json(value: Any) -> str:
+    """``_dumps(value)`` for a scalar (None, a bool, an int, a float or a string) without the
+    encoder: the C encoder writes a finite float as ``float.__repr__``, an int as
+    ``int.__repr__`` and a string with ``encode_basestring``; anything else is ``_dumps``."""
+    kind = type(value)
+    if kind is float:
+        return _float_text(value) if _isfinite(value) else _dumps(value)
+    if kind is str:
+        return _str_text(value)
+    if kind is int:
+        return _int_text(value)
+    if value is None or value is True or value is False:
+        return _LITERALS[value]
+    return _dumps(value)
+
+
+def _money_json(amount: Decimal | float | None) -> str:
+    """``_dumps(_money(amount))``: a Decimal's text needs no escaping. (Money bands are
+    Decimals; a float fails in ``cents`` as it does in ``_money``.)"""
+    return "null" if amount is None else f'"{pricing.cents(amount)!s}"'  # type: ignore[arg-type]
+
+
+_HOURS_EXPONENT = Decimal("0.0001")
+
+
+def _amounts_runs(a: Amounts, basis: str, legacy_fraction: Decimal, legacy_text: str,
+                  ) -> tuple[str, str, str, str, str, str]:
+    """``_amounts_parts`` of a priced line as its six runs of JSON text (``_keys`` of each,
+    the uncertainty and reserved runs under their names), written directly: building the
+    dicts and encoding them was most of a line's serialisation (issue 16)."""
+    j = _json
+    m = _money_json
+    w, job, commit = a.wall_clock_band_s, a.job_cost_band, a.commitment_band
+    job_cost, commitment = a.job_cost_total, a.commitment_total
+    job_text, commitment_text = m(job_cost), m(commitment)
+
+    def band(value: Decimal | float, same: Decimal, text: str) -> str:
+        # Equal Decimals round to the same cents: a band's point is often the total itself.
+        return text if value == same else m(value)
+
+    r = a.reserved
+    if r is None:
+        reserved = '"reserved":null'
+    else:
+        amortised = pricing.cents(a.job_cost_total / legacy_fraction)
+        even = r.break_even_utilisation_fraction
+        reserved = (
+            f'"reserved":{{"dedicated_total":{m(r.dedicated_total)},'
+            f'"amortised_total":{m(amortised)},"terms_bought":{j(r.terms_bought)},'
+            f'"utilisation_fraction":{j(legacy_text)},'
+            f'"break_even_utilisation_fraction":{"null" if even is None else j(str(even))}}}')
+    return (
+        f'"instances":{j(a.instances)},"rounded_up":{j(a.rounded_up)},'
+        f'"wall_clock_s":{j(a.wall_clock_s)},'
+        f'"billed_hours":{j(str(a.billed_hours.quantize(_HOURS_EXPONENT)))},'
+        f'"gpu_hours":{j(str(a.gpu_hours.quantize(_HOURS_EXPONENT)))}',
+        f'"commitment_total":{commitment_text},"job_cost_total":{job_text},'
+        f'"total":{m(a.total)},"term_s":{j(a.term_s)},"terms_bought":{j(a.terms_bought)}',
+        f'"goodput_loss_fraction":{j(_finite(a.goodput_loss_fraction))},'
+        f'"checkpoint_interval_s":{j(a.checkpoint_interval_s)}',
+        f'"energy_kwh":{j(str(a.energy_kwh))},"co2e_kg":{j(str(a.co2e_kg))}',
+        f'"uncertainty":{{"wall_clock_s":{{"p10":{j(float(w.p10))},'
+        f'"p50":{j(float(w.p50))},"p90":{j(float(w.p90))}}},'
+        f'"job_cost_total":{{"p10":{band(job.p10, job_cost, job_text)},'
+        f'"p50":{band(job.p50, job_cost, job_text)},"p90":{band(job.p90, job_cost, job_text)}}},'
+        f'"commitment_total":{{"p10":{band(commit.p10, commitment, commitment_text)},'
+        f'"p50":{band(commit.p50, commitment, commitment_text)},'
+        f'"p90":{band(commit.p90, commitment, commitment_text)}}},'
+        f'"deadline_probability":{j(a.deadline_probability)},'
+        f'"basis":{j(basis)}}}',
+        reserved)
+
+
 _CACHE_ENTRIES = 20_000
 """Entries per cache of line text runs (offers, amounts, rules): a few catalogue versions'
 offers; each entry is a few hundred bytes to a few KB."""
 _offer_texts: dict[tuple[int, int], tuple[PriceOffer, tuple[str, str, str]]] = {}
 _amounts_texts: dict[tuple[int, str, str], tuple[object, tuple[str, ...]]] = {}
-_amounts_seen: dict[tuple[int, str, str], object] = {}
 _rules_texts: dict[int, tuple[tuple[RuleResult, ...], str]] = {}
 _flags_texts: dict[tuple[str, ...], str] = {}
+_rule_texts: dict[RuleResult, str] = {}
+
+
+def _rule_text(rule: RuleResult) -> str:
+    """``_dumps(rule_json(rule))``, kept by the rule's value (a rule's message names the
+    offer, and often nothing of the job's figures, so it recurs across quotes)."""
+    text = _rule_texts.get(rule)
+    if text is None:
+        text = _bounded(_rule_texts)[rule] = _dumps(rule_json(rule))
+    return text
 
 
 def _bounded(cache: dict[Any, Any]) -> dict[Any, Any]:
@@ -747,15 +836,24 @@ class LineTexts:
         self.legacy_fraction = legacy_fraction
         self.legacy_text = str(legacy_fraction)
         self.conversion = conversion
-        self._small: dict[object, str] = {}
+        self._small: dict[tuple[object, ...], tuple[str, ...]] = {}
         self._jobs: dict[tuple[int, int, int | None], tuple[QuoteLine, str]] = {}
 
-    def _small_keys(self, name: str, value: str | None) -> str:
-        key = (name, value)
-        text = self._small.get(key)
-        if text is None:
-            text = self._small[key] = _keys({name: value})
-        return text
+    def _small_keys(self, line: QuoteLine) -> tuple[str, ...]:
+        """The one-key runs of the line's labels, looked up together."""
+        key = (line.carbon_basis, line.accounting, line.currency, line.goodput_basis,
+               line.timing_basis, line.offer_id, line.catalog_version)
+        texts = self._small.get(key)
+        if texts is None:
+            texts = self._small[key] = (
+                _keys({"carbon_basis": line.carbon_basis}),
+                _keys({"accounting": line.accounting.value}),
+                _keys({"currency": line.currency}),
+                _keys({"goodput_basis": line.goodput_basis}),
+                _keys({"timing_basis": line.timing_basis}),
+                _keys({"offer_id": line.offer_id}),
+                _keys({"catalog_version": line.catalog_version}))
+        return texts
 
     def _offer(self, line: QuoteLine, offer: PriceOffer) -> tuple[str, str, str]:
         key = (id(offer), line.num_gpus)
@@ -767,22 +865,14 @@ class LineTexts:
         _bounded(_offer_texts)[key] = (offer, texts)
         return texts
 
-    def _amounts(self, line: QuoteLine) -> tuple[str, ...] | None:
-        """The runs of the line's figures, or None the first time they are seen: splitting a
-        line into runs costs more than writing it whole, so it pays only for figures that
-        recur (the same offers priced for the same job again)."""
-        a = line.amounts
+    def _amounts(self, line: QuoteLine, a: Amounts) -> tuple[str, ...]:
+        """The runs of the line's figures: written as text (``_amounts_runs``), and kept for
+        the same ``Amounts`` priced again (the same offers priced for the same job)."""
         key = (id(a), self.legacy_text, line.timing_basis)
         hit = _amounts_texts.get(key)
         if hit is not None and hit[0] is a:
             return hit[1]
-        if _amounts_seen.pop(key, None) is not a:
-            _bounded(_amounts_seen)[key] = a
-            return None
-        figures, money, goodput, energy, uncertainty, reserved = _amounts_parts(
-            line, self.legacy_fraction)
-        texts = (_keys(figures), _keys(money), _keys(goodput), _keys(energy),
-                 _keys({"uncertainty": uncertainty}), _keys({"reserved": reserved}))
+        texts = _amounts_runs(a, line.timing_basis, self.legacy_fraction, self.legacy_text)
         _bounded(_amounts_texts)[key] = (a, texts)
         return texts
 
@@ -790,8 +880,8 @@ class LineTexts:
         hit = _rules_texts.get(id(rules))
         if hit is not None and hit[0] is rules:
             return hit[1]
-        text = _dumps([rule_json(r) for r in rules
-                       if r.outcome is not core_quote.Outcome.PASS])
+        text = "[" + ",".join([_rule_text(r) for r in rules
+                               if r.outcome is not core_quote.Outcome.PASS]) + "]"
         _bounded(_rules_texts)[id(rules)] = (rules, text)
         return text
 
@@ -807,18 +897,17 @@ class LineTexts:
     def text(self, line: QuoteLine, warnings: Sequence[str] = ()) -> str:
         """``_dumps(line_json(line, legacy_fraction, conversion, warnings))``."""
         offer = line.offer
-        if offer is None or line.onprem is not None or line.amounts is None:
-            return _dumps(line_json(line, self.legacy_fraction, self.conversion, warnings))
-        runs = self._amounts(line)
-        if runs is None:
+        amounts = line.amounts
+        if offer is None or line.onprem is not None or amounts is None:
             return _dumps(line_json(line, self.legacy_fraction, self.conversion, warnings))
         head, price, as_of = self._offer(line, offer)
-        figures, money, goodput, energy, uncertainty, reserved = runs
-        small = self._small_keys
+        figures, money, goodput, energy, uncertainty, reserved = self._amounts(line, amounts)
+        carbon, accounting, currency, goodput_basis, timing_basis, offer_id, catalog = (
+            self._small_keys(line))
         flags = _flags_texts.get(line.flags)
         if flags is None:
             flags = _bounded(_flags_texts)[line.flags] = _dumps(list(line.flags))
-        verdict = (f'{small("carbon_basis", line.carbon_basis)},'
+        verdict = (f'{carbon},'
                    f'"flags":{flags},"feasible":true,'
                    f'"infeasible_reason":{_scalar(line.infeasible_reason)},'
                    f'"within_budget":{_scalar(line.within_budget)},'
@@ -827,15 +916,11 @@ class LineTexts:
                    f'"rules":{self._rules(line.rules)}')
         converted = _in_budget_currency(line, self.conversion)
         return "".join((
-            "{", head, ",", figures, ",", price, ",",
-            small("accounting", line.accounting.value), ",", money, ",",
-            small("currency", line.currency), ",", goodput, ",",
-            small("goodput_basis", line.goodput_basis), ",",
-            small("timing_basis", line.timing_basis), ",", energy, ",", verdict, ",",
+            "{", head, ",", figures, ",", price, ",", accounting, ",", money, ",", currency,
+            ",", goodput, ",", goodput_basis, ",", timing_basis, ",", energy, ",", verdict, ",",
             uncertainty, ",", as_of, ",", reserved, ',"onprem":null,"in_budget_currency":',
-            "null" if converted is None else _dumps(converted), ",",
-            small("offer_id", line.offer_id), ",",
-            small("catalog_version", line.catalog_version), ",", self._job(line),
+            "null" if converted is None else _dumps(converted), ",", offer_id, ",", catalog,
+            ",", self._job(line),
             ',"warnings":', _dumps(list(warnings)) if warnings else "[]", "}"))
 
 

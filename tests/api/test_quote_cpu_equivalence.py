@@ -276,3 +276,15 @@ def test_the_goldens_cover_every_workload_kind_and_rule() -> None:
         assert needle in text, needle
     assert sum(x["lines_bytes"] for x in golden.values()) > 1_000_000
     assert re.search(r'"rank_by"|co2e_kg', text)
+
+
+def test_scalar_text_is_the_encoders() -> None:
+    """The line writer's scalars (``quoting._json``) are what ``json.dumps`` writes."""
+    from service.api import quoting
+
+    values: list[Any] = [None, True, False, 0, -7, 2**70, 0.0, -0.0, 1e-7, 1762949.49375,
+                         1e300, float("inf"), float("-inf"), float("nan"), "", "plain",
+                         'quote " and \\ and \n\t\x01', "ünïcödé €", "\u2028"]
+    for value in values:
+        assert quoting._json(value) == json.dumps(value, ensure_ascii=False,
+                                                  separators=(",", ":")), value

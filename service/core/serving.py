@@ -579,8 +579,9 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         f"continuous batching: prefill and decode time-share each replica; prefill waits "
         f"are M/G/1 (Pollaczek-Khinchine mean, exponential tail); chunked prefill of "
         f"{PREFILL_CHUNK_TOKENS} tokens for the p99 TPOT",
-        f"KV cache sized at the mean prompt + output ({traffic.prompt.mean:.0f} + "
-        f"{traffic.output.mean:.0f} tokens per sequence)",
+        f"KV cache at steady state: each running sequence holds the mean prompt and half "
+        f"the mean output ({traffic.prompt.mean:.0f} + {traffic.output.mean / 2:.0f} tokens; "
+        f"paged KV blocks are allocated as tokens arrive)",
     ]
     if deployment.speculative_acceptance_rate is not None:
         assumptions.append(

@@ -806,6 +806,8 @@ _amounts_texts: dict[tuple[int, str, str], tuple[object, tuple[str, ...]]] = {}
 _rules_texts: dict[int, tuple[tuple[RuleResult, ...], str]] = {}
 _flags_texts: dict[tuple[str, ...], str] = {}
 _rule_texts: dict[RuleResult, str] = {}
+_labels_texts: dict[tuple[object, ...], tuple[str, ...]] = {}
+_ids_texts: dict[tuple[str | None, str], str] = {}
 
 
 def _rule_text(rule: RuleResult) -> str:
@@ -836,24 +838,28 @@ class LineTexts:
         self.legacy_fraction = legacy_fraction
         self.legacy_text = str(legacy_fraction)
         self.conversion = conversion
-        self._small: dict[tuple[object, ...], tuple[str, ...]] = {}
         self._jobs: dict[tuple[int, int, int | None], tuple[QuoteLine, str]] = {}
 
-    def _small_keys(self, line: QuoteLine) -> tuple[str, ...]:
-        """The one-key runs of the line's labels, looked up together."""
+    @staticmethod
+    def _labels(line: QuoteLine) -> tuple[str, ...]:
+        """The one-key runs of the line's labels, looked up together (they recur across
+        lines and quotes); the offer id and catalogue version as one run."""
         key = (line.carbon_basis, line.accounting, line.currency, line.goodput_basis,
-               line.timing_basis, line.offer_id, line.catalog_version)
-        texts = self._small.get(key)
+               line.timing_basis)
+        texts = _labels_texts.get(key)
         if texts is None:
-            texts = self._small[key] = (
+            texts = _bounded(_labels_texts)[key] = (
                 _keys({"carbon_basis": line.carbon_basis}),
                 _keys({"accounting": line.accounting.value}),
                 _keys({"currency": line.currency}),
                 _keys({"goodput_basis": line.goodput_basis}),
-                _keys({"timing_basis": line.timing_basis}),
-                _keys({"offer_id": line.offer_id}),
-                _keys({"catalog_version": line.catalog_version}))
-        return texts
+                _keys({"timing_basis": line.timing_basis}))
+        ids = (line.offer_id, line.catalog_version)
+        where = _ids_texts.get(ids)
+        if where is None:
+            where = _bounded(_ids_texts)[ids] = _keys(
+                {"offer_id": line.offer_id, "catalog_version": line.catalog_version})
+        return (*texts, where)
 
     def _offer(self, line: QuoteLine, offer: PriceOffer) -> tuple[str, str, str]:
         key = (id(offer), line.num_gpus)
@@ -902,8 +908,7 @@ class LineTexts:
             return _dumps(line_json(line, self.legacy_fraction, self.conversion, warnings))
         head, price, as_of = self._offer(line, offer)
         figures, money, goodput, energy, uncertainty, reserved = self._amounts(line, amounts)
-        carbon, accounting, currency, goodput_basis, timing_basis, offer_id, catalog = (
-            self._small_keys(line))
+        carbon, accounting, currency, goodput_basis, timing_basis, ids = self._labels(line)
         flags = _flags_texts.get(line.flags)
         if flags is None:
             flags = _bounded(_flags_texts)[line.flags] = _dumps(list(line.flags))
@@ -919,8 +924,8 @@ class LineTexts:
             "{", head, ",", figures, ",", price, ",", accounting, ",", money, ",", currency,
             ",", goodput, ",", goodput_basis, ",", timing_basis, ",", energy, ",", verdict, ",",
             uncertainty, ",", as_of, ",", reserved, ',"onprem":null,"in_budget_currency":',
-            "null" if converted is None else _dumps(converted), ",", offer_id, ",", catalog,
-            ",", self._job(line),
+            "null" if converted is None else _dumps(converted), ",", ids, ",",
+            self._job(line),
             ',"warnings":', _dumps(list(warnings)) if warnings else "[]", "}"))
 
 

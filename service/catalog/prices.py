@@ -97,6 +97,21 @@ def get_version(session: Session, version_id: str | None) -> CatalogVersion:
     return row
 
 
+def version_identity(session: Session, version_id: str | None) -> tuple[str, str]:
+    """(id, content hash) of a version (``None``: the current one) in one query, without
+    loading the version row and its report (what a quote records of its version)."""
+    query = select(CatalogVersion.id, CatalogVersion.content_hash)
+    if version_id is None:
+        query = query.join(CatalogState, CatalogState.current_version_id == CatalogVersion.id
+                           ).where(CatalogState.id == 1)
+    else:
+        query = query.where(CatalogVersion.id == version_id)
+    row = session.execute(query).first()
+    if row is None:
+        raise NotFoundError("catalog version", version_id or "current")
+    return row.id, row.content_hash
+
+
 def resolve_version_id(session: Session, version_id: str | None) -> str:
     """The id of a version (``None``: the current one) without loading the version row and
     its reports (one primary-key lookup; the listing routes need only the id)."""

@@ -7,7 +7,7 @@ import datetime as dt
 import json
 import re
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response
 from sqlalchemy.orm import Session
@@ -53,7 +53,7 @@ from service.catalog import policies
 from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
 from service.catalog.models import Quote
-from service.catalog.prices import get_version
+from service.catalog.prices import get_version, version_identity
 from service.core.errors import InvalidSpecError
 from service.core.quote import Policy
 from service.core.units import SECONDS_PER_DAY
@@ -171,6 +171,26 @@ def _version_in_body(session: Session, version_id: str | None) -> Any:
         raise InvalidSpecError(str(exc), field="catalog_version") from None
 
 
+def _quoted_version(request: Request, session: Session, version_id: str | None,
+                    ) -> tuple[str, str]:
+    """(id, content hash) of the version a quote prices on (``None``: the current one): from
+    this replica's state cache while no writer has changed the catalogue state (versions are
+    immutable; which one is current is what changes), else one query. A body naming a version
+    that does not exist is invalid input (422)."""
+    cache = state_cache(request)
+    key = ("quote-version", version_id)
+    found, value, generation = cache.get(key) if cache else (False, None, None)
+    if found:
+        return cast(tuple[str, str], value)
+    try:
+        identity = version_identity(session, version_id)
+    except NotFoundError as exc:
+        raise InvalidSpecError(str(exc), field="catalog_version") from None
+    if cache is not None:
+        cache.put(key, identity, generation)
+    return identity
+
+
 def _body_text(body: dict[str, Any]) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
@@ -214,17 +234,17 @@ def create_quote(
     existing = store.find_by_key(session, principal.name, idempotency_key)
     if existing is not None:
         return _replay(store.replay_or_refuse(existing, hash_))
-    version = _version_in_body(session, body.catalog_version)
+    version_id, content_hash = _quoted_version(request, session, body.catalog_version)
     policy = _policy(session, body.policy, settings.default_policy)
     now = dt.datetime.now(dt.UTC)
     computed, lines = compute_text(
-        session, body, accelerators, version.id, request_budget(settings, gone),
+        session, body, accelerators, version_id, request_budget(settings, gone),
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy)),
         offer_cache=offer_cache(request),
         max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY)
-    row = _new_quote(request, principal, idempotency_key, hash_, canonical, version.id,
-                     version.content_hash, computed, lines, policy, now,
+    row = _new_quote(request, principal, idempotency_key, hash_, canonical, version_id,
+                     content_hash, computed, lines, policy, now,
                      settings.quote_ttl_days, None)
     return _store(request, session, row)
 

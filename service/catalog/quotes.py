@@ -1,6 +1,7 @@
 """Stored quotes: immutable rows, idempotency keys claimed in the same transaction as the
-insert, reads and listing. Functions take a Session; ``insert_quote`` uses a savepoint so a
-lost race leaves the caller's transaction usable for the replay."""
+insert, reads and listing. Functions take a Session; ``insert_quote`` inserts with ``ON
+CONFLICT DO NOTHING`` (elsewhere a savepoint) so a lost race leaves the caller's transaction
+usable for the replay."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Executable, Table, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -60,8 +62,37 @@ def replay_or_refuse(existing: Quote, hash_: str) -> Quote:
     return existing
 
 
+_IDEMPOTENCY = ["principal", "idempotency_key"]
+
+
+def _insert_unless_claimed(dialect: str, row: Quote) -> Executable | None:
+    """``INSERT ... ON CONFLICT (principal, idempotency_key) DO NOTHING RETURNING id`` of
+    ``row``, where the database has it (a row count is not reliable across drivers)."""
+    table = cast(Table, Quote.__table__)
+    values = {column.key: getattr(row, column.key) for column in table.columns}
+    if dialect == "postgresql":
+        return postgresql.insert(table).values(values).on_conflict_do_nothing(
+            index_elements=_IDEMPOTENCY).returning(table.c.id)
+    if dialect == "sqlite":
+        return sqlite.insert(table).values(values).on_conflict_do_nothing(
+            index_elements=_IDEMPOTENCY).returning(table.c.id)
+    return None
+
+
 def insert_quote(session: Session, row: Quote) -> Quote:
-    """Insert, or return the row that won a race for the same (principal, key)."""
+    """Insert, or return the row that won a race for the same (principal, key). On
+    PostgreSQL and SQLite one ``INSERT ... ON CONFLICT (principal, idempotency_key) DO
+    NOTHING`` in the caller's transaction (issue 16: the savepoint's round trips and the unit
+    of work's flush were about 0.5 ms of the 3 ms that storing a quote cost on PostgreSQL);
+    elsewhere a savepoint."""
+    statement = _insert_unless_claimed(session.get_bind().dialect.name, row)
+    if statement is not None:
+        if session.execute(statement).first() is not None:
+            return row
+        existing = find_by_key(session, row.principal, row.idempotency_key)
+        if existing is None:  # the conflicting row is committed before DO NOTHING decides
+            raise CatalogError("the quote's Idempotency-Key conflicted with no stored quote")
+        return replay_or_refuse(existing, row.request_hash)
     try:
         with session.begin_nested():
             session.add(row)

@@ -113,6 +113,36 @@ def service_app(database_url: str) -> tuple[Asgi, str]:
     return create_app(Settings()), key
 
 
+def database_pids(url: str) -> list[int] | None:
+    """The PostgreSQL server processes serving ``url``'s database (the service's pooled
+    connections and its change listener), if their ``/proc`` entries can be read here."""
+    if not url.startswith("postgresql"):
+        return None
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            pids = list(conn.execute(text(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()")).scalars())
+    finally:
+        engine.dispose()
+    return pids if pids and all(Path(f"/proc/{pid}/stat").exists() for pid in pids) else None
+
+
+def processes_cpu_s(pids: list[int]) -> float:
+    """utime + stime of ``pids`` in seconds (processes gone since count nothing)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def varied_quote() -> bytes:
     """The load benchmark's quote with a random workload size: every line's figures new."""
     body = json.loads(json.dumps(QUOTE_BODY))
@@ -163,8 +193,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             profiler = cProfile.Profile() if args.profile else None
             if profiler:
                 profiler.enable()
+            pids = database_pids(url)
+            database_before = processes_cpu_s(pids) if pids else 0.0
             service, status, size = await measure(app, method, path, body, count, headers,
                                                   fresh, before)
+            database_ms = ((processes_cpu_s(pids) - database_before) / count * 1e3
+                           if pids else None)
             if profiler:
                 profiler.disable()
                 profiler.dump_stats(f"{args.profile}.{name}")
@@ -174,9 +208,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report[name] = {"status": status, "response_bytes": size,
                             "service_cpu_ms": round(service_ms, 3),
                             "bare_async_cpu_ms": round(bare_ms, 3),
-                            "ratio_bare_over_service": round(bare_ms / service_ms, 3)}
+                            "ratio_bare_over_service": round(bare_ms / service_ms, 3),
+                            "database_cpu_ms": (None if database_ms is None
+                                                else round(database_ms, 3))}
+            database = "" if database_ms is None else f"  database {database_ms:6.3f} ms CPU"
             print(f"{name:13s} status {status}  {size:>7d} B  service {service_ms:7.3f} ms CPU"
-                  f"  bare async {bare_ms:6.3f} ms  bare/service {bare_ms / service_ms:5.3f}")
+                  f"  bare async {bare_ms:6.3f} ms  bare/service {bare_ms / service_ms:5.3f}"
+                  f"{database}")
     return report
 
 

@@ -195,6 +195,7 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
         fp8_params=row.get("fp8_params") == "true",
         attention_kernel=AttentionKernel(row["attention_kernel"]) if row.get(
             "attention_kernel") else None,
+        torch_compile={"true": True, "false": False}.get(row.get("torch_compile") or ""),
     )
     memory = row["measured_memory_gib"].strip()
     return RowInputs(

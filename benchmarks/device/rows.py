@@ -120,6 +120,7 @@ def _row(report: dict, path: Path, run: dict) -> dict[str, str]:
         "trust": "A", "notes": notes, "framework": "torchtitan", "role": "validation",
         "master_weights": "fp32", "gradient_precision": "fp32", "optimizer": "adamw",
         "fsdp_unit": "layer", "attention_kernel": "cudnn",
+        "torch_compile": "true" if run.get("compiled") else "false",
     }
 
 

@@ -36,7 +36,7 @@ from service.core.specs import (
     TrainingSpec,
     validate_plan,
 )
-from service.core.timing import StepTime, step_time
+from service.core.timing import EAGER_ELEMENTWISE_STACKS, StepTime, step_time
 from service.core.units import GRAMS_PER_KG, JOULES_PER_KWH, SECONDS_PER_HOUR, bytes_to_gib
 
 
@@ -120,6 +120,10 @@ class Estimate:
     calibration_version: str
 
 
+EAGER_NOTE = ("eager PyTorch (no torch.compile): the elementwise work (norms, activations, "
+              "rotary, residuals) makes Calibration.eager_elementwise_multiplier times the "
+              "HBM passes of a compiled step")
+"""The assumption an eager step on torchtitan or an FSDP trainer states (``timing``)."""
 MFU_WARNING_FRACTION = 0.8
 """Above any published dense-training MFU at any scale (the calibration set's maximum is below
 0.7)."""
@@ -254,4 +258,6 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
         notes.append("selective recomputation repeats the attention core only")
     if state_layout(training).gradients_freed and num_micro_batches == 1 and plan.pp == 1:
         notes.append(GRADIENTS_FREED_NOTE)
+    if training.torch_compile is False and training.framework in EAGER_ELEMENTWISE_STACKS:
+        notes.append(EAGER_NOTE)
     return tuple(notes)

@@ -488,6 +488,13 @@ class TrainingSpec:
     fp8_params: bool = False
     """FP8 working weights (Transformer Engine ``fp8_model_init``, Megatron ``--fp8-param-gather``):
     1 byte per parameter on the device and in the all-gather; needs precision fp8."""
+    torch_compile: bool | None = None
+    """``torch.compile`` on a PyTorch stack whose elementwise ops are otherwise separate
+    kernels (``EAGER_ELEMENTWISE_STACKS``: torchtitan, FSDP trainers). False (eager) makes the
+    elementwise work ``Calibration.eager_elementwise_multiplier`` times as many HBM passes
+    (``timing``); True or None is the fused work the stacks were fitted with (most published
+    runs of these stacks compile). No effect on Megatron (fused kernels), DeepSpeed, MaxText
+    (XLA always compiles) or unknown stacks."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.seq_len, "training.seq_len", maximum=100_000_000)

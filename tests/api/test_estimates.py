@@ -421,6 +421,58 @@ class TestAttentionKernel:
                        "training.attention_kernel")
 
 
+class TestTorchCompile:
+    """training.torch_compile: an eager step on torchtitan or an FSDP trainer makes
+    Calibration.eager_elementwise_multiplier times the elementwise passes; other stacks and
+    an unstated compile are the fused work the stacks were fitted with."""
+
+    def answer(self, client: TestClient, **training: Any) -> dict[str, Any]:
+        request = body(**{f"training.{k}": v for k, v in training.items()})
+        response = client.post("/v1/estimates", json=request)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    @pytest.mark.parametrize("framework", ["torchtitan", "fsdp"])
+    def test_eager_costs_the_fitted_extra_elementwise_passes(self, client: TestClient,
+                                                            framework: str) -> None:
+        from service.core.calibration import DEFAULT_CALIBRATION
+        from service.core.estimate import EAGER_NOTE
+
+        eager = self.answer(client, framework=framework, torch_compile=False)
+        compiled = self.answer(client, framework=framework, torch_compile=True)
+        unset = self.answer(client, framework=framework)
+        assert unset["time"] == compiled["time"]
+        assert DEFAULT_CALIBRATION.eager_elementwise_multiplier > 1.5
+        # Only the compute term grows (the elementwise share of it), nothing else.
+        grown = eager["time"]["breakdown_s"]["compute"] / compiled["time"]["breakdown_s"][
+            "compute"]
+        assert 1.01 < grown < DEFAULT_CALIBRATION.eager_elementwise_multiplier
+        assert eager["time"]["tokens_per_s"] < compiled["time"]["tokens_per_s"]
+        assert EAGER_NOTE in eager["assumptions"]
+        assert EAGER_NOTE not in compiled["assumptions"]
+
+    @pytest.mark.parametrize("framework", ["megatron", "maxtext", "deepspeed", "unknown"])
+    def test_other_stacks_are_unaffected(self, client: TestClient, framework: str) -> None:
+        eager = self.answer(client, framework=framework, torch_compile=False)
+        assert eager["time"] == self.answer(client, framework=framework, torch_compile=True)["time"]
+
+    @pytest.mark.parametrize("value", ["yes", 1, "false", ["true"]])
+    def test_a_non_boolean_is_a_422_naming_it(self, client: TestClient, value: Any) -> None:
+        assert_problem(client.post("/v1/estimates",
+                                   json=body(**{"training.torch_compile": value})), 422,
+                       "training.torch_compile")
+
+    def test_plan_searches_pass_it_to_the_model(self) -> None:
+        from service.api.schemas.plans import PlanTrainingIn
+
+        training = PlanTrainingIn.model_validate(
+            {"seq_len": 4096, "global_batch_seqs": 64, "tokens": 1e12, "torch_compile": False})
+        assert training.to_core(64).torch_compile is False
+        unset = PlanTrainingIn.model_validate(
+            {"seq_len": 4096, "global_batch_seqs": 64, "tokens": 1e12})
+        assert unset.to_core(64).torch_compile is None
+
+
 class TestCapacityFactor:
     """parallelism.moe_capacity_factor (token-dropping MoE): padded expert buffers cost
     compute and memory; dropless is the default."""

@@ -154,6 +154,9 @@ class PlanTrainingIn(RequestModel):
                              description=TrainingIn.model_fields["fp8_params"].description)
     attention_kernel: AttentionKernel | None = Field(
         default=None, description=TrainingIn.model_fields["attention_kernel"].description)
+    torch_compile: bool | None = Field(
+        strict=True, default=None,
+        description=TrainingIn.model_fields["torch_compile"].description)
 
     @model_validator(mode="after")
     def _one_batch(self) -> Self:
@@ -175,7 +178,8 @@ class PlanTrainingIn(RequestModel):
                             master_weights=self.master_weights,
                             gradient_precision=self.gradient_precision,
                             optimizer=self.optimizer, fp8_params=self.fp8_params,
-                            attention_kernel=self.attention_kernel)
+                            attention_kernel=self.attention_kernel,
+                            torch_compile=self.torch_compile)
 
     def batches(self) -> list[int]:
         if self.global_batch_seqs is not None:

@@ -463,13 +463,15 @@ def _memory(r: _Replica, traffic: Traffic) -> ServingMemory:
     workspace = WORKSPACE_TOKENS * (4 * h + 3 * ffn / d.tp) * 2.0 + 256 * r.model.vocab_size * 4
     budget = usable - r.weights_bytes_per_gpu - workspace
     per_sequence = (traffic.prompt.mean + traffic.output.mean / 2) * r.kv_bytes_per_token_per_gpu
-    max_concurrency = max(0, int(budget // per_sequence)) if budget > 0 else 0
+    # Many sequences share the cache at steady state, but one must still fit at its end.
+    fits = budget >= (traffic.prompt.mean + traffic.output.mean) * r.kv_bytes_per_token_per_gpu
+    max_concurrency = max(1, int(budget // per_sequence)) if fits else 0
     return ServingMemory(
         weights_bytes_per_gpu=r.weights_bytes_per_gpu,
         kv_cache_bytes_per_token=r.kv_bytes_per_token_per_gpu,
         kv_cache_bytes_per_sequence=per_sequence, workspace_bytes_per_gpu=workspace,
         usable_bytes_per_gpu=usable, kv_budget_bytes_per_gpu=max(budget, 0.0),
-        max_concurrency=max_concurrency, fits=max_concurrency >= 1)
+        max_concurrency=max_concurrency, fits=fits)
 
 
 def _crossover(r: _Replica, context: float) -> float | None:
@@ -597,7 +599,8 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         warnings.append(
             f"does not fit: weights take {memory.weights_bytes_per_gpu / 1e9:.1f} GB of the "
             f"{memory.usable_bytes_per_gpu / 1e9:.1f} GB the engine uses per GPU, leaving no "
-            "room for one sequence's KV cache; use more GPUs per replica or lower precision")
+            f"room for one sequence's KV cache at its full {traffic.prompt.mean:.0f} + "
+            f"{traffic.output.mean:.0f} tokens; use more GPUs per replica or lower precision")
     context = traffic.prompt.mean + traffic.output.mean / 2
     capacity = _capacity(r, traffic, largest)
     crossover = _crossover(r, context)

@@ -558,9 +558,10 @@ def _memory(m: _Model, r: _Rows, columns: Columns) -> _Memory:
     workspace = sv.WORKSPACE_TOKENS * (4 * h + 3 * ffn / r.tp) * 2.0 + 256 * model.vocab_size * 4
     budget = usable - r.weights_bytes_per_gpu - workspace
     per_sequence = (traffic.prompt.mean + traffic.output.mean / 2) * r.kv_bytes_per_token_per_gpu
-    positive = budget > 0
-    sequences = np.floor_divide(np.where(positive, budget, 0.0), per_sequence)
-    max_concurrency = np.where(positive, np.maximum(sequences, 0.0), 0.0).astype(np.int64)
+    # ``serving._memory``: one sequence must fit at its end; then the steady-state count.
+    whole = budget >= (traffic.prompt.mean + traffic.output.mean) * r.kv_bytes_per_token_per_gpu
+    sequences = np.floor_divide(np.where(whole, budget, 0.0), per_sequence)
+    max_concurrency = np.where(whole, np.maximum(sequences, 1.0), 0.0).astype(np.int64)
     return _Memory(usable, workspace, budget, per_sequence, max_concurrency)
 
 

@@ -252,3 +252,22 @@ def test_moe_serving_estimates_warn_that_they_are_unvalidated_and_optimistic() -
     e = s.serve(mixtral, deployment(gpus_per_replica=2, tp=2), traffic())
     assert s.MOE_SERVING_WARNING in e.warnings
     assert s.MOE_SERVING_WARNING not in s.serve(L8, deployment(), traffic()).warnings
+
+
+def test_fits_needs_one_sequence_at_its_full_length_not_at_steady_state() -> None:
+    """The worst honest case of `fits`: a sequence whose KV cache fits while half its output
+    is generated, but not at its end, does not fit."""
+    per_token = 2 * 32 * 8 * 128 * 2  # Llama 3.1 8B, bf16 KV, one GPU
+    budget = s.serve(L8, deployment(), traffic()).memory.kv_budget_bytes_per_gpu
+    tokens = budget / per_token  # what the cache holds
+    prompt = tokens * 0.7
+    # At steady state it holds prompt + output / 2 = 0.95 of the cache; at its end 1.2.
+    tight = traffic(prompt=s.Lengths.of(mean=prompt), output=s.Lengths.of(mean=tokens * 0.5))
+    e = s.serve(L8, deployment(), tight)
+    assert e.memory.kv_budget_bytes_per_gpu == budget  # the workspace does not depend on it
+    assert e.memory.fits is False
+    assert e.memory.max_concurrency == 0
+    assert any(w.startswith("does not fit") for w in e.warnings)
+    # With the output shortened so that the whole sequence fits, it fits, once.
+    roomy = traffic(prompt=s.Lengths.of(mean=prompt), output=s.Lengths.of(mean=tokens * 0.29))
+    assert s.serve(L8, deployment(), roomy).memory.max_concurrency == 1

@@ -181,7 +181,9 @@ class ServingMemoryOut(BaseModel):
         "Sequences whose KV cache fits per replica at steady state (the KV budget divided by "
         "kv_cache_bytes_per_sequence): engines with a paged KV cache admit new sequences while "
         "blocks are free."))
-    fits: bool
+    fits: bool = Field(description=(
+        "Whether one sequence's KV cache fits at its full length (mean prompt + mean output) "
+        "beside the weights and workspace."))
 
 
 class DecodeOut(BaseModel):

@@ -971,6 +971,16 @@ def rejected_json(computed: Computed) -> dict[str, Any]:
     }
 
 
+def serves_moe(request: QuoteRequest) -> bool:
+    """Whether the quote prices serving a mixture-of-experts model."""
+    spec = request.workload.serving
+    if spec is None:
+        return False
+    given = spec.estimate if spec.estimate is not None else spec.plan
+    assert given is not None  # noqa: S101 - the schema requires one of the two
+    return given.model.to_core().num_experts > 0
+
+
 def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,
                max_reasonable_train_s: float | None = None) -> tuple[dict[str, Any], str]:
     """(the answer, every line as the stored JSON text ``{"lines":[...]}``): the answer holds
@@ -981,6 +991,12 @@ def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,
     result = computed.result
     fraction = computed.request_fraction
     warned = plausibility_warnings(result.lines, max_reasonable_train_s)
+    if serves_moe(request):
+        # What every MoE serving estimate says (decision 144) reaches the lines a budget is
+        # gated on, and their stored copies.
+        for line in result.lines:
+            if line.serving is not None:
+                warned[id(line)] = [*warned.get(id(line), ()), serving.MOE_SERVING_WARNING]
     texts = LineTexts(fraction, computed.conversion)
     every = '{"lines":[' + ",".join(texts.text(x, warned.get(id(x), ()))
                                     for x in result.lines) + "]}"

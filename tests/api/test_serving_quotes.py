@@ -253,3 +253,26 @@ def test_a_modelling_rule_names_the_field_inside_the_serving_workload(
     body["workload"]["serving"]["estimate"]["deployment"]["tp"] = 2
     problem = assert_problem(post(client, writer, body), 422)
     assert problem["field"].startswith("workload.serving.estimate.deployment"), problem
+
+
+def test_a_moe_serving_quote_carries_the_moe_warning_on_every_line(
+        client: TestClient, writer: dict[str, str]) -> None:
+    """The serving model is 2.8-5.8x optimistic on the only published MoE runs (decision
+    144): a budget gated on a MoE serving quote sees that on every line, stored ones too;
+    a dense model's lines do not carry it."""
+    from service.core.serving import MOE_SERVING_WARNING
+
+    body = serving_quote(terms=["on_demand", "reserved_1y"])
+    estimate = body["workload"]["serving"]["estimate"]
+    estimate["model"] = {"preset": "mixtral-8x7b"}
+    estimate["deployment"].update(tp=2, gpus_per_replica=2)
+    response = post(client, writer, body)
+    assert response.status_code == 201, response.text
+    quote = response.json()
+    lines = all_lines(client, quote, writer)
+    assert lines
+    assert all(MOE_SERVING_WARNING in x["warnings"] for x in lines)
+    assert all(MOE_SERVING_WARNING in x["warnings"] for x in quote["lines"])
+    dense = post(client, writer, serving_quote(terms=["on_demand"])).json()
+    assert not [x for x in all_lines(client, dense, writer)
+                if MOE_SERVING_WARNING in x["warnings"]]

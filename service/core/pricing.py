@@ -135,12 +135,22 @@ def cloud_line(
 ) -> CloudLine:
     """instances × hours × (1 + lost) × price (MODEL.md section 7)."""
     instances, rounded = instances_for(num_gpus, gpus_per_instance)
-    hours = exact(wall_s) / SECONDS_PER_HOUR_DECIMAL * (1 + exact(lost_fraction))
+    hours, total = billed(instances, wall_s, 1 + exact(lost_fraction), price_per_instance_hour)
     return CloudLine(
         instances=instances, rounded_up=rounded, billed_hours=hours,
-        gpu_hours=hours * instances * exact(gpus_per_instance),
-        total=cents(instances * hours * price_per_instance_hour),
+        gpu_hours=hours * instances * exact(gpus_per_instance), total=total,
     )
+
+
+def billed(instances: int, wall_s: float, factor: Decimal,
+           price_per_instance_hour: Decimal) -> tuple[Decimal, Decimal]:
+    """(billed hours, total) of ``cloud_line``: hours = wall-clock hours × (1 + lost) and
+    total = instances × hours × price, half-even to the cent (MODEL.md section 7). ``factor``
+    is ``1 + exact(lost_fraction)``, which a caller pricing one offer at several wall-clocks
+    computes once (issue 16)."""
+    hours = exact(wall_s) / SECONDS_PER_HOUR_DECIMAL * factor
+    return hours, (instances * hours * price_per_instance_hour).quantize(
+        CENT, rounding=ROUND_HALF_EVEN)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,16 +171,30 @@ def reservation(
     *, instances: int, billed_hours: Decimal, years: int, effective_rate: Decimal,
     on_demand_rate: Decimal | None, utilisation_fraction: Decimal,
 ) -> Reservation:
-    term_hours = Decimal(years * HOURS_PER_YEAR)
-    terms = max(1, int((billed_hours / term_hours).to_integral_value(rounding=ROUND_CEILING)))
+    terms, dedicated_total = dedicated(instances, billed_hours, years, effective_rate)
     return Reservation(
-        dedicated_total=cents(instances * term_hours * terms * effective_rate),
+        dedicated_total=dedicated_total,
         amortised_total=cents(instances * billed_hours * effective_rate / utilisation_fraction),
         terms_bought=terms, utilisation_fraction=utilisation_fraction,
         break_even_utilisation_fraction=(
             (effective_rate / on_demand_rate).quantize(Decimal("0.0001"))
             if on_demand_rate else None),
     )
+
+
+def dedicated(instances: int, billed_hours: Decimal, years: int,
+              effective_rate: Decimal) -> tuple[int, Decimal]:
+    """(terms bought, dedicated total) of ``reservation``: whole terms of ``years`` × 8,760 h
+    that cover the billed hours (at least one), every hour of them bought at the effective
+    rate, half-even to the cent."""
+    term_hours = _TERM_HOURS.get(years) or Decimal(years * HOURS_PER_YEAR)
+    terms = max(1, int((billed_hours / term_hours).to_integral_value(rounding=ROUND_CEILING)))
+    return terms, (instances * term_hours * terms * effective_rate).quantize(
+        CENT, rounding=ROUND_HALF_EVEN)
+
+
+_TERM_HOURS = {years: Decimal(years * HOURS_PER_YEAR) for years in (1, 3)}
+"""``Decimal(years × 8,760)`` of the reserved terms sold (the same values, made once)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

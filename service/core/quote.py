@@ -267,6 +267,19 @@ class RuleResult:
     message: str
 
 
+def _worst(rules: Sequence[RuleResult]) -> Outcome:
+    """``max`` of the outcomes by ``OUTCOME_RANK`` (``PASS`` for none), by identity: the three
+    outcomes are singletons, so the first worst one is the worst one."""
+    worst = Outcome.PASS
+    for rule in rules:
+        outcome = rule.outcome
+        if outcome is Outcome.FAIL:
+            return outcome
+        if outcome is Outcome.WARN:
+            worst = outcome
+    return worst
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Band:
     p10: Decimal | float
@@ -350,8 +363,8 @@ class QuoteLine:
 
     @property
     def outcome(self) -> Outcome:
-        return max((r.outcome for r in self.rules), key=OUTCOME_RANK.__getitem__,
-                   default=Outcome.PASS)
+        """The worst of the rules' outcomes (``OUTCOME_RANK``); pass without rules."""
+        return _worst(self.rules)
 
     def sort_key(self) -> tuple[object, ...]:
         a = self.amounts
@@ -442,20 +455,23 @@ def capacity_block_days(billed_hours: Decimal) -> tuple[int, int]:
 
 
 def _commitment(term: Term, instances: int, hours: Decimal, rate: Decimal,
-                job_cost: Decimal) -> tuple[Decimal, float, int | None]:
-    """(commitment, term seconds, terms bought) for ``hours`` of use: the reservation terms
-    (``pricing.reservation``) or capacity blocks bought, else the job's own cost."""
-    if term in RESERVED_YEARS:
-        years = RESERVED_YEARS[term]
-        bought = pricing.reservation(
-            instances=instances, billed_hours=hours, years=years, effective_rate=rate,
-            on_demand_rate=None, utilisation_fraction=Decimal(1))
-        term_s = bought.terms_bought * years * pricing.HOURS_PER_YEAR * SECONDS_PER_HOUR
-        return bought.dedicated_total, term_s, bought.terms_bought
+                job_cost: Decimal, hours_s: float) -> tuple[Decimal, float, int | None]:
+    """(commitment, term seconds, terms bought) for ``hours`` of use (``hours_s`` in
+    seconds): the reservation terms (``pricing.reservation``'s dedicated total) or capacity
+    blocks bought, else the job's own cost."""
+    years = RESERVED_YEARS.get(term)
+    if years is not None:
+        terms, dedicated = pricing.dedicated(instances, hours, years, rate)
+        return dedicated, terms * years * pricing.HOURS_PER_YEAR * SECONDS_PER_HOUR, terms
     if term is Term.CAPACITY_BLOCK:
         days, blocks = capacity_block_days(hours)
         return pricing.cents(instances * days * 24 * rate), days * SECONDS_PER_DAY, blocks
-    return job_cost, float(hours * pricing.SECONDS_PER_HOUR_DECIMAL), None
+    return job_cost, hours_s, None
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal floats that print the same (0.0 and -0.0 are equal but not the same text)."""
+    return a == b and (a != 0 or math.copysign(1.0, a) == math.copysign(1.0, b))
 
 
 def deadline_probability(band: JobTiming, factor: float, deadline_s: float) -> float:
@@ -497,18 +513,22 @@ def _price_amounts(
     on_demand_rate: Decimal | None, _on_demand_exponent: int | str | None,
 ) -> Amounts:
 
-    def at(wall_s: float) -> tuple[Decimal, Decimal, Decimal, float, int | None]:
-        line = pricing.cloud_line(num_gpus=num_gpus, gpus_per_instance=gpus_per_instance,
-                                  wall_s=wall_s, lost_fraction=lost_fraction,
-                                  price_per_instance_hour=rate)
-        commitment, term_s, terms = _commitment(term, line.instances, line.billed_hours, rate,
-                                                line.total)
-        return line.billed_hours, line.total, commitment, term_s, terms
-
     instances, rounded_up = pricing.instances_for(num_gpus, gpus_per_instance)
-    hours, job_cost, commitment, term_s, terms = at(timing.wall_s)
-    low = at(timing.wall_s_p10)
-    high = at(timing.wall_s_p90)
+    factor_decimal = 1 + pricing.exact(lost_fraction)
+
+    def at(wall_s: float) -> tuple[Decimal, Decimal, Decimal, float, int | None, float]:
+        """(billed hours, job cost, commitment, term seconds, terms bought, billed seconds)
+        at one wall-clock: ``pricing.cloud_line``'s hours and total (``pricing.billed``)."""
+        hours, job_cost = pricing.billed(instances, wall_s, factor_decimal, rate)
+        hours_s = float(hours * pricing.SECONDS_PER_HOUR_DECIMAL)
+        commitment, term_s, terms = _commitment(term, instances, hours, rate, job_cost, hours_s)
+        return hours, job_cost, commitment, term_s, terms, hours_s
+
+    # A band without width (GPU-hours given by the caller) prices one wall-clock once.
+    mid = at(timing.wall_s)
+    hours, job_cost, commitment, term_s, terms, hours_s = mid
+    low = mid if _same(timing.wall_s_p10, timing.wall_s) else at(timing.wall_s_p10)
+    high = mid if _same(timing.wall_s_p90, timing.wall_s) else at(timing.wall_s_p90)
     owned = term in RESERVED_YEARS or term is Term.ONPREM
     if options.accounting is Accounting.AMORTISED:
         total = pricing.cents(job_cost / options.utilisation_fraction) if owned else job_cost
@@ -525,21 +545,21 @@ def _price_amounts(
             utilisation_fraction=options.utilisation_fraction)
     factor = 1 + lost_fraction
     return Amounts(
-        instances=instances, rounded_up=rounded_up,
-        wall_clock_s=float(hours * pricing.SECONDS_PER_HOUR_DECIMAL),
+        instances=instances, rounded_up=rounded_up, wall_clock_s=hours_s,
         billed_hours=hours, gpu_hours=gpu_hours, commitment_total=commitment,
         job_cost_total=job_cost, total=total, term_s=term_s,
         goodput_loss_fraction=lost_fraction, checkpoint_interval_s=interval_s,
-        energy_kwh=kwh.quantize(Decimal("0.001")), co2e_kg=co2.quantize(Decimal("0.001")),
-        wall_clock_band_s=Band(p10=float(low[0] * pricing.SECONDS_PER_HOUR_DECIMAL),
-                               p50=float(hours * pricing.SECONDS_PER_HOUR_DECIMAL),
-                               p90=float(high[0] * pricing.SECONDS_PER_HOUR_DECIMAL)),
+        energy_kwh=kwh.quantize(_MILLI), co2e_kg=co2.quantize(_MILLI),
+        wall_clock_band_s=Band(p10=low[5], p50=hours_s, p90=high[5]),
         job_cost_band=Band(p10=low[1], p50=job_cost, p90=high[1]),
         commitment_band=Band(p10=low[2], p50=commitment, p90=high[2]),
         deadline_probability=(None if options.deadline_s is None else round(
             deadline_probability(timing, factor, options.deadline_s), 6)),
         reserved=reserved, terms_bought=terms,
     )
+
+
+_MILLI = Decimal("0.001")
 
 
 def _flags(offer: PriceOffer, instances: int) -> tuple[str, ...]:
@@ -833,6 +853,7 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
     copies are returned) unless ``_owned``: ``price_all`` passes lines it has just made."""
     misfits = misfits or {}
     judged: list[QuoteLine] = []
+    ranks: list[int] = []
     memo = _rules_memo(policy, options, today)
     budget, deadline_s = options.budget, options.deadline_s
     for index, line in enumerate(lines):
@@ -845,12 +866,13 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
                line.price_as_of_day, line.gpus_per_instance, line.goodput_basis, misfit)
         hit = memo.get(key)
         if hit is not None and hit[0] is a:
-            rules = hit[1]
+            rules, rank = hit[1], hit[2]
         else:
             rules = evaluate(line, policy, options, today, misfit)
+            rank = OUTCOME_RANK[_worst(rules)]
             if len(memo) >= _rules_memo_size:
                 memo.clear()
-            memo[key] = (a, rules)
+            memo[key] = (a, rules, rank)
         within = None if budget is None else a is not None and a.total <= budget
         meets = None if deadline_s is None else a is not None and a.wall_clock_s <= deadline_s
         if _owned:
@@ -862,19 +884,35 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
             judged.append(line)
         else:
             judged.append(_judged(line, rules, within, meets))
-    judged.sort(key=QuoteLine.sort_key)
-    feasible = [x for x in judged if x.feasible]
+        ranks.append(rank)
+    # Sorted by ``sort_key`` (stable: equal keys keep their order), each key made once.
+    keys = [x.sort_key() for x in judged]
+    order = sorted(range(len(judged)), key=keys.__getitem__)
+    judged = [judged[i] for i in order]
+    # Feasible lines sort first (``sort_key`` starts with ``amounts is None``).
+    feasible = [x for x in judged if x.amounts is not None]
+    feasible_ranks = [ranks[i] for i in order[:len(feasible)]]
     cheapest = feasible[0] if feasible else None
     per_term: dict[str, QuoteLine] = {}
     for line in feasible:
         per_term.setdefault(line.term.value, line)
-    rank = QuoteLine.carbon_key if options.rank_by is RankBy.CO2E else QuoteLine.sort_key
-    if options.rank_by is RankBy.CO2E:
-        judged.sort(key=rank)
-    recommended = min(feasible, key=lambda x: (OUTCOME_RANK[x.outcome], rank(x)),
-                      default=None)
-    fastest = min(feasible, key=lambda x: (x.amounts.wall_clock_s if x.amounts else 0.0,
-                                           x.sort_key()), default=None)
+    recommended: QuoteLine | None = None
+    fastest: QuoteLine | None = None
+    if feasible:
+        # The best outcome, then the first in ranking order: ``min`` over (outcome rank,
+        # ranking key) picks the first of the lines that tie, which in ``sort_key`` order
+        # is the first line of the best outcome.
+        if options.rank_by is RankBy.CO2E:
+            judged.sort(key=QuoteLine.carbon_key)
+            recommended = feasible[min(
+                range(len(feasible)),
+                key=lambda i: (feasible_ranks[i], feasible[i].carbon_key()))]
+        else:
+            recommended = feasible[feasible_ranks.index(min(feasible_ranks))]
+        # The shortest wall-clock, ties to the first in ``sort_key`` order (``min`` over
+        # (wall-clock, sort_key) picks the same line).
+        walls = [x.amounts.wall_clock_s for x in feasible if x.amounts is not None]
+        fastest = feasible[walls.index(min(walls))]
     verdict: Verdict | None = None
     reasons: tuple[RuleResult, ...] = ()
     outcome = Outcome.PASS
@@ -902,12 +940,13 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
 
 _rules_memo_size = 50_000
 """Lines whose rule outcomes one policy context keeps (about 2 KB each)."""
-_rules_memos: dict[str, dict[tuple[object, ...], tuple[Amounts | None, tuple[RuleResult, ...]]]]
-_rules_memos = {}
+_Judgement = tuple[Amounts | None, tuple[RuleResult, ...], int]
+"""A memo entry: the amounts it was made for, the rules' outcomes and the worst's rank."""
+_rules_memos: dict[str, dict[tuple[object, ...], _Judgement]] = {}
 
 
 def _rules_memo(policy: Policy, options: Options, today: int,
-                ) -> dict[tuple[object, ...], tuple[Amounts | None, tuple[RuleResult, ...]]]:
+                ) -> dict[tuple[object, ...], _Judgement]:
     """The memo of ``evaluate`` for one (policy, options, day): its results are a pure
     function of these and the line's values, and a catalogue version's lines recur from quote
     to quote (issue 16: judging was a third of a quote's CPU). The context is keyed by its

@@ -579,9 +579,19 @@ def _flags(offer: PriceOffer, instances: int) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Options,
-               version_id: str) -> QuoteLine:
-    """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7)."""
+_OfferFacts = tuple[PriceOffer, pricing.Goodput, str, tuple[str, ...], float | None,
+                    tuple[Term, float, Decimal, int | str, float, float | None, float,
+                          Decimal | None, int | str | None] | None]
+"""(offer, goodput, goodput basis, flags, carbon intensity, the offer's part of
+``_price_amounts``' arguments or None when infeasible): ``_offer_facts``."""
+
+
+def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFacts:
+    """What a line takes from the offer, the job's GPU count, checkpoint size and kind
+    (training or serving) and the request's reliability options, not from its timing:
+    instances, the goodput loss (Young/Daly, ``pricing.goodput``; a serving fleet's spare
+    replicas, ``interruption_fraction``), its basis and the flags. ``price_all`` keeps them per
+    offer across quotes (``facts_context``)."""
     gpus = offer.fabric.gpus_per_instance
     instances, _ = pricing.instances_for(job.num_gpus, gpus)
     checkpoint_s = job.checkpoint_bytes / options.checkpoint_bytes_per_s
@@ -602,23 +612,70 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
     else:
         loss = pricing.goodput(rate_per_s, checkpoint_s, options.restart_s)
     carbon = offer.region_carbon_g_per_kwh
-    amounts = None
+    priced = None
     if loss.feasible:
-        amounts = price_amounts(
-            job=job, timing=timing, term=offer.term, gpus_per_instance=gpus,
-            rate=offer.price_per_instance_hour,
-            lost_fraction=loss.lost_fraction, interval_s=loss.interval_s, options=options,
-            carbon_g_per_kwh=carbon if carbon is not None else options.grid_gco2e_per_kwh,
-            pue=options.pue, on_demand_rate=offer.on_demand_rate)
+        # ``price_amounts``' key, less the job's and the request's part (its comment).
+        price, on_demand = offer.price_per_instance_hour, offer.on_demand_rate
+        priced = (offer.term, gpus + 0.0, price, price.as_tuple().exponent,
+                  loss.lost_fraction + 0.0,
+                  None if loss.interval_s is None else loss.interval_s + 0.0,
+                  (carbon if carbon is not None else options.grid_gco2e_per_kwh) + 0.0,
+                  on_demand, None if on_demand is None else on_demand.as_tuple().exponent)
+    return offer, loss, basis, _flags(offer, instances), carbon, priced
+
+
+def facts_context(job: SizedJob, options: Options) -> str:
+    """Everything of the job and the request that ``_offer_facts`` reads, as text (so that
+    0.0 and -0.0, equal but printed differently, stay apart)."""
+    return repr((job.num_gpus, job.checkpoint_bytes, job.serving is None,
+                 options.checkpoint_bytes_per_s, options.failure_rate_per_gpu_hour,
+                 options.restart_s, options.grid_gco2e_per_kwh))
+
+
+_facts_memos: dict[str, dict[int, _OfferFacts]] = {}
+_facts_memo_size = 50_000
+"""Offers whose facts one context keeps (a few hundred bytes each besides the offer)."""
+
+
+def _facts_memo(job: SizedJob, options: Options) -> dict[int, _OfferFacts]:
+    context = facts_context(job, options)
+    memo = _facts_memos.get(context)
+    if memo is None:
+        if len(_facts_memos) >= 64:
+            _facts_memos.clear()
+        memo = _facts_memos[context] = {}
+    return memo
+
+
+def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Options,
+               version_id: str, *, facts: dict[int, _OfferFacts] | None = None) -> QuoteLine:
+    """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7). ``facts`` is
+    ``price_all``'s memo of ``_offer_facts`` for this job and request, by the offer's identity
+    (the entry holds the offer, so its id is not reused while it lives)."""
+    known = None if facts is None else facts.get(id(offer))
+    if known is None or known[0] is not offer:
+        known = _offer_facts(job, offer, options)
+        if facts is not None:
+            if len(facts) >= _facts_memo_size:
+                facts.clear()
+            facts[id(offer)] = known
+    _, loss, basis, flags, carbon, priced = known
+    amounts = None
+    if priced is not None:
+        term, gpus, price, exponent, lost, interval, intensity, on_demand, od_exponent = priced
+        amounts = _price_amounts(
+            job.num_gpus, job.power_w_per_gpu + 0.0, timing, term, gpus, price, exponent, lost,
+            interval, options, intensity, options.pue + 0.0, on_demand, od_exponent)
+    fabric = offer.fabric
     return QuoteLine(
         provider=offer.provider, region=offer.region, zone=offer.zone,
         instance_type=offer.instance_type, term=offer.term,
         payment_option=offer.payment_option, accelerator=job.accelerator,
-        num_gpus=job.num_gpus, gpus_per_instance=gpus,
-        nvlink_domain=offer.fabric.nvlink_domain, inter_node_gbps=offer.fabric.inter_node_gbps,
+        num_gpus=job.num_gpus, gpus_per_instance=fabric.gpus_per_instance,
+        nvlink_domain=fabric.nvlink_domain, inter_node_gbps=fabric.inter_node_gbps,
         fabric_source=offer.fabric_source, currency=offer.currency,
         unit_price=offer.price_per_instance_hour, unit="instance-hour", offer_id=offer.offer_id,
-        catalog_version=version_id, flags=_flags(offer, instances), goodput_basis=basis,
+        catalog_version=version_id, flags=flags, goodput_basis=basis,
         timing_basis=timing.basis,
         carbon_basis=(None if carbon is None and amounts is None
                       else "region" if carbon is not None else "request default"),
@@ -991,6 +1048,7 @@ def price_all(
     misfits: dict[int, str] = {}
     for index, job in enumerate(jobs):
         first = len(lines)
+        facts = _facts_memo(job, options)
         for offer in offers:
             if offer.accelerator != job.accelerator:
                 continue
@@ -1005,7 +1063,8 @@ def price_all(
             if misfit is not None:
                 misfits[len(lines)] = misfit[1]
             timing = timings.get((index, offer.fabric), job.timing)
-            lines.append(cloud_line(job, timing, offer, options, version_id))
+            lines.append(cloud_line(job, timing, offer, options, version_id,
+                                    facts=facts))
         if job.accelerator in onprem:
             owned = onprem_line(job, onprem[job.accelerator], options, version_id)
             lines.append(with_break_even(owned, lines[first:], options))  # this job's lines

@@ -414,3 +414,42 @@ def test_judges_memo_key_covers_every_field_evaluate_reads() -> None:
                                                           else set())
     assert read, "evaluate reads no line field?"
     assert read <= keyed, sorted(read - keyed)
+
+
+def test_the_offer_facts_context_covers_every_job_and_option_field_read() -> None:
+    """price_all keeps ``_offer_facts`` per offer under ``facts_context`` (issue 16): a job or
+    request field the facts read but the context leaves out would hand one quote another's
+    goodput."""
+    import inspect
+    import re
+
+    source = inspect.getsource(q._offer_facts)
+    context = inspect.getsource(q.facts_context)
+    for name in ("job", "options"):
+        read = set(re.findall(rf"\b{name}\.([a-z_]+)", source))
+        assert read, f"_offer_facts reads no {name} field?"
+        assert read <= set(re.findall(rf"\b{name}\.([a-z_]+)", context)), name
+
+
+class TestMemoisedOfferFacts:
+    """The goodput, basis and flags of an offer are kept across quotes (issue 16)."""
+
+    def test_a_kept_line_equals_a_fresh_one(self) -> None:
+        spot = offer(term=Term.SPOT, interruption_rate_per_hour=0.002,
+                     interruption_rate_source="test", interruption_rate_assumed=True)
+        options = Options()
+        q._facts_memos.clear()
+        cold = only_line(priced(spot, options=options))
+        warm = only_line(priced(spot, options=options))
+        assert warm == cold
+        assert (warm.goodput_basis, warm.flags) == (cold.goodput_basis, cold.flags)
+
+    def test_a_negative_zero_failure_rate_keeps_its_own_basis(self) -> None:
+        # -0.0 == 0.0, but the basis prints the rate: "-0" is not "0".
+        plus = dataclasses.replace(Options(), failure_rate_per_gpu_hour=0.0)
+        minus = dataclasses.replace(Options(), failure_rate_per_gpu_hour=-0.0)
+        q._facts_memos.clear()
+        assert only_line(priced(offer(), options=plus)).goodput_basis == (
+            "hardware failures 0 per GPU-hour")
+        assert only_line(priced(offer(), options=minus)).goodput_basis == (
+            "hardware failures -0 per GPU-hour")

@@ -771,34 +771,47 @@ def _where(line: QuoteLine) -> str:
     return " ".join(p for p in parts if p)
 
 
+def _rule(policy: Policy, rule: str, ok: bool, code: str, message: str, *,
+          soft: bool = False) -> RuleResult:
+    """A passed rule, or a violated one that fails, or warns when ``soft`` or when the policy
+    lists it in ``warn_only``."""
+    if ok:
+        outcome = Outcome.PASS
+    elif soft or rule in policy.warn_only:
+        outcome = Outcome.WARN
+    else:
+        outcome = Outcome.FAIL
+    return RuleResult(rule=rule, outcome=outcome, code=code, message=message)
+
+
 def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
              node_fit_reason: str | None = None) -> tuple[RuleResult, ...]:
-    """Every rule's outcome for one line. A rule that does not apply passes silently (it is
-    not reported); a violated rule fails, or warns when the policy lists it in ``warn_only``
-    (the built-in warnings: amortised accounting, assumed interruption rates, a wide band).
-    ``judge`` memoises this on every field of the line it reads: a field newly read here must
-    join ``judge``'s key (``tests/core/test_quote.py`` checks that it does)."""
-    results: list[RuleResult] = []
-
-    def add(rule: str, ok: bool, code: str, message: str, *, soft: bool = False) -> None:
-        if ok:
-            outcome = Outcome.PASS
-        elif soft or rule in policy.warn_only:
-            outcome = Outcome.WARN
-        else:
-            outcome = Outcome.FAIL
-        results.append(RuleResult(rule=rule, outcome=outcome, code=code, message=message))
-
+    """Every rule's outcome for one line, in ``RULES`` order. A rule that does not apply
+    passes silently (it is not reported); a violated rule fails, or warns when the policy lists
+    it in ``warn_only`` (the built-in warnings: amortised accounting, assumed interruption
+    rates, a wide band). The rules on the line's money and time (``_money_rules``) come around
+    those on the offer, the policy and the day (``_fixed_rules``). ``judge`` memoises this on
+    every field of the line it reads: a field newly read here must join ``judge``'s key
+    (``tests/core/test_quote.py`` checks that it does)."""
     a = line.amounts
-    where = _where(line)
-    cur = line.currency
     if a is None:
-        results.append(RuleResult(rule="feasible", outcome=Outcome.FAIL, code="infeasible",
-                                  message=f"{where}: {line.infeasible_reason}"))
-        return tuple(results)
+        return (RuleResult(rule="feasible", outcome=Outcome.FAIL, code="infeasible",
+                           message=f"{_where(line)}: {line.infeasible_reason}"),)
+    where, first, last = _fixed_rules(line, policy, today, a.instances, node_fit_reason)
+    head, tail = _money_rules(a, where, line.currency, policy, options)
+    return head + first + tail + last
+
+
+def _money_rules(a: Amounts, where: str, cur: str, policy: Policy, options: Options,
+                 ) -> tuple[tuple[RuleResult, ...], tuple[RuleResult, ...]]:
+    """The rules that read a feasible line's amounts: (budget, deadline, max_commitment,
+    max_job_cost) and (max_duration_s, min_success_probability), ``cur`` being the line's
+    currency."""
+    results: list[RuleResult] = []
+    append = results.append
     amortised = options.accounting is Accounting.AMORTISED
     if amortised:
-        results.append(RuleResult(
+        append(RuleResult(
             rule="budget", outcome=Outcome.WARN, code="amortised_accounting",
             message=f"{where}: judged on the job's amortised share {_money(a.total, cur)} at "
                     f"{options.utilisation_fraction} utilisation of reserved or owned "
@@ -809,93 +822,133 @@ def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
         over = a.total - options.budget
         stated = _money(options.budget, cur) + (
             f" ({options.budget_basis})" if options.budget_basis else "")
-        add("budget", over <= 0, code if over > 0 else "within_budget",
+        append(_rule(
+            policy, "budget", over <= 0, code if over > 0 else "within_budget",
             f"{where}: {label} {_money(a.total, cur)} "
             + (f"exceeds the budget of {stated} by {_money(over, cur)}"
-               if over > 0 else f"is within the budget of {stated}"))
+               if over > 0 else f"is within the budget of {stated}")))
         high = a.commitment_band.p90 if not amortised else a.job_cost_band.p90
         if over <= 0 and isinstance(high, Decimal) and high > options.budget:
-            add("budget", False, "estimate_uncertain",
+            append(_rule(
+                policy, "budget", False, "estimate_uncertain",
                 f"{where}: at the slow end of the estimate's 80 % band the {label} is "
-                f"{_money(high, cur)}, over the budget", soft=True)
+                f"{_money(high, cur)}, over the budget", soft=True))
     if options.deadline_s is not None:
         meets = a.wall_clock_s <= options.deadline_s
-        add("deadline", meets, "deadline_met" if meets else "deadline_missed",
+        append(_rule(
+            policy, "deadline", meets, "deadline_met" if meets else "deadline_missed",
             f"{where}: {_days(a.wall_clock_s)} {'meets' if meets else 'misses'} the deadline "
-            f"of {_days(options.deadline_s)}")
+            f"of {_days(options.deadline_s)}"))
         p = a.deadline_probability
         if meets and p is not None and float(a.wall_clock_band_s.p90) > options.deadline_s:
-            add("deadline", False, "estimate_uncertain",
+            append(_rule(
+                policy, "deadline", False, "estimate_uncertain",
                 f"{where}: {p:.0%} likely to finish before the deadline (slow end of the "
-                f"band: {_days(float(a.wall_clock_band_s.p90))})", soft=True)
+                f"band: {_days(float(a.wall_clock_band_s.p90))})", soft=True))
     mismatch = policy.currency != cur
     if policy.max_commitment is not None:
-        add("max_commitment", not mismatch and a.commitment_total <= policy.max_commitment,
+        append(_rule(
+            policy, "max_commitment",
+            not mismatch and a.commitment_total <= policy.max_commitment,
             "commitment_over_policy_limit",
             f"{where}: commitment {_money(a.commitment_total, cur)} against the policy's "
-            f"limit of {_money(policy.max_commitment, policy.currency)}")
+            f"limit of {_money(policy.max_commitment, policy.currency)}"))
     if policy.max_job_cost is not None:
-        add("max_job_cost", not mismatch and a.job_cost_total <= policy.max_job_cost,
+        append(_rule(
+            policy, "max_job_cost", not mismatch and a.job_cost_total <= policy.max_job_cost,
             "job_cost_over_policy_limit",
             f"{where}: job cost {_money(a.job_cost_total, cur)} against the policy's limit of "
-            f"{_money(policy.max_job_cost, policy.currency)}")
+            f"{_money(policy.max_job_cost, policy.currency)}"))
+    head = tuple(results)
+    results.clear()
+    if policy.max_duration_s is not None:
+        append(_rule(
+            policy, "max_duration_s", a.wall_clock_s <= policy.max_duration_s,
+            "duration_over_limit",
+            f"{where}: {_days(a.wall_clock_s)} against the policy's limit of "
+            f"{_days(policy.max_duration_s)}"))
+    if policy.min_success_probability is not None and a.deadline_probability is not None:
+        ok = a.deadline_probability >= policy.min_success_probability
+        append(_rule(
+            policy, "min_success_probability", ok, "success_probability_below_minimum",
+            f"{where}: {a.deadline_probability:.1%} likely to meet the deadline; the policy "
+            f"needs {policy.min_success_probability:.0%}"))
+    return head, tuple(results)
+
+
+def _fixed_rules(line: QuoteLine, policy: Policy, today: int, instances: int,
+                 node_fit_reason: str | None,
+                 ) -> tuple[str, tuple[RuleResult, ...], tuple[RuleResult, ...]]:
+    """The rules that read no money or time of a feasible line, only its offer, the policy,
+    the day and the line's instance count: (where, (allowed_terms ... max_price_age_s),
+    (require_node_fit, forbid_unverified_spot_capacity, forbid_assumed_interruption_rates)).
+    ``judge`` keeps them across quotes: a field newly read here must join ``judge``'s
+    ``fixed`` key (``tests/core/test_quote.py`` checks that it does)."""
+    results: list[RuleResult] = []
+    append = results.append
+    where = _where(line)
     if policy.allowed_terms is not None:
-        add("allowed_terms", line.term.value in policy.allowed_terms, "term_not_allowed",
+        append(_rule(
+            policy, "allowed_terms", line.term.value in policy.allowed_terms,
+            "term_not_allowed",
             f"{where}: term {line.term.value} is "
-            f"{'' if line.term.value in policy.allowed_terms else 'not '}allowed by the policy")
+            f"{'' if line.term.value in policy.allowed_terms else 'not '}allowed by the policy"))
     if policy.allowed_providers is not None:
         ok = line.provider in policy.allowed_providers
-        add("allowed_providers", ok, "provider_not_allowed",
-            f"{where}: provider {line.provider} is {'' if ok else 'not '}allowed by the policy")
+        append(_rule(
+            policy, "allowed_providers", ok, "provider_not_allowed",
+            f"{where}: provider {line.provider} is {'' if ok else 'not '}allowed by the "
+            "policy"))
     if policy.allowed_regions is not None and line.region is not None:
         ok = line.region in policy.allowed_regions
-        add("allowed_regions", ok, "region_not_allowed",
-            f"{where}: region {line.region} is {'' if ok else 'not '}allowed by the policy")
+        append(_rule(
+            policy, "allowed_regions", ok, "region_not_allowed",
+            f"{where}: region {line.region} is {'' if ok else 'not '}allowed by the policy"))
     if "indicative_price" in line.flags or "derived_price" in line.flags:
         kind = ("a derived (synthetic) price" if "derived_price" in line.flags
                 else "an indicative price")
-        add("forbid_indicative", False,
+        append(_rule(
+            policy, "forbid_indicative", False,
             "derived_price" if "derived_price" in line.flags else "indicative_price",
             f"{where}: rests on {kind}, not a seller's firm figure",
-            soft=not policy.forbid_indicative)
+            soft=not policy.forbid_indicative))
     quarantined = sorted(QUARANTINE_FLAGS.intersection(line.flags))
     if quarantined:
-        add("forbid_quarantined", False, "quarantined_price",
+        append(_rule(
+            policy, "forbid_quarantined", False, "quarantined_price",
             f"{where}: the price is quarantined by data-quality checks "
-            f"({', '.join(quarantined)})", soft=not policy.forbid_quarantined)
+            f"({', '.join(quarantined)})", soft=not policy.forbid_quarantined))
     if policy.max_price_age_s is not None and "undated_price" in line.flags:
-        add("max_price_age_s", False, "undated_price",
+        append(_rule(
+            policy, "max_price_age_s", False, "undated_price",
             f"{where}: the price's source gives no date, so it cannot be shown to be within "
-            f"the policy's {_days(policy.max_price_age_s)}")
+            f"the policy's {_days(policy.max_price_age_s)}"))
     elif policy.max_price_age_s is not None and line.price_as_of_day is not None:
         age_s = (today - line.price_as_of_day) * SECONDS_PER_DAY
         if age_s > policy.max_price_age_s:
-            add("max_price_age_s", False, "stale_price",
+            append(_rule(
+                policy, "max_price_age_s", False, "stale_price",
                 f"{where}: the price is dated {line.price_as_of}, "
-                f"{_days(age_s)} old; the policy allows {_days(policy.max_price_age_s)}")
-    if policy.max_duration_s is not None:
-        add("max_duration_s", a.wall_clock_s <= policy.max_duration_s, "duration_over_limit",
-            f"{where}: {_days(a.wall_clock_s)} against the policy's limit of "
-            f"{_days(policy.max_duration_s)}")
-    if policy.min_success_probability is not None and a.deadline_probability is not None:
-        ok = a.deadline_probability >= policy.min_success_probability
-        add("min_success_probability", ok, "success_probability_below_minimum",
-            f"{where}: {a.deadline_probability:.1%} likely to meet the deadline; the policy "
-            f"needs {policy.min_success_probability:.0%}")
+                f"{_days(age_s)} old; the policy allows {_days(policy.max_price_age_s)}"))
+    first = tuple(results)
+    results.clear()
     if node_fit_reason is not None:
-        add("require_node_fit", False, "no_offer_fits_plan",
+        append(_rule(
+            policy, "require_node_fit", False, "no_offer_fits_plan",
             f"{where}: priced although it cannot host the plan ({node_fit_reason})",
-            soft=not policy.require_node_fit)
+            soft=not policy.require_node_fit))
     if "spot_capacity_unverified" in line.flags:
-        add("forbid_unverified_spot_capacity", False, "spot_capacity_unverified",
-            f"{where}: {a.instances * line.gpus_per_instance:g} spot GPUs in one zone; nothing "
+        append(_rule(
+            policy, "forbid_unverified_spot_capacity", False, "spot_capacity_unverified",
+            f"{where}: {instances * line.gpus_per_instance:g} spot GPUs in one zone; nothing "
             f"public shows that capacity (more than {SPOT_CAPACITY_UNVERIFIED_GPUS})",
-            soft=not policy.forbid_unverified_spot_capacity)
+            soft=not policy.forbid_unverified_spot_capacity))
     if "assumed_interruption_rate" in line.flags:
-        add("forbid_assumed_interruption_rates", False, "assumed_interruption_rate",
+        append(_rule(
+            policy, "forbid_assumed_interruption_rates", False, "assumed_interruption_rate",
             f"{where}: the spot interruption rate is an assumption ({line.goodput_basis})",
-            soft=not policy.forbid_assumed_interruption_rates)
-    return tuple(results)
+            soft=not policy.forbid_assumed_interruption_rates))
+    return where, first, tuple(results)
 
 
 # --- assembly ------------------------------------------------------------------------------
@@ -912,20 +965,35 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
     judged: list[QuoteLine] = []
     ranks: list[int] = []
     memo = _rules_memo(policy, options, today)
+    fixed_memo = _fixed_rules_memo(policy, today)
     budget, deadline_s = options.budget, options.deadline_s
     for index, line in enumerate(lines):
         misfit = misfits.get(index)
         a = line.amounts
-        # Everything ``evaluate`` reads of the line, with the amounts by identity (they are
-        # memoised and immutable; the entry keeps them alive, so the id is not reused).
-        key = (line.provider, line.region, line.instance_type, line.term, line.currency,
-               id(a), line.flags, line.infeasible_reason, line.price_as_of,
-               line.price_as_of_day, line.gpus_per_instance, line.goodput_basis, misfit)
+        # Everything ``_fixed_rules`` reads of the line (``fixed``, with the instances), then
+        # everything else ``evaluate`` reads, with the amounts by identity (they are memoised
+        # and immutable; the entry keeps them alive, so the id is not reused).
+        fixed = (line.provider, line.region, line.instance_type, line.term, line.flags,
+                 line.price_as_of, line.price_as_of_day, line.gpus_per_instance,
+                 line.goodput_basis, misfit)
+        key = (fixed, line.currency, id(a), line.infeasible_reason)
         hit = memo.get(key)
         if hit is not None and hit[0] is a:
             rules, rank = hit[1], hit[2]
         else:
-            rules = evaluate(line, policy, options, today, misfit)
+            if a is None:
+                rules = evaluate(line, policy, options, today, misfit)
+            else:
+                # ``evaluate``, with the rules on the offer kept across quotes of new figures.
+                kept = fixed_memo.get((fixed, a.instances))
+                if kept is None:
+                    kept = _fixed_rules(line, policy, today, a.instances, misfit)
+                    if len(fixed_memo) >= _rules_memo_size:
+                        fixed_memo.clear()
+                    fixed_memo[(fixed, a.instances)] = kept
+                where, first, last = kept
+                head, tail = _money_rules(a, where, line.currency, policy, options)
+                rules = head + first + tail + last
             rank = OUTCOME_RANK[_worst(rules)]
             if len(memo) >= _rules_memo_size:
                 memo.clear()
@@ -1015,6 +1083,23 @@ def _rules_memo(policy: Policy, options: Options, today: int,
         if len(_rules_memos) >= 64:
             _rules_memos.clear()
         memo = _rules_memos[context] = {}
+    return memo
+
+
+_Fixed = tuple[str, tuple[RuleResult, ...], tuple[RuleResult, ...]]
+_fixed_memos: dict[str, dict[tuple[object, ...], _Fixed]] = {}
+
+
+def _fixed_rules_memo(policy: Policy, today: int) -> dict[tuple[object, ...], _Fixed]:
+    """The memo of ``_fixed_rules`` for one (policy, day), keyed like ``_rules_memo``: the
+    rules on an offer recur in every quote of the same policy whatever the figures (a new
+    ``gpu_hours`` or budget), while ``evaluate``'s memo holds a line's amounts by identity."""
+    context = repr((policy, today))
+    memo = _fixed_memos.get(context)
+    if memo is None:
+        if len(_fixed_memos) >= 64:
+            _fixed_memos.clear()
+        memo = _fixed_memos[context] = {}
     return memo
 
 

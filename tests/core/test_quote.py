@@ -4,6 +4,7 @@ recommendation and the verdict, worked by hand."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
@@ -406,14 +407,24 @@ def test_judges_memo_key_covers_every_field_evaluate_reads() -> None:
 
     from service.core import quote as module
 
-    read = set(re.findall(r"\bline\.([a-z_]+)", inspect.getsource(module.evaluate)
-                          + inspect.getsource(module._where)))
+    def reads(*functions: Callable[..., object]) -> set[str]:
+        return set(re.findall(r"\bline\.([a-z_]+)",
+                              "".join(inspect.getsource(f) for f in functions)))
+
+    read = reads(module.evaluate, module._where, module._money_rules, module._fixed_rules)
     judge = inspect.getsource(module.judge)
-    key = judge[judge.index("key = ("):judge.index("hit = memo.get(key)")]
+    key = judge[judge.index("fixed = ("):judge.index("hit = memo.get(key)")]
     keyed = set(re.findall(r"\bline\.([a-z_]+)", key)) | ({"amounts"} if "id(a)" in key
                                                           else set())
     assert read, "evaluate reads no line field?"
     assert read <= keyed, sorted(read - keyed)
+    # The rules kept across quotes: keyed on ``fixed`` and the instances, not the amounts.
+    fixed = judge[judge.index("fixed = ("):judge.index("key = (fixed")]
+    fixed_read = reads(module._fixed_rules, module._where)
+    assert fixed_read <= set(re.findall(r"\bline\.([a-z_]+)", fixed)), sorted(
+        fixed_read - set(re.findall(r"\bline\.([a-z_]+)", fixed)))
+    assert "line." not in inspect.getsource(module._money_rules)
+    assert "(fixed, a.instances)" in judge
 
 
 def test_the_offer_facts_context_covers_every_job_and_option_field_read() -> None:

@@ -988,7 +988,7 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
                 kept = fixed_memo.get((fixed, a.instances))
                 if kept is None:
                     kept = _fixed_rules(line, policy, today, a.instances, misfit)
-                    if len(fixed_memo) >= _rules_memo_size:
+                    if len(fixed_memo) >= _fixed_memo_size:
                         fixed_memo.clear()
                     fixed_memo[(fixed, a.instances)] = kept
                 where, first, last = kept
@@ -1063,8 +1063,14 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
     )
 
 
-_rules_memo_size = 50_000
-"""Lines whose rule outcomes one policy context keeps (about 2 KB each)."""
+_rules_memo_size = 8192
+"""Lines whose rule outcomes one policy context keeps (about 2 KB each): twice the
+``_price_amounts`` cache, since an entry can only be hit while its amounts are still cached
+(the key holds them by identity); more entries would only keep amounts no line can reuse alive
+for the garbage collector to walk (issue 16: with 50,000, collections took about a fifth of
+the CPU of ``benchmarks/pricing_speed.py``, with 8,192 about an eighth)."""
+_fixed_memo_size = 50_000
+"""Offers whose fixed rules one (policy, day) keeps."""
 _Judgement = tuple[Amounts | None, tuple[RuleResult, ...], int]
 """A memo entry: the amounts it was made for, the rules' outcomes and the worst's rank."""
 _rules_memos: dict[str, dict[tuple[object, ...], _Judgement]] = {}

@@ -647,6 +647,41 @@ def _facts_memo(job: SizedJob, options: Options) -> dict[int, _OfferFacts]:
     return memo
 
 
+_Fit = tuple[PriceOffer, tuple[str, str] | None, RejectedOffer | None]
+
+
+def _fit(job: SizedJob, offer: PriceOffer) -> _Fit:
+    """(offer, ``node_fit``'s answer, the offer as rejected when it cannot host the plan)."""
+    misfit = node_fit(job, offer.fabric)
+    if misfit is None:
+        return offer, None, None
+    return offer, misfit, RejectedOffer(
+        offer_id=offer.offer_id, provider=offer.provider,
+        instance_type=offer.instance_type, region=offer.region, term=offer.term,
+        accelerator=offer.accelerator, num_gpus=job.num_gpus, code=misfit[0],
+        reason=misfit[1])
+
+
+def fits_context(job: SizedJob) -> str:
+    """Everything of the job that ``_fit`` (``node_fit``) reads, as text."""
+    return repr((job.num_gpus, job.fast_domain, job.serving is None))
+
+
+_fits_memos: dict[str, dict[int, _Fit]] = {}
+
+
+def _fits_memo(job: SizedJob) -> dict[int, _Fit]:
+    """``_fit`` per offer (by identity; the entry holds the offer) for jobs like ``job``:
+    kept across quotes, like ``_facts_memo``."""
+    context = fits_context(job)
+    memo = _fits_memos.get(context)
+    if memo is None:
+        if len(_fits_memos) >= 64:
+            _fits_memos.clear()
+        memo = _fits_memos[context] = {}
+    return memo
+
+
 def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Options,
                version_id: str, *, facts: dict[int, _OfferFacts] | None = None) -> QuoteLine:
     """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7). ``facts`` is
@@ -1140,20 +1175,23 @@ def price_all(
     for index, job in enumerate(jobs):
         first = len(lines)
         facts = _facts_memo(job, options)
+        fits = _fits_memo(job)
         for offer in offers:
             if offer.accelerator != job.accelerator:
                 continue
-            misfit = node_fit(job, offer.fabric)
-            if misfit is not None and policy.require_node_fit:
-                rejected.append(RejectedOffer(
-                    offer_id=offer.offer_id, provider=offer.provider,
-                    instance_type=offer.instance_type, region=offer.region, term=offer.term,
-                    accelerator=offer.accelerator, num_gpus=job.num_gpus, code=misfit[0],
-                    reason=misfit[1]))
+            fit = fits.get(id(offer))
+            if fit is None or fit[0] is not offer:
+                fit = _fit(job, offer)
+                if len(fits) >= _facts_memo_size:
+                    fits.clear()
+                fits[id(offer)] = fit
+            _, misfit, refusal = fit
+            if refusal is not None and policy.require_node_fit:
+                rejected.append(refusal)
                 continue
             if misfit is not None:
                 misfits[len(lines)] = misfit[1]
-            timing = timings.get((index, offer.fabric), job.timing)
+            timing = timings.get((index, offer.fabric), job.timing) if timings else job.timing
             lines.append(cloud_line(job, timing, offer, options, version_id,
                                     facts=facts))
         if job.accelerator in onprem:

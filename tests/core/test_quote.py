@@ -464,3 +464,24 @@ class TestMemoisedOfferFacts:
             "hardware failures 0 per GPU-hour")
         assert only_line(priced(offer(), options=minus)).goodput_basis == (
             "hardware failures -0 per GPU-hour")
+
+
+def test_the_fits_context_covers_every_job_field_node_fit_reads() -> None:
+    """price_all keeps each offer's node fit (and its rejection) under ``fits_context``
+    (issue 16)."""
+    import inspect
+    import re
+
+    read = set(re.findall(r"\bjob\.([a-z_]+)", inspect.getsource(q._fit)
+                          + inspect.getsource(q.node_fit)))
+    assert read
+    assert read <= set(re.findall(r"\bjob\.([a-z_]+)", inspect.getsource(q.fits_context)))
+
+
+def test_a_kept_rejection_equals_a_fresh_one() -> None:
+    small = offer(fabric=Fabric(gpus_per_instance=8, nvlink_domain=4, inter_node_gbps=3200.0))
+    q._fits_memos.clear()
+    cold = priced(small)
+    warm = priced(small)
+    assert cold.rejected == warm.rejected
+    assert [r.code for r in warm.rejected] == ["nvlink_domain_too_small"]

@@ -633,8 +633,10 @@ def facts_context(job: SizedJob, options: Options) -> str:
 
 
 _facts_memos: dict[str, dict[int, _OfferFacts]] = {}
-_facts_memo_size = 50_000
-"""Offers whose facts one context keeps (a few hundred bytes each besides the offer)."""
+_facts_memo_size = 8192
+"""Offers whose facts (or fits) one context keeps: more than a catalogue version's offers of
+one accelerator, few enough that offers made anew per quote (a discount book's net prices)
+do not pile up for the garbage collector to walk."""
 
 
 def _facts_memo(job: SizedJob, options: Options) -> dict[int, _OfferFacts]:

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from decimal import ROUND_CEILING, Decimal
 from enum import StrEnum
+from typing import TypeVar
 
 from service.core import pricing
 from service.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
@@ -639,14 +640,26 @@ one accelerator, few enough that offers made anew per quote (a discount book's n
 do not pile up for the garbage collector to walk."""
 
 
-def _facts_memo(job: SizedJob, options: Options) -> dict[int, _OfferFacts]:
-    context = facts_context(job, options)
-    memo = _facts_memos.get(context)
+_MEMO_CONTEXTS_MAX = 64
+"""Contexts (job shapes and options) a per-offer memo keeps before it starts afresh."""
+
+
+_V = TypeVar("_V")
+
+
+def _context_memo(memos: dict[str, dict[int, _V]], context: str) -> dict[int, _V]:
+    """``memos[context]``, made empty when new; all of ``memos`` dropped once it holds
+    ``_MEMO_CONTEXTS_MAX`` contexts (bounded memory)."""
+    memo = memos.get(context)
     if memo is None:
-        if len(_facts_memos) >= 64:
-            _facts_memos.clear()
-        memo = _facts_memos[context] = {}
+        if len(memos) >= _MEMO_CONTEXTS_MAX:
+            memos.clear()
+        memo = memos[context] = {}
     return memo
+
+
+def _facts_memo(job: SizedJob, options: Options) -> dict[int, _OfferFacts]:
+    return _context_memo(_facts_memos, facts_context(job, options))
 
 
 _Fit = tuple[PriceOffer, tuple[str, str] | None, RejectedOffer | None]
@@ -675,13 +688,7 @@ _fits_memos: dict[str, dict[int, _Fit]] = {}
 def _fits_memo(job: SizedJob) -> dict[int, _Fit]:
     """``_fit`` per offer (by identity; the entry holds the offer) for jobs like ``job``:
     kept across quotes, like ``_facts_memo``."""
-    context = fits_context(job)
-    memo = _fits_memos.get(context)
-    if memo is None:
-        if len(_fits_memos) >= 64:
-            _fits_memos.clear()
-        memo = _fits_memos[context] = {}
-    return memo
+    return _context_memo(_fits_memos, fits_context(job))
 
 
 def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Options,

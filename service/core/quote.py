@@ -644,10 +644,11 @@ _MEMO_CONTEXTS_MAX = 64
 """Contexts (job shapes and options) a per-offer memo keeps before it starts afresh."""
 
 
+_K = TypeVar("_K")
 _V = TypeVar("_V")
 
 
-def _context_memo(memos: dict[str, dict[int, _V]], context: str) -> dict[int, _V]:
+def _context_memo(memos: dict[str, dict[_K, _V]], context: str) -> dict[_K, _V]:
     """``memos[context]``, made empty when new; all of ``memos`` dropped once it holds
     ``_MEMO_CONTEXTS_MAX`` contexts (bounded memory)."""
     memo = memos.get(context)
@@ -1127,13 +1128,7 @@ def _rules_memo(policy: Policy, options: Options, today: int,
     to quote (issue 16: judging was a third of a quote's CPU). The context is keyed by its
     ``repr``, not by equality: ``Decimal("0.5") == Decimal("0.50")`` but the two print
     differently in a message."""
-    context = repr((policy, options, today))
-    memo = _rules_memos.get(context)
-    if memo is None:
-        if len(_rules_memos) >= 64:
-            _rules_memos.clear()
-        memo = _rules_memos[context] = {}
-    return memo
+    return _context_memo(_rules_memos, repr((policy, options, today)))
 
 
 _Fixed = tuple[str, tuple[RuleResult, ...], tuple[RuleResult, ...]]
@@ -1144,13 +1139,7 @@ def _fixed_rules_memo(policy: Policy, today: int) -> dict[tuple[object, ...], _F
     """The memo of ``_fixed_rules`` for one (policy, day), keyed like ``_rules_memo``: the
     rules on an offer recur in every quote of the same policy whatever the figures (a new
     ``gpu_hours`` or budget), while ``evaluate``'s memo holds a line's amounts by identity."""
-    context = repr((policy, today))
-    memo = _fixed_memos.get(context)
-    if memo is None:
-        if len(_fixed_memos) >= 64:
-            _fixed_memos.clear()
-        memo = _fixed_memos[context] = {}
-    return memo
+    return _context_memo(_fixed_memos, repr((policy, today)))
 
 
 _line_slots = tuple(f.name for f in fields(QuoteLine))

@@ -17,6 +17,7 @@ from service.core.errors import InvalidSpecError
 from service.core.flops import TokenFlops, token_flops
 from service.core.geometry import PlanVars, build_geometry
 from service.core.memory import (
+    ALLOCATOR_HEADROOM_NOTE,
     EDGE_FRACTION,
     GRADIENTS_FREED_NOTE,
     MemoryBreakdown,
@@ -256,8 +257,11 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
         notes.append("fp8: linear layers at the FP8 peak; attention and logits in bf16")
     if plan.recompute == RecomputeMode.SELECTIVE:
         notes.append("selective recomputation repeats the attention core only")
-    if state_layout(training).gradients_freed and num_micro_batches == 1 and plan.pp == 1:
+    layout = state_layout(training)
+    if layout.gradients_freed and num_micro_batches == 1 and plan.pp == 1:
         notes.append(GRADIENTS_FREED_NOTE)
+    if layout.caching_allocator:
+        notes.append(ALLOCATOR_HEADROOM_NOTE)
     if training.torch_compile is False and training.framework in EAGER_ELEMENTWISE_STACKS:
         notes.append(EAGER_NOTE)
     return tuple(notes)

@@ -532,3 +532,16 @@ class TestImpracticalRuns:
         app.dependency_overrides[get_settings] = lambda: Settings(max_reasonable_train_days=1)
         answer = client.post("/v1/estimates", json=body(**{"training.tokens": 1e11})).json()
         assert any("more than the 1-day limit" in w for w in answer["warnings"])
+
+
+@pytest.mark.parametrize(("framework", "noted"), [("megatron", True), ("fsdp", True),
+                                                  ("maxtext", False)])
+def test_the_allocator_headroom_in_fits_is_stated(client: TestClient, framework: str,
+                                                  noted: bool) -> None:
+    """What must fit includes one more of the step's largest block on PyTorch stacks (decision
+    143): the answer says so wherever it applies, and not on XLA."""
+    from service.core.memory import ALLOCATOR_HEADROOM_NOTE
+
+    answer = client.post("/v1/estimates", json=body(**{"training.framework": framework}))
+    assert answer.status_code == 200, answer.text
+    assert (ALLOCATOR_HEADROOM_NOTE in answer.json()["assumptions"]) is noted

@@ -653,10 +653,17 @@ def _context_memo(memos: dict[str, dict[_K, _V]], context: str) -> dict[_K, _V]:
     ``_MEMO_CONTEXTS_MAX`` contexts (bounded memory)."""
     memo = memos.get(context)
     if memo is None:
-        if len(memos) >= _MEMO_CONTEXTS_MAX:
-            memos.clear()
-        memo = memos[context] = {}
+        memo = _remember(memos, context, {}, _MEMO_CONTEXTS_MAX)
     return memo
+
+
+def _remember(memo: dict[_K, _V], key: _K, value: _V, size: int) -> _V:
+    """``memo[key] = value``, the memo emptied first once it holds ``size`` entries (bounded
+    memory); returns ``value``."""
+    if len(memo) >= size:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 def _facts_memo(job: SizedJob, options: Options) -> dict[int, _OfferFacts]:
@@ -698,12 +705,10 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
     ``price_all``'s memo of ``_offer_facts`` for this job and request, by the offer's identity
     (the entry holds the offer, so its id is not reused while it lives)."""
     known = None if facts is None else facts.get(id(offer))
-    if known is None or known[0] is not offer:
+    if known is None or known[0] is not offer:  # by identity; the entry holds the offer
         known = _offer_facts(job, offer, options)
         if facts is not None:
-            if len(facts) >= _facts_memo_size:
-                facts.clear()
-            facts[id(offer)] = known
+            _remember(facts, id(offer), known, _facts_memo_size)
     _, loss, basis, flags, carbon, priced = known
     amounts = None
     if priced is not None:
@@ -1032,17 +1037,14 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
                 # ``evaluate``, with the rules on the offer kept across quotes of new figures.
                 kept = fixed_memo.get((fixed, a.instances))
                 if kept is None:
-                    kept = _fixed_rules(line, policy, today, a.instances, misfit)
-                    if len(fixed_memo) >= _fixed_memo_size:
-                        fixed_memo.clear()
-                    fixed_memo[(fixed, a.instances)] = kept
+                    kept = _remember(fixed_memo, (fixed, a.instances),
+                                     _fixed_rules(line, policy, today, a.instances, misfit),
+                                     _fixed_memo_size)
                 where, first, last = kept
                 head, tail = _money_rules(a, where, line.currency, policy, options)
                 rules = head + first + tail + last
             rank = OUTCOME_RANK[_worst(rules)]
-            if len(memo) >= _rules_memo_size:
-                memo.clear()
-            memo[key] = (a, rules, rank)
+            _remember(memo, key, (a, rules, rank), _rules_memo_size)
         within = None if budget is None else a is not None and a.total <= budget
         meets = None if deadline_s is None else a is not None and a.wall_clock_s <= deadline_s
         if _owned:
@@ -1178,11 +1180,8 @@ def price_all(
             if offer.accelerator != job.accelerator:
                 continue
             fit = fits.get(id(offer))
-            if fit is None or fit[0] is not offer:
-                fit = _fit(job, offer)
-                if len(fits) >= _facts_memo_size:
-                    fits.clear()
-                fits[id(offer)] = fit
+            if fit is None or fit[0] is not offer:  # by identity; the entry holds the offer
+                fit = _remember(fits, id(offer), _fit(job, offer), _facts_memo_size)
             _, misfit, refusal = fit
             if refusal is not None and policy.require_node_fit:
                 rejected.append(refusal)

@@ -37,7 +37,7 @@ from service.core.specs import (
     TrainingSpec,
     validate_plan,
 )
-from service.core.timing import EAGER_ELEMENTWISE_STACKS, StepTime, step_time
+from service.core.timing import StepTime, runs_eager, step_time
 from service.core.units import GRAMS_PER_KG, JOULES_PER_KWH, SECONDS_PER_HOUR, bytes_to_gib
 
 
@@ -262,6 +262,6 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
         notes.append(GRADIENTS_FREED_NOTE)
     if layout.caching_allocator:
         notes.append(ALLOCATOR_HEADROOM_NOTE)
-    if training.torch_compile is False and training.framework in EAGER_ELEMENTWISE_STACKS:
+    if runs_eager(training):
         notes.append(EAGER_NOTE)
     return tuple(notes)

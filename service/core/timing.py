@@ -65,6 +65,14 @@ EAGER_ELEMENTWISE_STACKS = frozenset({Framework.TORCHTITAN, Framework.FSDP})
 torchtitan (``--compile`` off by default; Liang et al. 2024, torchtitan, section 2.2) and
 FSDP trainers. Megatron-Core ships fused kernels (RMSNorm, SwiGLU, rotary, bias-dropout-add),
 MaxText is always XLA-compiled, and DeepSpeed and unknown stacks are fitted as they come."""
+
+
+def runs_eager(training: TrainingSpec) -> bool:
+    """Whether the step's elementwise work is unfused: ``torch_compile`` stated False on a stack
+    of ``EAGER_ELEMENTWISE_STACKS`` (its passes times ``eager_elementwise_multiplier``)."""
+    return training.torch_compile is False and training.framework in EAGER_ELEMENTWISE_STACKS
+
+
 ACTIVATION_COMM_BYTES = 2.0
 """Activations and their gradients travel in bf16 (also in FP8 recipes)."""
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
@@ -308,7 +316,7 @@ def _micro_batch_time(
     elementwise_s = (
         cal.elementwise_passes * per_micro_batch_bytes * passes / 3.0 / acc.hbm_bytes_per_s
     )
-    if training.torch_compile is False and training.framework in EAGER_ELEMENTWISE_STACKS:
+    if runs_eager(training):
         elementwise_s = elementwise_s * cal.eager_elementwise_multiplier
     compute_s = (linear_s + logits_s + attention_s + elementwise_s) / cal.stack_efficiency_for(
         training.framework)

@@ -241,7 +241,7 @@ def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> dic
     """Each named engine fitted on its dense rows in ``rows`` (prior when it has none), and
     ``unknown`` the conservative of them. Rows run as ``unknown`` fit nothing. MoE rows are
     evaluated but fit nothing (decision 144): the published MoE runs (DeepSeek-R1 on vLLM and
-    SGLang, early 2025) run 2-5x below the model, a gap one efficiency per engine cannot
+    SGLang, early 2025) run 2.8-5.8x below the model, a gap one efficiency per engine cannot
     absorb without making every dense row 20-40% pessimistic."""
     table: dict[s.Engine, s.EngineEfficiency] = dict(s.ENGINE_PRIORS)
     for engine in NAMED:

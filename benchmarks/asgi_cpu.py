@@ -7,7 +7,9 @@ adds (HTTP parsing, the socket) is the same for both and is left out, so the fig
 what this service adds to each request. ``--profile PATH`` writes a cProfile of the service
 requests (read it with ``python -m pstats PATH``; ``benchmarks/profile.md`` summarises one).
 
-Scenarios: ``estimates`` (the documented example body), ``offers`` (the load benchmark's
+Scenarios: ``estimates`` (the documented example body, sent again and again: after the first
+it is answered from the estimate memo), ``estimates-varied`` (the same body with a random
+``training.tokens`` per request, so the memo never hits), ``offers`` (the load benchmark's
 filtered page, warm page cache), ``offers-cold`` (the same page built every time),
 ``quotes`` (the load benchmark's quote, unique Idempotency-Keys) and ``quotes-varied`` (the
 same quote with a different ``gpu_hours`` on every request, so that no line's figures repeat
@@ -150,6 +152,14 @@ def varied_quote() -> bytes:
     return json.dumps(body).encode()
 
 
+def varied_estimate() -> bytes:
+    """The documented estimate with a random token count: a body the estimate memo has not
+    seen, so the request is parsed, validated, modelled and serialised."""
+    body = json.loads(json.dumps(ESTIMATE_EXAMPLE))
+    body["training"]["tokens"] = random.randint(10**9, 10**13)
+    return json.dumps(body).encode()
+
+
 def run_thread_work_inline() -> None:
     """Run what FastAPI hands to the thread pool in the calling thread, so that a cProfile
     of the event loop's thread sees it (the CPU figures are then single-threaded too)."""
@@ -173,6 +183,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     scenarios: dict[str, tuple[Any, ...]] = {
         "estimates": ("POST", "/v1/estimates", json.dumps(ESTIMATE_EXAMPLE).encode(), (), False,
                       "POST", "/bare-async", b'{"a": 1}'),
+        "estimates-varied": ("POST", "/v1/estimates", varied_estimate, (), False,
+                             "POST", "/bare-async", b'{"a": 1}'),
         "offers": ("GET", OFFERS_PATH, b"", auth, False, "GET", "/bare-async", b""),
         "offers-cold": ("GET", OFFERS_PATH, b"", auth, False, "GET", "/bare-async", b""),
         "quotes": ("POST", "/v1/quotes", json.dumps(QUOTE_BODY).encode(), auth, True,
@@ -185,7 +197,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for name in args.scenarios:
             method, path, body, headers, fresh, bare_method, bare_path, bare_body = \
                 scenarios[name]
-            count = args.count if name in ("estimates", "offers") else max(20, args.count // 20)
+            count = (args.count if name in ("estimates", "estimates-varied", "offers")
+                     else max(20, args.count // 20))
             # offers-cold: every request builds its page (the page cache is emptied first).
             before = app.state.offer_pages._pages.clear if name == "offers-cold" else None
             await measure(app, method, path, body, max(5, count // 10), headers, fresh, before)
@@ -212,7 +225,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             "database_cpu_ms": (None if database_ms is None
                                                 else round(database_ms, 3))}
             database = "" if database_ms is None else f"  database {database_ms:6.3f} ms CPU"
-            print(f"{name:13s} status {status}  {size:>7d} B  service {service_ms:7.3f} ms CPU"
+            print(f"{name:16s} status {status}  {size:>7d} B  service {service_ms:7.3f} ms CPU"
                   f"  bare async {bare_ms:6.3f} ms  bare/service {bare_ms / service_ms:5.3f}"
                   f"{database}")
     return report
@@ -221,15 +234,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                        help="estimates, offers, offers-cold, quotes, quotes-varied "
-                             "(default: all but quotes-varied)")
+                        help="estimates, estimates-varied, offers, offers-cold, quotes, "
+                             "quotes-varied (default: estimates, offers, offers-cold, quotes)")
     parser.add_argument("--count", type=int, default=2000, help="requests per scenario")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--profile", type=Path, default=None,
                         help="write cProfile stats to PATH.<scenario>")
     args = parser.parse_args(argv)
-    unknown = set(args.scenarios) - {"estimates", "offers", "offers-cold", "quotes",
-                                     "quotes-varied"}
+    unknown = set(args.scenarios) - {"estimates", "estimates-varied", "offers", "offers-cold",
+                                     "quotes", "quotes-varied"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     args.scenarios = args.scenarios or ["estimates", "offers", "offers-cold", "quotes"]

@@ -41,7 +41,11 @@ class AcceleratorCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._specs: dict[str, AcceleratorSpec] | None = None
+        self._last: dict[str, AcceleratorSpec] | None = None
         self._loaded_at = 0.0
+        self.generation = 0
+        """Counts the loads whose specs differed from the load before; answers computed from
+        the specs (the estimate memo, ``service/api/fast.py``) are keyed by it."""
         self.hits = 0
         self.misses = 0
         """Reads answered from memory, and reads that went to the database (metrics)."""
@@ -61,6 +65,9 @@ class AcceleratorCache:
                     if specs is None:
                         raise
                 else:
+                    if specs != self._last:
+                        self.generation += 1
+                        self._last = specs
                     self._specs, self._loaded_at = specs, self._clock()
             else:
                 self.hits += 1

@@ -21,6 +21,12 @@ model, any dependency override (tests, ``cq --local``), and every request while 
 on (the FastAPI instrumentation makes the server span). The fast path therefore never writes
 an error of its own; ``tests/api/test_fast_path.py`` holds its answers equal to the routes',
 byte for byte, with the layer on and off.
+
+An estimate is a pure function of the body, the accelerator specs and the wall-clock horizon
+setting, so the answers to the last valid bodies are kept by their exact bytes
+(``EstimateMemo``, decision 148): a body sent again (a portal reloading a page, a procurement
+check run each morning, a load test) is answered without being parsed, validated, modelled or
+serialised again. A body that differs by one byte is a new body.
 """
 
 from __future__ import annotations
@@ -65,14 +71,86 @@ class _RouteName:
 ROUTES = {ESTIMATES: _RouteName(ESTIMATES), OFFERS: _RouteName(OFFERS)}
 
 
+class EstimateMemo:
+    """The answers to the most recent valid ``POST /v1/estimates`` bodies, keyed by the
+    body's exact bytes (module docstring; decision 148).
+
+    An entry holds the accelerator cache's ``generation`` and the horizon (seconds) it was
+    computed with, and is used only while both are unchanged: the estimate reads nothing else
+    (the core reads no clock, no environment and no database). Bounded in entries and in
+    bytes (keys plus answers); the oldest entry goes first. Bodies longer than
+    ``max_body_bytes`` are not kept. Only bodies the fast path answered are kept, so a body
+    in the memo has passed the body-limit layer's duplicate-key check: that layer asks
+    ``known`` and skips parsing such a body again. Runs on the event loop only."""
+
+    __slots__ = (
+        "_bytes",
+        "_entries",
+        "hits",
+        "max_body_bytes",
+        "max_bytes",
+        "max_entries",
+        "misses",
+    )
+
+    def __init__(self, max_entries: int = 4096, max_bytes: int = 32 * 1024 * 1024,
+                 max_body_bytes: int = 16 * 1024) -> None:
+        self._entries: dict[bytes, tuple[int, float, bytes]] = {}
+        self._bytes = 0
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_body_bytes = max_body_bytes
+        self.hits = 0
+        self.misses = 0
+        """Counts read by the cache metrics (``computequote_cache_hits_total``)."""
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def known(self, body: bytes) -> bool:
+        """Whether ``body``, byte for byte, was answered before (and so repeats no key)."""
+        return body in self._entries
+
+    def get(self, body: bytes, generation: int, horizon_s: float) -> bytes | None:
+        entry = self._entries.get(body)
+        if entry is None or entry[0] != generation or entry[1] != horizon_s:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return entry[2]
+
+    def put(self, body: bytes, generation: int, horizon_s: float, answer: bytes) -> None:
+        if self.max_entries <= 0 or len(body) > self.max_body_bytes:
+            return
+        size = len(body) + len(answer)
+        if size > self.max_bytes:
+            return
+        entries = self._entries
+        old = entries.pop(body, None)
+        if old is not None:
+            self._bytes -= len(body) + len(old[2])
+        while entries and (len(entries) >= self.max_entries
+                           or self._bytes + size > self.max_bytes):
+            oldest = next(iter(entries))
+            self._bytes -= len(oldest) + len(entries.pop(oldest)[2])
+        entries[body] = (generation, horizon_s, answer)
+        self._bytes += size
+
+
 class FastPaths:
     """Answers valid estimates and cached offers pages (module docstring)."""
 
-    def __init__(self, app: ASGIApp, *, fastapi_app: Any, enabled: bool = True) -> None:
+    def __init__(self, app: ASGIApp, *, fastapi_app: Any, enabled: bool = True,
+                 memo: EstimateMemo | None = None) -> None:
         self.app = app
         self.fastapi = fastapi_app
         """The FastAPI application: its ``state`` (settings, caches) and its overrides."""
         self.enabled = enabled
+        self.memo = memo if memo is not None else EstimateMemo(max_entries=0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not (self.enabled and scope["type"] == "http"
@@ -115,17 +193,25 @@ class FastPaths:
         object), else it is parsed here."""
         state = self.fastapi.state
         accelerators = state.accelerators
+        if not accelerators.fresh():
+            return None  # the route reads the catalogue, in the pool
+        generation = accelerators.generation
+        horizon_s = state.settings.max_reasonable_train_days * SECONDS_PER_DAY
+        answer = self.memo.get(raw, generation, horizon_s)
+        if answer is not None:
+            return answer
         try:
             request = EstimateRequest.model_validate(json.loads(raw) if parsed is None
                                                      else parsed)
-            if request.parallelism.auto_dimensions() or not accelerators.fresh():
+            if request.parallelism.auto_dimensions():
                 return None
-            response = _estimate_response(
-                request, accelerators,
-                state.settings.max_reasonable_train_days * SECONDS_PER_DAY)
+            response = _estimate_response(request, accelerators, horizon_s)
         except Exception:  # the route answers every failure, as documented
             return None
-        return bytes(response.body)
+        answer = bytes(response.body)
+        if accelerators.generation == generation:
+            self.memo.put(raw, generation, horizon_s, answer)
+        return answer
 
     def _offers(self, scope: Scope) -> bytes | None:
         """The cached page ``list_offers`` would answer, or None (module docstring)."""

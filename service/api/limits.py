@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -70,10 +71,14 @@ class BodySizeLimitMiddleware:
     def __init__(
         self, app: ASGIApp, *, max_body_bytes: int, body_timeout_s: float,
         path_limits: dict[str, int] | None = None,
+        known_bodies: dict[str, Callable[[bytes], bool]] | None = None,
     ) -> None:
         """``path_limits``: a larger limit for an exact path, or for every path under a key
-        that ends with ``/``."""
+        that ends with ``/``. ``known_bodies``: per exact path, whether a body was answered
+        before byte for byte (``EstimateMemo.known``), so that it passed the duplicate-key
+        check then and is not parsed again."""
         self.app = app
+        self.known_bodies = known_bodies or {}
         self.max_body_bytes = max_body_bytes
         self.path_limits = {k: v for k, v in (path_limits or {}).items()
                             if not k.endswith("/")}
@@ -123,7 +128,8 @@ class BodySizeLimitMiddleware:
                        "(CQ_BODY_TIMEOUT_S)", headers=[(b"connection", b"close")])
             return
         body = b"".join(chunks)
-        if _repeats_a_key(scope, body):
+        known = self.known_bodies.get(scope.get("path", ""))
+        if (known is None or not known(body)) and _repeats_a_key(scope, body):
             await send_problem(
                 scope, send, status=422, kind="validation-error",
                 title="Request validation failed",

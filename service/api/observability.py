@@ -384,6 +384,10 @@ def _new_request_id() -> str:
     return f"{_ID_PREFIX}{next(_id_counter):016x}"
 
 
+MAX_LABEL_SETS = 1024
+"""Labelled metric children kept by the request middleware; past it the cache starts again
+(the children themselves stay registered: only the shortcut to them is dropped)."""
+
 WARM_UP_HEADER = "x-computequote-warm-up"
 """Requests the process sends itself at start-up carry its random token here: they are not
 counted in the metrics nor logged (a client cannot know the token)."""
@@ -399,6 +403,9 @@ class RequestContextMiddleware:
         self.metrics = metrics
         self.internal = internal_token.encode()
         self.tracer = tracer
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        """The labelled counter and histogram of each (method, route, status) seen: looking
+        them up by their labels took two of the middleware's microseconds per request."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -444,8 +451,18 @@ class RequestContextMiddleware:
         route = getattr(scope.get("route"), "path", None) or (
             "/static" if path.startswith("/static/") else "unmatched")
         method = scope.get("method", "")
-        self.metrics.requests.labels(method, route, str(status)).inc()
-        self.metrics.latency.labels(method, route).observe(elapsed)
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            if len(self._children) >= MAX_LABEL_SETS:
+                self._children.clear()
+            children = self._children[key] = (
+                self.metrics.requests.labels(method, route, str(status)),
+                self.metrics.latency.labels(method, route))
+        children[0].inc()
+        children[1].observe(elapsed)
+        if not access_logger.isEnabledFor(logging.INFO):
+            return
         client = scope.get("client")
         access_logger.info("request", extra={
             "request_id": request_id, "method": method, "route": route,

@@ -229,3 +229,48 @@ class TestLogContext:
         failed = next(line for line in lines
                       if line["message"] == "Exception in ASGI application")
         assert "RuntimeError: boom" in failed["exception"]
+
+
+def test_request_metrics_stay_exact_past_the_label_shortcut_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The middleware keeps a shortcut to each labelled child; when the shortcut table is
+    full it starts again, and every request is still counted once, under its own labels."""
+    from service.api import observability
+
+    monkeypatch.setattr(observability, "MAX_LABEL_SETS", 4)
+    metrics = Metrics()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": int(scope["path"][1:]),
+                    "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    layer = RequestContextMiddleware(app, metrics=metrics)
+
+    async def call(status: int) -> None:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        async def send(_message: Any) -> None:
+            return None
+
+        await layer({"type": "http", "method": "GET", "path": f"/{status}", "headers": []},
+                    receive, send)
+
+    statuses = [200, 201, 204, 400, 404, 409, 422, 200, 404, 200]
+
+    async def run() -> None:
+        for status in statuses:
+            await call(status)
+
+    asyncio.run(run())
+    assert len(layer._children) <= 4
+    for status in set(statuses):
+        counted = metrics.registry.get_sample_value(
+            "computequote_http_requests_total",
+            {"method": "GET", "route": "unmatched", "status": str(status)})
+        assert counted == statuses.count(status), status
+    observed = metrics.registry.get_sample_value(
+        "computequote_http_request_duration_seconds_count", {"method": "GET", "route": "unmatched"})
+    assert observed == len(statuses)

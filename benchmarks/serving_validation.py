@@ -59,11 +59,14 @@ from service.core.specs import AcceleratorSpec, ModelSpec
 DATA = Path(__file__).resolve().parent / "data" / "serving-runs.csv"
 MODELS = {"Llama-3.1-8B": "llama3.1-8b", "Meta-Llama-3.1-8B": "llama3.1-8b",
           "Llama-3.1-70B": "llama3.1-70b", "Llama-3.3-70B": "llama3.1-70b",
+          "Meta-Llama-3-70B": "llama3.1-70b",
           "Llama-2-7B": "llama2-7b", "Llama-2-13B": "llama2-13b", "Llama-2-70B": "llama2-70b",
           "Llama-3.1-405B": "llama3.1-405b", "Mixtral-8x7B": "mixtral-8x7b",
           "DeepSeek-V3": "deepseek-v3", "DeepSeek-R1": "deepseek-v3"}
-"""Row model -> preset (a row's model is matched by prefix). Llama 3.3 70B has Llama 3.1 70B's
-architecture and DeepSeek-R1 has DeepSeek-V3's (their model cards)."""
+"""Row model -> preset (a row's model is matched by prefix). Llama 3.3 70B and Llama 3 70B have
+Llama 3.1 70B's architecture (their public configs: 80 layers, hidden 8192, 64 heads, 8 KV heads,
+FFN 28672, vocabulary 128256; only the RoPE scaling and context length differ, which no preset
+models) and DeepSeek-R1 has DeepSeek-V3's (their model cards)."""
 ENGINES = {"vllm": s.Engine.VLLM, "sglang": s.Engine.SGLANG, "trtllm": s.Engine.TRTLLM}
 """Anything else (``other``: NVIDIA NIM, MangoBoost, ...) is run as ``unknown``."""
 NAMED = (s.Engine.TRTLLM, s.Engine.SGLANG, s.Engine.VLLM)

@@ -131,16 +131,29 @@ starts from (its "before" figures, and every leave-one-source-out fold without t
 engine's rows)."""
 
 ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
-    Engine.TRTLLM: ENGINE_PRIORS[Engine.TRTLLM],
+    Engine.TRTLLM: EngineEfficiency(
+        hbm_fraction=0.95, compute_fraction=0.50, step_overhead_s=3.0e-3,
+        gpu_memory_fraction=0.90,
+        basis="fitted on 5 rows of 1 document: TensorRT-LLM docs: Performance Tuning Guide "
+              "(case study Llama-3.3-70B TP4 on 4 x H100-SXM-80GB; TensorRT-LLM 0.16.0), "
+              "2,048 in / 2,048 out: the batch-1 latency runs of the tuned bf16 engine, the FP8 "
+              "engine, the FP8 engine with FP8 KV cache and the tuned FP8 engine (output tokens/s "
+              "= 2,048 / (TTFT + 2,047 x ITL), mean TTFT and ITL; rows "
+              "trtllm_tuneguide_l33_70b_h100x4_bf16_mbs512_b1_2048_2048, "
+              "trtllm_tuneguide_l33_70b_h100x4_fp8_b1_2048_2048, "
+              "trtllm_tuneguide_l33_70b_h100x4_fp8_fp8kv_b1_2048_2048 and "
+              "trtllm_tuneguide_l33_70b_h100x4_fp8_tuned_b1_2048_2048) and the bf16 engine with "
+              "max batch size 64 (1,000 requests through fixed batches of 64; row "
+              "trtllm_tuneguide_l33_70b_h100x4_bf16_mbs64_1000x2048_2048)"),
     Engine.SGLANG: ENGINE_PRIORS[Engine.SGLANG],
     Engine.VLLM: EngineEfficiency(
-        hbm_fraction=0.95, compute_fraction=0.55, step_overhead_s=3.0e-3,
+        hbm_fraction=0.92, compute_fraction=0.55, step_overhead_s=3.0e-3,
         gpu_memory_fraction=0.90,
-        basis="fitted on 7 rows of 2 documents: vLLM blog: The State of FP8 KV-Cache and "
+        basis="fitted on 11 rows of 3 documents: vLLM blog: The State of FP8 KV-Cache and "
               "Attention Quantization in vLLM (2026-04-22), Table 4 (Llama 3.1 8B, 1 H100, "
               "concurrency 8, ~20k in / ~2k out, bf16 and fp8 KV; output tokens/s, median TPOT "
               "and TTFT; rows vllmblog_fp8kv_llama8b_bf16kv_c8 and "
-              "vllmblog_fp8kv_llama8b_fp8kv_c8), and AMD ROCm developer hub: Performance results "
+              "vllmblog_fp8kv_llama8b_fp8kv_c8); AMD ROCm developer hub: Performance results "
               "(vLLM on Instinct MI300X), Latency tables of the vLLM 0.9.1 and 0.10.2 containers "
               "(Llama 3.1 70B FP8, TP8 on 8 MI300X, batch 1-4, 128 in / 2,048 out; output "
               "tokens/s = batch x 2,048 / published latency; rows "
@@ -148,9 +161,14 @@ ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
               "amd_mi300x_l31_70b_fp8_tp8_v091_b2_128_2048, "
               "amd_mi300x_l31_70b_fp8_tp8_v0102_b1_128_2048, "
               "amd_mi300x_l31_70b_fp8_tp8_v0102_b2_128_2048 and "
-              "amd_mi300x_l31_70b_fp8_tp8_v0102_b4_128_2048)"),
+              "amd_mi300x_l31_70b_fp8_tp8_v0102_b4_128_2048); and vLLM's performance-benchmark "
+              "CI (Buildkite builds 9513 and 9523), Latency tests (Llama 3.1 8B TP1 and Llama 3 "
+              "70B TP4 on H200 and A100-SXM4-80GB, bf16, batch 8, 32 in / 128 out; output "
+              "tokens/s = 8 x 128 / mean latency; rows vllmci_h200_llama8b_tp1_b8_32_128, "
+              "vllmci_h200_llama70b_tp4_b8_32_128, vllmci_a100_llama8b_tp1_b8_32_128 and "
+              "vllmci_a100_llama70b_tp4_b8_32_128)"),
     Engine.UNKNOWN: EngineEfficiency(
-        hbm_fraction=0.75, compute_fraction=0.55, step_overhead_s=3.0e-3,
+        hbm_fraction=0.75, compute_fraction=0.50, step_overhead_s=3.0e-3,
         gpu_memory_fraction=0.88,
         basis="conservative: per parameter the least efficient of trtllm, sglang and vllm "
               "(lowest HBM and compute fractions, highest step overhead, smallest memory "
@@ -158,11 +176,12 @@ ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
 }
 """What the model uses. Fitted per named engine by ``benchmarks/serving_validation.py``
 (grid search on the squared log error of output tokens/s, TPOT and TTFT over the evaluable
-rows of ``benchmarks/data/serving-runs.csv`` run with that engine); ``trtllm`` and
-``sglang`` have no evaluable row yet and keep their priors; ``unknown`` is the conservative
-combination of the three named engines, never fitted (the NVIDIA NIM rows, whose engine is
-not stated, and the LMDeploy TurboMind rows are evaluated with it and fit nothing). The
-leave-one-source-out accuracy is in docs/serving.md;
+rows of ``benchmarks/data/serving-runs.csv`` run with that engine); ``sglang`` has no
+evaluable dense row yet and keeps its prior (its one dense document, DataCrunch's H200
+runs, sends every request at once and does not state how many ran together);
+``unknown`` is the conservative combination of the three named engines, never fitted (the
+NVIDIA NIM rows, whose engine is not stated, and the LMDeploy TurboMind rows are evaluated
+with it and fit nothing). The leave-one-source-out accuracy is in docs/serving.md;
 ``tests/core/test_serving_validation.py`` checks this table equals the benchmark's in-sample
 fit."""
 

@@ -119,7 +119,9 @@ def test_sizing_adds_replicas_with_load_and_says_when_an_slo_cannot_be_met() -> 
     hopeless = s.serve(L70, d, traffic(mode=s.TrafficMode.ONLINE, requests_per_s=2.0,
                                        slo=s.Slo(tpot_p99_s=floor / 2)))
     assert hopeless.meets_slo is False
-    assert hopeless.replicas < 10
+    # Sizing stops once a replica is near idle (load x prefill < 1 %), far below MAX_REPLICAS:
+    # 10 replicas at 2 req/s with the fitted TensorRT-LLM prefill of 1,024 tokens (48 ms).
+    assert hopeless.replicas <= 10
 
 
 def test_a_model_too_big_for_the_replica_does_not_fit_and_says_so() -> None:

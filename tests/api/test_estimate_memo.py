@@ -15,20 +15,10 @@ from sqlalchemy import Engine
 
 from service.api.fast import EstimateMemo
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
-from service.main import create_app
-from service.settings import Settings
-from tests.conftest import dispose
+from tests.api.test_fast_path import _app
 
 BODY = json.dumps(ESTIMATE_EXAMPLE).encode()
 JSON = {"content-type": "application/json"}
-
-
-def _app(engine: Engine, **settings: Any) -> Iterator[TestClient]:
-    url = engine.url.render_as_string(hide_password=False)
-    app = create_app(Settings(database_url=url, **settings))
-    with TestClient(app, raise_server_exceptions=False) as test_client:
-        yield test_client
-    dispose(app)
 
 
 @pytest.fixture

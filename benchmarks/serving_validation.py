@@ -34,6 +34,16 @@ is the highest of the sweep's points that meet it (``measured_capacity``), the m
 The error is model / published - 1; replicas for a load are ceil(QPS / that). The same
 tables are used as for throughput: priors, in sample, and each document's sweeps predicted
 by the table fitted without that document (``sizing_leave_one_source_out``).
+
+**Open-loop latency** is evaluated on the rows run open loop (``is_open_loop``: online, a
+stated offered ``requests_per_s``, no concurrency or batch), which fit nothing: ``serve()``
+runs in online mode at the row's own rate on one replica (the published deployment,
+``replicas=1``) and its p50 TTFT and p50 TPOT are compared with the published p50 columns
+(the median, or a mean where the row's notes say so); the error is model / published - 1.
+Rows where the model's replica saturates at that rate (an unstable queue: its TTFT grows
+without bound) are listed apart and kept out of the summaries. The tables are the
+throughput figure's: in sample, and for LOSO the table fitted without the row's document
+(``open_loop_leave_one_source_out``).
 """
 
 from __future__ import annotations
@@ -147,11 +157,20 @@ def skip_reason(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> str | 
         return "no output tokens/s"
     if not (row["prompt_tokens"] and row["output_tokens"]):
         return "prompt or output length not stated"
+    if is_open_loop(row):
+        return "open loop at a request rate (latency only, in the open-loop section)"
     if not (row["concurrency"] or row["batch_size"]):
         return "neither concurrency nor batch stated"
     if not row["tp"]:
         return "tensor parallelism not stated"
     return None
+
+
+def is_open_loop(row: Row) -> bool:
+    """Whether the row was run open loop: online at a stated offered request rate, with no
+    concurrency or batch (a closed loop's ``requests_per_s`` is what it achieved)."""
+    return (row["mode"] == "online" and bool(row["requests_per_s"])
+            and not row["concurrency"] and not row["batch_size"])
 
 
 def _setup(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> tuple[
@@ -456,6 +475,91 @@ def sizing_leave_one_source_out(
             for x in predict_sizing([w], tables[w.document], accelerators, kind)]
 
 
+# -- open-loop latency ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpenLoopResult:
+    """``serve()`` at a published open-loop rate (one replica) against the published p50s."""
+
+    row_id: str
+    document: str
+    engine: s.Engine
+    requests_per_s: float
+    capacity_requests_per_s: float
+    """The model's replica capacity at the largest batch that fits."""
+    saturated: bool
+    """The model's replica cannot serve the rate (an unstable queue)."""
+    batch: float
+    measured_ttft_s: float | None
+    predicted_ttft_s: float
+    measured_tpot_s: float | None
+    predicted_tpot_s: float
+
+    @property
+    def ttft_error(self) -> float | None:
+        if self.measured_ttft_s is None:
+            return None
+        return self.predicted_ttft_s / self.measured_ttft_s - 1.0
+
+    @property
+    def tpot_error(self) -> float | None:
+        if self.measured_tpot_s is None:
+            return None
+        return self.predicted_tpot_s / self.measured_tpot_s - 1.0
+
+
+def open_loop_skip_reason(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> str | None:
+    """Why an open-loop row (``is_open_loop``) cannot be evaluated, or None when it can."""
+    if _preset(row) is None:
+        return "model without a preset"
+    if row["accelerator"] not in accelerators:
+        return "accelerator not in the catalogue"
+    if row["weight_precision"] not in WEIGHTS:
+        return f"{row['weight_precision']} weights (no such weight precision)"
+    if not (row["prompt_tokens"] and row["output_tokens"]):
+        return "prompt or output length not stated"
+    if not row["tp"]:
+        return "tensor parallelism not stated"
+    if not math.isfinite(float(row["requests_per_s"])):
+        return "every request at once (rate inf): not an open loop"
+    if not (row["measured_ttft_s_p50"] or row["measured_tpot_s_p50"]):
+        return "neither TTFT nor TPOT stated"
+    return None
+
+
+def evaluate_open_loop(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> OpenLoopResult:
+    """``serve()`` in online mode at the row's own ``requests_per_s`` on one replica."""
+    model, deployment, prompt, output = _setup(row, accelerators)
+    rate = float(row["requests_per_s"])
+    estimate = s.serve(model, deployment, s.Traffic(
+        mode=s.TrafficMode.ONLINE, prompt=prompt, output=output, requests_per_s=rate),
+        replicas=1)
+    ttft, tpot = _stated(row, "ttft"), _stated(row, "tpot")
+    return OpenLoopResult(
+        row_id=row["id"], document=document(row), engine=deployment.engine,
+        requests_per_s=rate, capacity_requests_per_s=estimate.capacity_requests_per_s,
+        saturated=estimate.saturated, batch=estimate.batch,
+        measured_ttft_s=ttft, predicted_ttft_s=estimate.ttft_s.p50,
+        measured_tpot_s=tpot, predicted_tpot_s=estimate.tpot_s.p50)
+
+
+def predict_open_loop(rows: Sequence[Row], table: Table,
+                      accelerators: Mapping[str, AcceleratorSpec]) -> list[OpenLoopResult]:
+    with engine_table(table):
+        return [evaluate_open_loop(r, accelerators) for r in rows]
+
+
+def open_loop_leave_one_source_out(
+        rows: Sequence[Row], tables: Mapping[str, Table], fitted: Table,
+        accelerators: Mapping[str, AcceleratorSpec]) -> list[OpenLoopResult]:
+    """Each open-loop row predicted by the table fitted without its document: its fold in
+    ``tables`` (``fold_tables`` of the throughput figure) when the document also has rows in
+    the fit, else ``fitted`` (the in-sample table, which holds no row of that document,
+    since open-loop rows fit nothing)."""
+    return [x for r in rows
+            for x in predict_open_loop([r], tables.get(document(r), fitted), accelerators)]
+
+
 @dataclass(frozen=True)
 class Summary:
     rows: int
@@ -524,6 +628,7 @@ def main() -> int:
         out = [r.error for r in loso if r.document == doc]
         print(f"  {doc[:60]:60s}\n    {Summary.of(ins)} | {Summary.of(out)}")
     print_sizing(usable, table, tables, accelerators)
+    print_open_loop(rows, table, tables, accelerators)
     return 0
 
 
@@ -574,6 +679,68 @@ def print_sizing(usable: Sequence[Row], table: Table, tables: Mapping[str, Table
                 mine = [r for r in results if (r.sweep in moe_sweeps) is keep]
                 if mine and len(mine) < len(results):
                     print(f"      {name:19s} {Summary.of([r.error for r in mine])}")
+
+
+def _pct(x: float | None, width: int) -> str:
+    return f"{x:+{width}.1%}" if x is not None else " " * width
+
+
+def _ms(x: float | None, width: int) -> str:
+    return f"{x * 1e3:{width}.1f}" if x is not None else " " * width
+
+
+def print_open_loop(rows: Sequence[Row], table: Table, tables: Mapping[str, Table],
+                    accelerators: Mapping[str, AcceleratorSpec]) -> None:
+    """The open-loop latency figures: per row, then summaries of the rows the model can
+    serve (in sample and LOSO, TTFT and TPOT, all and per document)."""
+    candidates = [r for r in rows if is_open_loop(r)]
+    reasons = Counter(x for x in (open_loop_skip_reason(r, accelerators)
+                                  for r in candidates) if x)
+    good = [r for r in candidates if open_loop_skip_reason(r, accelerators) is None]
+    print("\nopen-loop latency: serve() online at the published request rate, one replica; "
+          "p50 against the published p50 column (median, or mean where noted); these rows "
+          "fit nothing")
+    print(f"  {len(good)} open-loop rows evaluated; {len(candidates) - len(good)} not: "
+          f"{dict(reasons)}")
+    if not good:
+        return
+    inside = predict_open_loop(good, table, accelerators)
+    loso = open_loop_leave_one_source_out(good, tables, table, accelerators)
+    print(f"  {'row':44s} {'req/s':>5s} {'cap':>5s} {'batch':>6s} {'TTFT ms':>8s} "
+          f"{'model':>8s} {'in':>7s} {'LOSO':>7s} {'TPOT ms':>7s} {'model':>6s} "
+          f"{'in':>7s} {'LOSO':>7s}")
+    for i, o in zip(inside, loso, strict=True):
+        if i.saturated:
+            continue
+        print(f"  {i.row_id[:44]:44s} {i.requests_per_s:5.2g} "
+              f"{i.capacity_requests_per_s:5.2f} {i.batch:6.1f} {_ms(i.measured_ttft_s, 8)} "
+              f"{_ms(i.predicted_ttft_s, 8)} {_pct(i.ttft_error, 7)} {_pct(o.ttft_error, 7)} "
+              f"{_ms(i.measured_tpot_s, 7)} {_ms(i.predicted_tpot_s, 6)} "
+              f"{_pct(i.tpot_error, 7)} {_pct(o.tpot_error, 7)}")
+    unstable = [(i, o) for i, o in zip(inside, loso, strict=True) if i.saturated or o.saturated]
+    if unstable:
+        print("  the model's replica saturates at the rate (unstable queue; not in the "
+              "summaries):")
+        for i, o in unstable:
+            print(f"    {i.row_id[:44]:44s} {i.requests_per_s:5.2g} req/s > capacity "
+                  f"{i.capacity_requests_per_s:.2f} in sample, {o.capacity_requests_per_s:.2f}"
+                  f" LOSO; published TTFT {_ms(i.measured_ttft_s, 0).strip()} ms, "
+                  f"TPOT {_ms(i.measured_tpot_s, 0).strip()} ms")
+    stable = {i.row_id for i, o in zip(inside, loso, strict=True)
+              if not (i.saturated or o.saturated)}
+    for metric in ("ttft", "tpot"):
+        print(f"  {metric.upper()} p50, |error| (rows the model serves):")
+        for name, results in (("in sample", inside), ("leave one source out", loso)):
+            errors = [e for r in results if r.row_id in stable
+                      for e in [r.ttft_error if metric == "ttft" else r.tpot_error]
+                      if e is not None]
+            print(f"    {name:21s} {Summary.of(errors) if errors else 'no row'}")
+        for doc in sorted({r.document for r in inside if r.row_id in stable}):
+            errors_by = [[e for r in results if r.row_id in stable and r.document == doc
+                          for e in [r.ttft_error if metric == "ttft" else r.tpot_error]
+                          if e is not None] for results in (inside, loso)]
+            print(f"    {doc[:70]}\n      " + " | ".join(
+                str(Summary.of(e)) if e else "no row" for e in errors_by))
 
 
 if __name__ == "__main__":

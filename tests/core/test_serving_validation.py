@@ -3,6 +3,7 @@ never fits on the source it predicts, and the shipped engine table is the in-sam
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from benchmarks import serving_validation as v
@@ -254,3 +255,78 @@ def test_sizing_loso_sizes_each_sweep_with_the_table_fitted_without_its_document
     assert loso == v.predict_sizing(good, dict(s.ENGINE_PRIORS), ACC)
     assert loso != v.predict_sizing(good, dict(s.ENGINE_EFFICIENCY), ACC)
     assert [r.level for r in loso] == [r["id"] for r in good[0].rows]
+
+
+# -- open-loop latency ------------------------------------------------------------------------
+
+OPEN = [r for r in ROWS if v.is_open_loop(r) and v.open_loop_skip_reason(r, ACC) is None]
+SATURATED = {"dc_sglang_l33_70b_h200x4_rand1024_1024_qps16",
+             "dc_sglang_l31_405b_h200x8_rand1024_1024_qps8"}
+
+
+def test_open_loop_rows_fit_nothing() -> None:
+    assert len(OPEN) >= 13
+    # None is evaluable for the fit, so the rows the fit sees are the same without them ...
+    assert all(v.skip_reason(r, ACC) is not None for r in OPEN)
+    without = [r for r in ROWS if not v.is_open_loop(r)]
+    assert [r for r in without if v.skip_reason(r, ACC) is None] == USABLE
+    # ... and the shipped table (the in-sample fit, checked above) names none of them.
+    for eff in s.ENGINE_EFFICIENCY.values():
+        assert not any(r["id"] in eff.basis for r in OPEN)
+    # A closed loop's achieved requests/s does not make a row open loop.
+    closed = next(r for r in USABLE if r["concurrency"] and r["requests_per_s"])
+    assert not v.is_open_loop(closed)
+
+
+def test_each_open_loop_row_is_serve_at_its_own_rate_on_one_replica() -> None:
+    results = v.predict_open_loop(OPEN, s.ENGINE_EFFICIENCY, ACC)
+    assert [r.row_id for r in results] == [r["id"] for r in OPEN]
+    rates = set()
+    for row, result in zip(OPEN, results, strict=True):
+        model, deployment, prompt, output = v._setup(row, ACC)
+        rate = float(row["requests_per_s"])
+        rates.add(rate)
+        estimate = s.serve(model, deployment, s.Traffic(
+            mode=s.TrafficMode.ONLINE, prompt=prompt, output=output, requests_per_s=rate),
+            replicas=1)
+        assert result.requests_per_s == rate
+        assert (result.predicted_ttft_s, result.predicted_tpot_s, result.saturated) == (
+            estimate.ttft_s.p50, estimate.tpot_s.p50, estimate.saturated)
+        assert estimate.replicas == 1
+        assert estimate.requests_per_s == rate
+        assert result.measured_ttft_s == float(row["measured_ttft_s_p50"])
+        assert result.measured_tpot_s == float(row["measured_tpot_s_p50"])
+        # "unstable" is exactly a rate above the model's replica capacity
+        assert result.saturated == (rate > result.capacity_requests_per_s)
+    assert len(rates) >= 3  # a sweep, not one load
+    assert {r.row_id for r in results if r.saturated} == SATURATED
+    # The rate is what moves the answer: one deployment's TPOT grows with it.
+    sweep = [r for r in results if r.row_id.startswith("dc_sglang_l33_70b_h200x4_rand")
+             and not r.saturated]
+    tpots = [r.predicted_tpot_s for r in sorted(sweep, key=lambda r: r.requests_per_s)]
+    assert len(tpots) == 4
+    assert tpots == sorted(tpots)
+    assert tpots[-1] > 1.5 * tpots[0]
+
+
+def test_open_loop_loso_predicts_with_the_fold_without_the_row_s_document() -> None:
+    row = OPEN[0]
+    assert row["engine"] == "sglang"
+    fold = {**s.ENGINE_EFFICIENCY, s.Engine.SGLANG: dataclasses.replace(
+        s.ENGINE_EFFICIENCY[s.Engine.SGLANG], hbm_fraction=0.5)}
+    tables = {v.document(row): fold}
+    fitted = dict(s.ENGINE_EFFICIENCY)
+    (held,) = v.open_loop_leave_one_source_out([row], tables, fitted, ACC)
+    assert held == v.predict_open_loop([row], fold, ACC)[0]
+    assert held != v.predict_open_loop([row], fitted, ACC)[0]
+    # A document with no row in the fit has no fold: the in-sample table never saw it.
+    other = {**row, "source": "Another document, table 2"}
+    (rest,) = v.open_loop_leave_one_source_out([other], tables, fitted, ACC)
+    assert rest == v.predict_open_loop([other], fitted, ACC)[0]
+
+
+def test_an_all_at_once_rate_is_not_evaluated_as_an_open_loop() -> None:
+    burst = {**OPEN[0], "requests_per_s": "inf"}
+    assert v.is_open_loop(burst)
+    assert v.open_loop_skip_reason(burst, ACC) == (
+        "every request at once (rate inf): not an open loop")

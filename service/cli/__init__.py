@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from service.catalog.scopes import SCOPES
 from service.cli import commands, tables
@@ -47,7 +48,7 @@ app.add_typer(quotes_app, name="quotes")
 commands.register(app)
 commands.register_catalog(catalog_app)
 commands.register_quotes(quotes_app)
-err = Console(stderr=True)
+err = Console(stderr=True, markup=False, emoji=False)  # printed as written (commands.py)
 
 
 def _print_version(value: bool) -> None:
@@ -71,7 +72,7 @@ def _root(
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(Text.assemble(("error:", "bold red"), " ", message))
     return typer.Exit(code=1)
 
 
@@ -126,7 +127,8 @@ def keys_create(
             scopes = row.scopes
     except (ValueError, CatalogError) as exc:
         raise _fail(str(exc)) from None
-    err.print(f"created key [bold]{name}[/] with scopes {scopes}; it is shown only once:")
+    err.print(Text.assemble("created key ", (name, "bold"),
+                            f" with scopes {scopes}; it is shown only once:"))
     print(key)
 
 

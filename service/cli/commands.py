@@ -26,6 +26,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.table import Table
+from rich.text import Text
 
 from service.api import presentation as fmt
 from service.cli import report
@@ -167,8 +168,11 @@ class _Screen(Console):
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]
 
 
-out = _Screen()
-err = Console(stderr=True)
+# Text from the service (warnings, problem details, offer names, policy messages) is printed
+# as written: no console markup ("[docs/x]" would vanish, "[bold]" would style) and no emoji
+# codes (":warning:" would become a symbol). The few styled labels are ``Text`` parts.
+out = _Screen(markup=False, emoji=False)
+err = Console(stderr=True, markup=False, emoji=False)
 
 
 def _table(title: str | None, columns: list[tb.Col | str]) -> Table:
@@ -374,8 +378,9 @@ def _serving_quote_body(loaded: dict[str, Any]) -> tuple[dict[str, Any], dict[st
         body: dict[str, Any] = {"workload": {"serving": {"estimate": estimate}}}
         price = (estimate.get("deployment") or {}).pop("price_per_gpu_hour_usd", None)
         if price is not None:
-            err.print(f"[yellow]note:[/] a quote prices every line from the catalogue; the "
-                      f"file's price_per_gpu_hour_usd ({price}) is not sent", highlight=False)
+            err.print(Text.assemble(
+                ("note:", "yellow"), " a quote prices every line from the catalogue; the "
+                f"file's price_per_gpu_hour_usd ({price}) is not sent"), highlight=False)
         if "energy" in estimate:
             body["energy"] = estimate.pop("energy")
         return body, estimate
@@ -472,9 +477,10 @@ def _gate(answer: dict[str, Any], fail_on: FailOn | None) -> None:
     if fail_on is None:
         return
     if answer.get("verdict") is None:
-        err.print(f"[yellow]note:[/] --fail-on {fail_on.value}: quote {answer.get('id')} has "
-                  "no verdict (no budget, deadline or policy to judge by), so the gate passes",
-                  highlight=False)
+        err.print(Text.assemble(
+            ("note:", "yellow"), f" --fail-on {fail_on.value}: quote {answer.get('id')} has "
+            "no verdict (no budget, deadline or policy to judge by), so the gate passes"),
+            highlight=False)
         return
     code = report.gate_code(answer, fail_on)
     if code:
@@ -532,7 +538,7 @@ def render_estimate(answer: dict[str, Any], cost: dict[str, Any] | None = None) 
     memory.add_row("capacity", fmt.gib(answer["memory"]["capacity_bytes_per_gpu"]))
     out.print(memory)
     for warning in answer.get("warnings", []):
-        out.print(f"[yellow]warning:[/] {warning}")
+        out.print(Text.assemble(("warning:", "yellow"), " ", warning))
 
 
 def _plan_figures(plan: dict[str, Any]) -> tuple[Any, ...]:
@@ -574,10 +580,11 @@ def render_plans(answer: dict[str, Any]) -> None:
                       *([tb.amount(plan["cost_usd"], "USD", "USD") if plan["cost_usd"]
                          else "—"] if costed else []))
     out.print(table)
-    out.print(f"{search['candidates_evaluated']:,} layouts evaluated in "
-              f"{fmt.duration(search['elapsed_s'])}; {search['feasible']:,} feasible; "
-              f"Pareto front: {len(answer['pareto'])} plans"
-              + ("; [yellow]truncated at the deadline[/]" if search["truncated"] else ""))
+    out.print(Text.assemble(
+        f"{search['candidates_evaluated']:,} layouts evaluated in "
+        f"{fmt.duration(search['elapsed_s'])}; {search['feasible']:,} feasible; "
+        f"Pareto front: {len(answer['pareto'])} plans",
+        *([("; truncated at the deadline", "yellow")] if search["truncated"] else [])))
 
 
 def _lines_table(title: str, lines: list[dict[str, Any]],
@@ -661,9 +668,10 @@ def render_quote(answer: dict[str, Any]) -> None:
     verdict = answer.get("verdict")
     _, word = report.headline(answer)
     colour = {"approve": "green", "reject": "red", "warn": "yellow"}.get(word, "default")
-    out.print(f"verdict: [bold {colour}]{verdict or 'none'}[/] (policy "
-              f"{report.policy_label(answer)}: "
-              f"{(answer.get('policy_result') or {}).get('outcome', '—')})", highlight=False)
+    out.print(Text.assemble(
+        "verdict: ", (verdict or "none", f"bold {colour}"),
+        f" (policy {report.policy_label(answer)}: "
+        f"{(answer.get('policy_result') or {}).get('outcome', '—')})"), highlight=False)
     details = answer.get("reason_details")
     if details is None:
         details = [{"code": "", "message": m} for m in answer.get("reasons", [])]
@@ -722,8 +730,8 @@ def render_verify(answer: dict[str, Any], quote_id: str) -> None:
     versions = (f"catalogue {answer['catalog_version']}; estimator {estimator}"
                 + ("" if estimator == stored else f" (the quote was made with {stored})"))
     if answer["matches"]:
-        out.print(f"[bold green]quote {quote_id} verifies[/]: recomputed to the cent; "
-                  f"{versions}", highlight=False)
+        out.print(Text.assemble((f"quote {quote_id} verifies", "bold green"),
+                                f": recomputed to the cent; {versions}"), highlight=False)
         return
     table = _table(f"Quote {quote_id} does not verify",
                    [tb.Col("path", max_width=24), tb.Col("stored", max_width=24),
@@ -893,7 +901,7 @@ def render_serving(answer: dict[str, Any], request: dict[str, Any] | None = None
               markup=False)
     out.print(_figures("Throughput, sizing and cost", report.serving_figures(answer)))
     for warning in answer.get("warnings", []):
-        out.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        out.print(Text.assemble(("warning:", "yellow"), " ", warning), highlight=False)
 
 
 def _serving_plan_figures(plan: dict[str, Any]) -> tuple[Any, ...]:
@@ -994,8 +1002,8 @@ def handled(function: Callable[..., None]) -> Callable[..., None]:
             if as_json:
                 _json_error(problem.body or {"title": problem.title, "status": problem.status,
                                              "detail": problem.detail}, exit_code=1)
-            err.print(f"[bold red]{problem.status} {problem.title}:[/] {problem.detail}",
-                      highlight=False)
+            err.print(Text.assemble((f"{problem.status} {problem.title}:", "bold red"), " ",
+                                    str(problem.detail)), highlight=False)
             for error in problem.errors:
                 where = error.get("field") or error.get("loc") or ""
                 err.print(f"  · {where}: {error.get('message') or error.get('msg') or ''}",
@@ -1007,7 +1015,7 @@ def handled(function: Callable[..., None]) -> Callable[..., None]:
             if as_json:
                 _json_error({"title": "cq could not complete the command", "detail": str(exc)},
                             exit_code=2)
-            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err.print(Text.assemble(("error:", "bold red"), " ", str(exc)), highlight=False)
             raise typer.Exit(code=2) from None
         except typer.BadParameter as exc:
             if as_json:
@@ -1597,8 +1605,8 @@ def register_catalog(catalog_app: typer.Typer) -> None:
                                  headers={"Content-Type": media}).json()
 
         def render(v: dict[str, Any]) -> None:
-            out.print(f"created catalogue version [bold]{v['id']}[/] "
-                      f"({v.get('offer_count', '?')} offers)")
+            out.print(Text.assemble("created catalogue version ", (str(v["id"]), "bold"),
+                                    f" ({v.get('offer_count', '?')} offers)"))
 
         _emit(answer, as_json, render)
 
@@ -1657,11 +1665,13 @@ def register_catalog(catalog_app: typer.Typer) -> None:
 
         def render(r: dict[str, Any]) -> None:
             if held:
-                out.print("[bold]held[/]: prices moved over the threshold; nothing stored")
-            where = (f"catalogue version [bold]{r['version_id']}[/]" if r["version_id"]
-                     else "dry run, nothing stored")
-            out.print(f"{r['provider']}: {where}: +{r['added']} added, ~{r['changed']} "
-                      f"changed, -{r['removed']} removed, {r['unchanged']} unchanged")
+                out.print(Text.assemble(("held", "bold"),
+                                        ": prices moved over the threshold; nothing stored"))
+            where = (Text.assemble("catalogue version ", (str(r["version_id"]), "bold"))
+                     if r["version_id"] else Text("dry run, nothing stored"))
+            out.print(Text.assemble(
+                f"{r['provider']}: ", where, f": +{r['added']} added, ~{r['changed']} "
+                f"changed, -{r['removed']} removed, {r['unchanged']} unchanged"))
             for reason, count in sorted(r["skipped"].items()):
                 out.print(f"  skipped {count}: {reason}")
             if r["moves_over_threshold"]:

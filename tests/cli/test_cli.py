@@ -955,3 +955,38 @@ def test_numbers_are_right_aligned(local: str) -> None:
         assert len(ends) == 1, (key, ends)
     # The check has teeth only when the amounts differ in width.
     assert len({len(bare(x["commitment_total"])) for x in shown}) > 1 or len(widths) > 1
+
+
+
+SERVICE_TEXT = "see [docs/serving.md] for why; :warning: [bold]not a style[/]"
+
+
+def test_the_service_text_is_printed_as_written(api: TestClient,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warnings and problem details come from the service: console markup would drop
+    "[docs/serving.md]" and style "[bold]", and emoji codes would turn ":warning:" into a
+    symbol. cq prints them as written (its own labels are styled Text parts)."""
+    import io
+
+    import typer
+
+    from service.cli import commands
+    from service.cli.client import ApiProblemError
+
+    screen, errors = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(commands.out, "file", screen)
+    monkeypatch.setattr(commands.err, "file", errors)
+    monkeypatch.setenv("COLUMNS", "400")
+    answer = api.post("/v1/estimates", json=ESTIMATE_EXAMPLE).json()
+    answer["warnings"] = [SERVICE_TEXT]
+    commands.render_estimate(answer)
+    assert f"warning: {SERVICE_TEXT}" in screen.getvalue()
+
+    @commands.handled
+    def fails() -> None:
+        raise ApiProblemError(status=422, title="Request validation failed",
+                              detail=SERVICE_TEXT)
+
+    with pytest.raises(typer.Exit):
+        fails()
+    assert errors.getvalue().strip() == f"422 Request validation failed: {SERVICE_TEXT}"

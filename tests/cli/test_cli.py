@@ -974,8 +974,8 @@ def test_the_service_text_is_printed_as_written(api: TestClient,
     from service.cli.client import ApiProblemError
 
     screen, errors = io.StringIO(), io.StringIO()
-    monkeypatch.setattr(commands.out, "file", screen)
-    monkeypatch.setattr(commands.err, "file", errors)
+    monkeypatch.setattr(commands.out, "_file", screen)  # undone to None: sys.stdout again
+    monkeypatch.setattr(commands.err, "_file", errors)
     monkeypatch.setenv("COLUMNS", "400")
     answer = api.post("/v1/estimates", json=ESTIMATE_EXAMPLE).json()
     answer["warnings"] = [SERVICE_TEXT]

@@ -971,14 +971,21 @@ def rejected_json(computed: Computed) -> dict[str, Any]:
     }
 
 
-def serves_moe(request: QuoteRequest) -> bool:
-    """Whether the quote prices serving a mixture-of-experts model."""
+def serving_warnings(request: QuoteRequest) -> list[str]:
+    """What the serving estimate behind a serving quote warns of, for every serving line (a
+    budget is gated on those lines): the MoE gap (decision 144) and, when a TTFT SLO at a
+    request rate sized the fleet, the unvalidated TTFT (decision 150)."""
     spec = request.workload.serving
     if spec is None:
-        return False
+        return []
     given = spec.estimate if spec.estimate is not None else spec.plan
     assert given is not None  # noqa: S101 - the schema requires one of the two
-    return given.model.to_core().num_experts > 0
+    found = []
+    if given.model.to_core().num_experts > 0:
+        found.append(serving.MOE_SERVING_WARNING)
+    if serving.ttft_judged_at_a_rate(given.traffic.to_core()):
+        found.append(serving.OPEN_LOOP_TTFT_NOTE)
+    return found
 
 
 def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,
@@ -991,12 +998,12 @@ def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,
     result = computed.result
     fraction = computed.request_fraction
     warned = plausibility_warnings(result.lines, max_reasonable_train_s)
-    if serves_moe(request):
-        # What every MoE serving estimate says (decision 144) reaches the lines a budget is
-        # gated on, and their stored copies.
+    if said := serving_warnings(request):
+        # What the serving estimate warns of (decisions 144 and 150) reaches the lines a
+        # budget is gated on, and their stored copies.
         for line in result.lines:
             if line.serving is not None:
-                warned[id(line)] = [*warned.get(id(line), ()), serving.MOE_SERVING_WARNING]
+                warned[id(line)] = [*warned.get(id(line), ()), *said]
     texts = LineTexts(fraction, computed.conversion)
     every = '{"lines":[' + ",".join(texts.text(x, warned.get(id(x), ()))
                                     for x in result.lines) + "]}"

@@ -330,3 +330,29 @@ def test_an_all_at_once_rate_is_not_evaluated_as_an_open_loop() -> None:
     assert v.is_open_loop(burst)
     assert v.open_loop_skip_reason(burst, ACC) == (
         "every request at once (rate inf): not an open loop")
+
+
+def test_the_open_loop_ttft_note_states_the_measured_gap() -> None:
+    """The figures in ``OPEN_LOOP_TTFT_NOTE`` are the open-loop rows' own: measured median
+    TTFT 1.9-4.7x the model's p50 on the rows the model serves, and 45-130 ms more per
+    request at each deployment's lightest published load."""
+    results = [x for x in v.predict_open_loop(OPEN, dict(s.ENGINE_EFFICIENCY), ACC)
+               if not x.saturated and x.measured_ttft_s]
+    assert len(results) == 11
+    ratios = [x.measured_ttft_s / x.predicted_ttft_s for x in results
+              if x.measured_ttft_s is not None]
+    assert round(min(ratios), 1) == 1.9
+    assert round(max(ratios), 1) == 4.7
+    assert "1.9-4.7x this model's p50" in s.OPEN_LOOP_TTFT_NOTE
+    lightest: dict[str, v.OpenLoopResult] = {}
+    for x in results:
+        deployment = x.row_id.rsplit("_qps", 1)[0]
+        if deployment not in lightest or x.requests_per_s < lightest[deployment].requests_per_s:
+            lightest[deployment] = x
+    gaps_ms = [(x.measured_ttft_s - x.predicted_ttft_s) * 1e3 for x in lightest.values()
+               if x.measured_ttft_s is not None]
+    assert len(gaps_ms) == 4
+    assert round(min(gaps_ms), -1) in (40.0, 50.0)
+    assert min(gaps_ms) >= 45.0
+    assert round(max(gaps_ms), -1) == 130.0
+    assert "45-130 ms more per request" in s.OPEN_LOOP_TTFT_NOTE

@@ -145,14 +145,21 @@ def _preset(row: Row) -> str | None:
     return next((v for k, v in MODELS.items() if row["model"].startswith(k)), None)
 
 
-def skip_reason(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> str | None:
-    """Why the row cannot be evaluated, or None when it can."""
+def _unknown_reason(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> str | None:
+    """Why the row's model, accelerator or weight precision cannot be set up, or None."""
     if _preset(row) is None:
         return "model without a preset"
     if row["accelerator"] not in accelerators:
         return "accelerator not in the catalogue"
     if row["weight_precision"] not in WEIGHTS:
         return f"{row['weight_precision']} weights (no such weight precision)"
+    return None
+
+
+def skip_reason(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> str | None:
+    """Why the row cannot be evaluated, or None when it can."""
+    if unknown := _unknown_reason(row, accelerators):
+        return unknown
     if not row["measured_output_tokens_per_s"]:
         return "no output tokens/s"
     if not (row["prompt_tokens"] and row["output_tokens"]):
@@ -510,12 +517,8 @@ class OpenLoopResult:
 
 def open_loop_skip_reason(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> str | None:
     """Why an open-loop row (``is_open_loop``) cannot be evaluated, or None when it can."""
-    if _preset(row) is None:
-        return "model without a preset"
-    if row["accelerator"] not in accelerators:
-        return "accelerator not in the catalogue"
-    if row["weight_precision"] not in WEIGHTS:
-        return f"{row['weight_precision']} weights (no such weight precision)"
+    if unknown := _unknown_reason(row, accelerators):
+        return unknown
     if not (row["prompt_tokens"] and row["output_tokens"]):
         return "prompt or output length not stated"
     if not row["tp"]:

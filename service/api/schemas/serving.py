@@ -242,8 +242,15 @@ class ServingResponse(BaseModel):
     cost: ServingCostOut | None = Field(
         description="Null unless deployment.price_per_gpu_hour_usd is given.")
     energy: ServingEnergyOut
-    warnings: list[str]
-    assumptions: list[str]
+    warnings: list[str] = Field(description=(
+        "What the answer cannot promise, in sentences: a deployment that does not fit, a "
+        "batch or concurrency beyond what fits, saturation, and the measured gaps where the "
+        "model is not validated: every mixture-of-experts model, and TTFT judged against an "
+        "SLO at a request rate (docs/serving.md, Validation)."))
+    assumptions: list[str] = Field(description=(
+        "What the figures rest on: the engine's efficiency and the rows it was fitted on, "
+        "the queueing model, the KV-cache occupancy, and at a request rate the measured TTFT "
+        "gap when no TTFT SLO is given."))
 
     @classmethod
     def from_core(cls, e: serving.ServingEstimate, deployment: DeploymentIn,

@@ -109,6 +109,11 @@ Table = Mapping[s.Engine, s.EngineEfficiency]
 Row = dict[str, str]
 
 
+def _relative_error(predicted: float, measured: float | None) -> float | None:
+    """predicted / measured - 1, or None when the source states no measurement."""
+    return None if measured is None else predicted / measured - 1.0
+
+
 @dataclass(frozen=True)
 class Result:
     row_id: str
@@ -127,9 +132,7 @@ class Result:
 
     @property
     def tpot_error(self) -> float | None:
-        if self.measured_tpot_s is None:
-            return None
-        return self.predicted_tpot_s / self.measured_tpot_s - 1.0
+        return _relative_error(self.predicted_tpot_s, self.measured_tpot_s)
 
 
 def document(row: Row) -> str:
@@ -504,15 +507,11 @@ class OpenLoopResult:
 
     @property
     def ttft_error(self) -> float | None:
-        if self.measured_ttft_s is None:
-            return None
-        return self.predicted_ttft_s / self.measured_ttft_s - 1.0
+        return _relative_error(self.predicted_ttft_s, self.measured_ttft_s)
 
     @property
     def tpot_error(self) -> float | None:
-        if self.measured_tpot_s is None:
-            return None
-        return self.predicted_tpot_s / self.measured_tpot_s - 1.0
+        return _relative_error(self.predicted_tpot_s, self.measured_tpot_s)
 
 
 def open_loop_skip_reason(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> str | None:
@@ -697,9 +696,9 @@ def print_open_loop(rows: Sequence[Row], table: Table, tables: Mapping[str, Tabl
     """The open-loop latency figures: per row, then summaries of the rows the model can
     serve (in sample and LOSO, TTFT and TPOT, all and per document)."""
     candidates = [r for r in rows if is_open_loop(r)]
-    reasons = Counter(x for x in (open_loop_skip_reason(r, accelerators)
-                                  for r in candidates) if x)
-    good = [r for r in candidates if open_loop_skip_reason(r, accelerators) is None]
+    skipped = [open_loop_skip_reason(r, accelerators) for r in candidates]
+    reasons = Counter(x for x in skipped if x)
+    good = [r for r, why in zip(candidates, skipped, strict=True) if why is None]
     print("\nopen-loop latency: serve() online at the published request rate, one replica; "
           "p50 against the published p50 column (median, or mean where noted); these rows "
           "fit nothing")
@@ -712,15 +711,17 @@ def print_open_loop(rows: Sequence[Row], table: Table, tables: Mapping[str, Tabl
     print(f"  {'row':44s} {'req/s':>5s} {'cap':>5s} {'batch':>6s} {'TTFT ms':>8s} "
           f"{'model':>8s} {'in':>7s} {'LOSO':>7s} {'TPOT ms':>7s} {'model':>6s} "
           f"{'in':>7s} {'LOSO':>7s}")
-    for i, o in zip(inside, loso, strict=True):
-        if i.saturated:
+    pairs = list(zip(inside, loso, strict=True))
+    unstable = [(i, o) for i, o in pairs if i.saturated or o.saturated]
+    stable = {i.row_id for i, o in pairs if not (i.saturated or o.saturated)}
+    for i, o in pairs:
+        if i.row_id not in stable:
             continue
         print(f"  {i.row_id[:44]:44s} {i.requests_per_s:5.2g} "
               f"{i.capacity_requests_per_s:5.2f} {i.batch:6.1f} {_ms(i.measured_ttft_s, 8)} "
               f"{_ms(i.predicted_ttft_s, 8)} {_pct(i.ttft_error, 7)} {_pct(o.ttft_error, 7)} "
               f"{_ms(i.measured_tpot_s, 7)} {_ms(i.predicted_tpot_s, 6)} "
               f"{_pct(i.tpot_error, 7)} {_pct(o.tpot_error, 7)}")
-    unstable = [(i, o) for i, o in zip(inside, loso, strict=True) if i.saturated or o.saturated]
     if unstable:
         print("  the model's replica saturates at the rate (unstable queue; not in the "
               "summaries):")
@@ -729,19 +730,16 @@ def print_open_loop(rows: Sequence[Row], table: Table, tables: Mapping[str, Tabl
                   f"{i.capacity_requests_per_s:.2f} in sample, {o.capacity_requests_per_s:.2f}"
                   f" LOSO; published TTFT {_ms(i.measured_ttft_s, 0).strip()} ms, "
                   f"TPOT {_ms(i.measured_tpot_s, 0).strip()} ms")
-    stable = {i.row_id for i, o in zip(inside, loso, strict=True)
-              if not (i.saturated or o.saturated)}
     for metric in ("ttft", "tpot"):
         print(f"  {metric.upper()} p50, |error| (rows the model serves):")
         for name, results in (("in sample", inside), ("leave one source out", loso)):
             errors = [e for r in results if r.row_id in stable
-                      for e in [r.ttft_error if metric == "ttft" else r.tpot_error]
-                      if e is not None]
+                      if (e := getattr(r, f"{metric}_error")) is not None]
             print(f"    {name:21s} {Summary.of(errors) if errors else 'no row'}")
         for doc in sorted({r.document for r in inside if r.row_id in stable}):
             errors_by = [[e for r in results if r.row_id in stable and r.document == doc
-                          for e in [r.ttft_error if metric == "ttft" else r.tpot_error]
-                          if e is not None] for results in (inside, loso)]
+                          if (e := getattr(r, f"{metric}_error")) is not None]
+                         for results in (inside, loso)]
             print(f"    {doc[:70]}\n      " + " | ".join(
                 str(Summary.of(e)) if e else "no row" for e in errors_by))
 

@@ -972,20 +972,15 @@ def rejected_json(computed: Computed) -> dict[str, Any]:
 
 
 def serving_warnings(request: QuoteRequest) -> list[str]:
-    """What the serving estimate behind a serving quote warns of, for every serving line (a
-    budget is gated on those lines): the MoE gap (decision 144) and, when a TTFT SLO at a
-    request rate sized the fleet, the unvalidated TTFT (decision 150)."""
+    """What the serving estimate behind a serving quote warns of for lack of validation
+    (``serving.unvalidated_warnings``: the MoE gap, decision 144, and a TTFT SLO at a request
+    rate, decision 150), for every serving line: a budget is gated on those lines."""
     spec = request.workload.serving
     if spec is None:
         return []
     given = spec.estimate if spec.estimate is not None else spec.plan
     assert given is not None  # noqa: S101 - the schema requires one of the two
-    found = []
-    if given.model.to_core().num_experts > 0:
-        found.append(serving.MOE_SERVING_WARNING)
-    if serving.ttft_judged_at_a_rate(given.traffic.to_core()):
-        found.append(serving.OPEN_LOOP_TTFT_NOTE)
-    return found
+    return serving.unvalidated_warnings(given.model.to_core(), given.traffic.to_core())
 
 
 def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,

@@ -622,11 +622,10 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
             f"speculative decoding: {r.tokens_per_step():.2f} tokens per target step "
             f"({deployment.speculative_draft_tokens} draft tokens, acceptance "
             f"{deployment.speculative_acceptance_rate:g}); the draft model's cost is left out")
-    if model.num_experts > 0:
-        warnings.append(MOE_SERVING_WARNING)
-    if traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None:
-        (warnings if ttft_judged_at_a_rate(traffic) else assumptions).append(
-            OPEN_LOOP_TTFT_NOTE)
+    warnings.extend(unvalidated_warnings(model, traffic))
+    if (traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None
+            and OPEN_LOOP_TTFT_NOTE not in warnings):
+        assumptions.append(OPEN_LOOP_TTFT_NOTE)
     largest = float(max(memory.max_concurrency, 1))
     if deployment.max_batch is not None:
         largest = float(min(largest, deployment.max_batch))
@@ -718,11 +717,18 @@ def _tpot(r: _Replica, traffic: Traffic, step: float, prefill_share: float,
                      p99=p50 + (chunk if steps_with_prefill > P99_TPOT_STEP_SHARE else 0.0))
 
 
-def ttft_judged_at_a_rate(traffic: Traffic) -> bool:
-    """Whether a TTFT SLO decides the answer at a request rate (open loop): then sizing and
-    ``meets_slo`` rest on the TTFT that ``OPEN_LOOP_TTFT_NOTE`` says is not validated."""
-    return (traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None
-            and (traffic.slo.ttft_p50_s is not None or traffic.slo.ttft_p99_s is not None))
+def unvalidated_warnings(model: ModelSpec, traffic: Traffic) -> list[str]:
+    """The warnings of an answer that rests on what the model is not validated for: a
+    mixture-of-experts model (``MOE_SERVING_WARNING``), and a TTFT SLO judged at a request
+    rate (``OPEN_LOOP_TTFT_NOTE``: sizing and ``meets_slo`` then rest on that TTFT). The
+    serving estimate and the lines of a serving quote both carry them."""
+    found = []
+    if model.num_experts > 0:
+        found.append(MOE_SERVING_WARNING)
+    if (traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None
+            and (traffic.slo.ttft_p50_s is not None or traffic.slo.ttft_p99_s is not None)):
+        found.append(OPEN_LOOP_TTFT_NOTE)
+    return found
 
 
 def _within_slo(slo: Slo, ttft: Quantiles, tpot: Quantiles) -> bool | None:

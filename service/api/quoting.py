@@ -65,6 +65,7 @@ from service.core.quote import (
     QuoteResult,
     RuleResult,
     SizedJob,
+    remember,
 )
 from service.core.search import (
     DEFAULT_DEADLINE_S,
@@ -815,14 +816,8 @@ def _rule_text(rule: RuleResult) -> str:
     offer, and often nothing of the job's figures, so it recurs across quotes)."""
     text = _rule_texts.get(rule)
     if text is None:
-        text = _bounded(_rule_texts)[rule] = _dumps(rule_json(rule))
+        text = remember(_rule_texts, rule, _dumps(rule_json(rule)), _CACHE_ENTRIES)
     return text
-
-
-def _bounded(cache: dict[Any, Any]) -> dict[Any, Any]:
-    if len(cache) >= _CACHE_ENTRIES:
-        cache.clear()
-    return cache
 
 
 class LineTexts:
@@ -848,17 +843,18 @@ class LineTexts:
                line.timing_basis)
         texts = _labels_texts.get(key)
         if texts is None:
-            texts = _bounded(_labels_texts)[key] = (
+            texts = remember(_labels_texts, key, (
                 _keys({"carbon_basis": line.carbon_basis}),
                 _keys({"accounting": line.accounting.value}),
                 _keys({"currency": line.currency}),
                 _keys({"goodput_basis": line.goodput_basis}),
-                _keys({"timing_basis": line.timing_basis}))
+                _keys({"timing_basis": line.timing_basis})), _CACHE_ENTRIES)
         ids = (line.offer_id, line.catalog_version)
         where = _ids_texts.get(ids)
         if where is None:
-            where = _bounded(_ids_texts)[ids] = _keys(
-                {"offer_id": line.offer_id, "catalog_version": line.catalog_version})
+            where = remember(_ids_texts, ids, _keys(
+                {"offer_id": line.offer_id, "catalog_version": line.catalog_version}),
+                _CACHE_ENTRIES)
         return (*texts, where)
 
     def _offer(self, line: QuoteLine, offer: PriceOffer) -> tuple[str, str, str]:
@@ -868,7 +864,7 @@ class LineTexts:
             return hit[1]
         texts = (_keys(_offer_head(line)), _keys(_offer_price(line)),
                  _keys({"price_as_of": line.price_as_of}))
-        _bounded(_offer_texts)[key] = (offer, texts)
+        remember(_offer_texts, key, (offer, texts), _CACHE_ENTRIES)
         return texts
 
     def _amounts(self, line: QuoteLine, a: Amounts) -> tuple[str, ...]:
@@ -879,7 +875,7 @@ class LineTexts:
         if hit is not None and hit[0] is a:
             return hit[1]
         texts = _amounts_runs(a, line.timing_basis, self.legacy_fraction, self.legacy_text)
-        _bounded(_amounts_texts)[key] = (a, texts)
+        remember(_amounts_texts, key, (a, texts), _CACHE_ENTRIES)
         return texts
 
     def _rules(self, rules: tuple[RuleResult, ...]) -> str:
@@ -888,7 +884,7 @@ class LineTexts:
             return hit[1]
         text = "[" + ",".join([_rule_text(r) for r in rules
                                if r.outcome is not core_quote.Outcome.PASS]) + "]"
-        _bounded(_rules_texts)[id(rules)] = (rules, text)
+        remember(_rules_texts, id(rules), (rules, text), _CACHE_ENTRIES)
         return text
 
     def _job(self, line: QuoteLine) -> str:
@@ -911,7 +907,8 @@ class LineTexts:
         carbon, accounting, currency, goodput_basis, timing_basis, ids = self._labels(line)
         flags = _flags_texts.get(line.flags)
         if flags is None:
-            flags = _bounded(_flags_texts)[line.flags] = _dumps(list(line.flags))
+            flags = remember(_flags_texts, line.flags, _dumps(list(line.flags)),
+                             _CACHE_ENTRIES)
         verdict = (f'{carbon},'
                    f'"flags":{flags},"feasible":true,'
                    f'"infeasible_reason":{_scalar(line.infeasible_reason)},'

@@ -653,13 +653,14 @@ def _context_memo(memos: dict[str, dict[_K, _V]], context: str) -> dict[_K, _V]:
     ``_MEMO_CONTEXTS_MAX`` contexts (bounded memory)."""
     memo = memos.get(context)
     if memo is None:
-        memo = _remember(memos, context, {}, _MEMO_CONTEXTS_MAX)
+        memo = remember(memos, context, {}, _MEMO_CONTEXTS_MAX)
     return memo
 
 
-def _remember(memo: dict[_K, _V], key: _K, value: _V, size: int) -> _V:
+def remember(memo: dict[_K, _V], key: _K, value: _V, size: int) -> _V:
     """``memo[key] = value``, the memo emptied first once it holds ``size`` entries (bounded
-    memory); returns ``value``."""
+    memory); returns ``value``. The pricing memos here and the line-text caches of
+    ``service/api/quoting.py`` all bound themselves with it."""
     if len(memo) >= size:
         memo.clear()
     memo[key] = value
@@ -708,7 +709,7 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
     if known is None or known[0] is not offer:  # by identity; the entry holds the offer
         known = _offer_facts(job, offer, options)
         if facts is not None:
-            _remember(facts, id(offer), known, _facts_memo_size)
+            remember(facts, id(offer), known, _facts_memo_size)
     _, loss, basis, flags, carbon, priced = known
     amounts = None
     if priced is not None:
@@ -1037,14 +1038,14 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
                 # ``evaluate``, with the rules on the offer kept across quotes of new figures.
                 kept = fixed_memo.get((fixed, a.instances))
                 if kept is None:
-                    kept = _remember(fixed_memo, (fixed, a.instances),
+                    kept = remember(fixed_memo, (fixed, a.instances),
                                      _fixed_rules(line, policy, today, a.instances, misfit),
                                      _fixed_memo_size)
                 where, first, last = kept
                 head, tail = _money_rules(a, where, line.currency, policy, options)
                 rules = head + first + tail + last
             rank = OUTCOME_RANK[_worst(rules)]
-            _remember(memo, key, (a, rules, rank), _rules_memo_size)
+            remember(memo, key, (a, rules, rank), _rules_memo_size)
         within = None if budget is None else a is not None and a.total <= budget
         meets = None if deadline_s is None else a is not None and a.wall_clock_s <= deadline_s
         if _owned:
@@ -1181,7 +1182,7 @@ def price_all(
                 continue
             fit = fits.get(id(offer))
             if fit is None or fit[0] is not offer:  # by identity; the entry holds the offer
-                fit = _remember(fits, id(offer), _fit(job, offer), _facts_memo_size)
+                fit = remember(fits, id(offer), _fit(job, offer), _facts_memo_size)
             _, misfit, refusal = fit
             if refusal is not None and policy.require_node_fit:
                 rejected.append(refusal)

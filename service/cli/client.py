@@ -4,15 +4,18 @@ the local database (``--local``) through the very same app, so both give the sam
 from __future__ import annotations
 
 import getpass
+import json as jsonlib
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    import httpx
+    import email.message
+    import http.client
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 
@@ -25,13 +28,13 @@ def _httpx() -> Any:
     a fallback for when it is missing, and ``cq`` never runs it. Marking the module absent
     (a ``None`` entry in ``sys.modules`` makes its import fail) takes that fallback (issue 16:
     remote commands start in under 0.4 s)."""
-    import sys
-
     if "httpx" not in sys.modules and "httpx._main" not in sys.modules:
         sys.modules["httpx._main"] = None  # type: ignore[assignment]
     import httpx
 
     return httpx
+
+
 TIMEOUT_S = 660.0  # above the longest search deadline the service accepts (600 s)
 MAX_RETRY_WAIT_S = 10.0
 """A 503 is retried once, after its ``Retry-After`` (delta-seconds or an HTTP date; 1 s when
@@ -72,7 +75,7 @@ class ApiProblemError(Exception):
     body: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_response(cls, response: httpx.Response) -> ApiProblemError:
+    def from_response(cls, response: Response) -> ApiProblemError:
         try:
             body = response.json()
         except ValueError:
@@ -86,26 +89,207 @@ class ApiProblemError(Exception):
                    body=body)
 
 
+class Response(Protocol):
+    """What ``cq`` reads of an answer: :class:`HttpResponse` over the network, httpx's
+    response in process (``--local``, FastAPI's test client) and in tests."""
+
+    status_code: int
+    content: bytes
+
+    @property
+    def reason_phrase(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def headers(self) -> Any: ...
+
+    def json(self) -> Any: ...
+
+
+class HttpResponse:
+    """One answer read in full by :class:`HttpClient`."""
+
+    def __init__(self, status_code: int, reason_phrase: str,
+                 headers: email.message.Message, content: bytes) -> None:
+        self.status_code = status_code
+        self._reason_phrase = reason_phrase
+        self._headers = headers
+        self.content = content
+
+    @property
+    def reason_phrase(self) -> str:
+        return self._reason_phrase
+
+    @property
+    def headers(self) -> email.message.Message:
+        """Case-insensitive ``get``, as HTTP header names are."""
+        return self._headers
+
+    @property
+    def text(self) -> str:
+        return self.content.decode(self._headers.get_content_charset() or "utf-8", "replace")
+
+    def json(self) -> Any:
+        return jsonlib.loads(self.content)
+
+
+class HttpClient:
+    """HTTP/1.1 to one service from the standard library, the connection kept alive between
+    requests (a paged listing reuses it).
+
+    Remote ``cq`` commands use this rather than httpx, whose import alone costs 0.2-0.3 s of
+    start-up on the 2-core development machine (``python -X importtime``; issue 16: remote
+    commands start in under 0.4 s, benchmarks/cli_startup.py). It honours the proxy settings
+    httpx does (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``, read by
+    ``urllib.request.getproxies``) and verifies TLS with the system's certificates (or
+    ``SSL_CERT_FILE``)."""
+
+    def __init__(self, base_url: str, timeout: float) -> None:
+        # Imported here, not at the top: ``cq --help`` needs none of them.
+        import urllib.request
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CliError(f"--api {base_url!r} is not an http:// or https:// address")
+        self.base_url = base_url.rstrip("/")
+        self._scheme = parts.scheme
+        self._host = parts.hostname
+        self._netloc = parts.netloc
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._timeout = timeout
+        self._proxy_url: str | None = None
+        self._connection: http.client.HTTPConnection | None = None
+        self._reused = False
+        proxies = urllib.request.getproxies()
+        if self._scheme in proxies and not urllib.request.proxy_bypass(parts.netloc):
+            self._proxy_url = proxies[self._scheme]
+
+    def __enter__(self) -> HttpClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _connect(self) -> http.client.HTTPConnection:
+        import http.client
+        from urllib.parse import urlsplit
+
+        if self._connection is not None:
+            self._reused = True
+            return self._connection
+        self._reused = False
+        host, port = self._host, self._port
+        if self._proxy_url:
+            proxy = urlsplit(self._proxy_url if "://" in self._proxy_url
+                             else "http://" + self._proxy_url)
+            host, port = proxy.hostname or "", proxy.port
+        connection: http.client.HTTPConnection
+        if self._scheme == "https" and not self._proxy_url:
+            connection = http.client.HTTPSConnection(host, port, timeout=self._timeout)
+        elif self._scheme == "https":
+            # Through an HTTP proxy: CONNECT to the service, then TLS end to end.
+            import ssl
+
+            connection = http.client.HTTPSConnection(
+                host, port, timeout=self._timeout, context=ssl.create_default_context())
+            connection.set_tunnel(self._host, self._port)
+        else:
+            connection = http.client.HTTPConnection(host, port, timeout=self._timeout)
+        self._connection = connection
+        return connection
+
+    def _target(self, path: str, params: dict[str, Any] | None) -> str:
+        from urllib.parse import urlencode
+
+        query = urlencode([(k, _param(v)) for k, v in (params or {}).items()])
+        target = self._prefix + path + ("?" + query if query else "")
+        if self._proxy_url and self._scheme == "http":
+            return f"http://{self._netloc}{target}"  # absolute form, for the proxy
+        return target
+
+    def request(self, method: str, path: str, *, json: Any = None,
+                params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+                content: bytes | None = None) -> HttpResponse:
+        import http.client
+
+        sent = {"Accept": "*/*", "User-Agent": "cq"}
+        body = content
+        if json is not None:
+            body = jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"),
+                                 allow_nan=False).encode()
+            sent["Content-Type"] = "application/json"
+        sent.update(headers or {})
+        target = self._target(path, params)
+        for attempt in (1, 2):
+            connection = self._connect()
+            try:
+                connection.request(method, target, body=body, headers=sent)
+                answer = connection.getresponse()
+                data = answer.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                # A kept-alive connection the server had closed while idle (uvicorn after
+                # 5 s): it read nothing of this request, so it is sent once more on a new one.
+                self.close()
+                if attempt == 2 or not self._reused:
+                    raise
+                continue
+            except BaseException:
+                self.close()
+                raise
+            if answer.will_close:
+                self.close()
+            return HttpResponse(answer.status, answer.reason, answer.headers, data)
+        raise AssertionError("unreachable")
+
+
+def _param(value: Any) -> str:
+    """A query value as httpx writes it (booleans in lower case)."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    return str(value)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What failing to reach the service raises: the standard library's socket and HTTP
+    errors, and httpx's when a test or ``--local`` uses an httpx client."""
+    import http.client
+
+    errors: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException)
+    httpx = sys.modules.get("httpx")
+    if httpx is not None:
+        errors += (httpx.TransportError,)
+    return errors
+
+
 class Api:
     """A thin JSON client; every non-2xx answer raises :class:`ApiProblemError`."""
 
-    def __init__(self, client: httpx.Client, api_key: str | None) -> None:
+    def __init__(self, client: Any, api_key: str | None) -> None:
         self.client = client
         self.api_key = api_key
         self.sleep: Callable[[float], None] = time.sleep  # a test replaces it
 
     def call(self, method: str, path: str, *, json: Any = None,
              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
-             content: bytes | None = None) -> httpx.Response:
+             content: bytes | None = None) -> Response:
         sent = dict(headers or {})
         if self.api_key:
             sent["Authorization"] = f"Bearer {self.api_key}"
         query = {k: v for k, v in (params or {}).items() if v is not None}
         for attempt in (1, 2):
             try:
-                response = self.client.request(method, path, json=json, params=query,
+                response: Response = self.client.request(method, path, json=json, params=query,
                                                headers=sent, content=content)
-            except _httpx().TransportError as exc:
+            except _transport_errors() as exc:
                 raise CliError(f"cannot reach the service at {self.client.base_url}: {exc}. "
                                "Start it (cq serve), point --api/CQ_API_URL at it, or use "
                                "--local") from None
@@ -123,7 +307,7 @@ class Api:
 @contextmanager
 def connect(api_url: str, api_key: str | None, local: bool) -> Iterator[Api]:
     if not local:
-        with _httpx().Client(base_url=api_url, timeout=TIMEOUT_S) as client:
+        with HttpClient(api_url, TIMEOUT_S) as client:
             yield Api(client, api_key)
         return
     from service.api.auth import Principal, caller

@@ -1050,6 +1050,9 @@ def register(app: typer.Typer) -> None:
             help="Sequences per micro-batch, or auto.")] = None,
         zero_stage: Annotated[int | None, typer.Option(
             "--zero-stage", "--zero", min=0, max=3, help="ZeRO stage (3 = FSDP).")] = None,
+        dp_shard: Annotated[int | None, typer.Option(
+            help="Hybrid sharding (HSDP): data-parallel ranks per shard group, a divisor "
+                 "of dp.")] = None,
         recompute: Annotated[str | None, typer.Option(
             help="none, selective, full or auto.")] = None,
         sequence_parallel: Annotated[bool | None, typer.Option(
@@ -1078,6 +1081,7 @@ def register(app: typer.Typer) -> None:
                             ("parallelism.ep", ep), ("parallelism.vp", _count_or_auto(vp)),
                             ("parallelism.micro_batch", _count_or_auto(micro_batch)),
                             ("parallelism.zero_stage", zero_stage),
+                            ("parallelism.dp_shard", dp_shard),
                             ("parallelism.recompute", recompute),
                             ("parallelism.sequence_parallel", sequence_parallel)):
             _put(body, path, value)

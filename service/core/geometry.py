@@ -70,6 +70,9 @@ class PlanVars:
     """0: unlimited."""
     moe_capacity_factor: float = 1.0
     """Expert buffers relative to the routed tokens (1: dropless)."""
+    dp_replicas: Num = 1
+    """Replicas of the sharded state under hybrid sharding (``ParallelismPlan.dp_replicas``);
+    1: the state is sharded over the whole data-parallel group."""
 
     @classmethod
     def of(cls, plan: ParallelismPlan, layout: PlanLayout, training: TrainingSpec) -> PlanVars:
@@ -89,6 +92,7 @@ class PlanVars:
             moe_overlap=plan.moe_overlap, moe_dispatch_fp8=plan.moe_dispatch_fp8,
             moe_max_nodes_per_token=plan.moe_max_nodes_per_token or 0,
             moe_capacity_factor=plan.moe_capacity_factor or 1.0,
+            dp_replicas=plan.dp_replicas,
         )
 
 
@@ -110,17 +114,24 @@ class Geometry:
     """Input embedding on the first stage, divided by tp."""
     head_params_per_gpu: Num
     """Output layer on the last stage, divided by tp (a tied copy when pp > 1)."""
-    dp_group_size: Num
-    """Ranks sharing the non-expert parameters: dp*cp (Megatron shards the optimizer over both)."""
     expert_dp_group_size: Num
     """Ranks sharing one expert shard: tp*dp*cp / (ep*expert_tp)."""
+    shard_group_size: Num
+    """Ranks the non-expert ZeRO state is sharded over: dp*cp (Megatron shards the optimizer
+    over both), or dp_shard*cp under hybrid sharding (``PlanVars.dp_replicas`` replicas)."""
+    expert_shard_group_size: Num
+    """Ranks the expert ZeRO state is sharded over: the expert data-parallel group divided
+    among the replicas."""
+    shard_per_node: Num
+    """Members of one shard group inside a node (stride tp)."""
+    replica_per_node: Num
+    """Members of one replica group (the ranks holding the same shard) inside a node (stride
+    tp x the shard group)."""
     expert_tp: Num
     tp_per_node: Num
     """Members of one tensor-parallel group inside a node (stride 1)."""
     cp_per_node: Num
     """Members of one context-parallel group inside a node (stride tp)."""
-    dp_per_node: Num
-    """Members of one data-parallel (dp*cp) group inside a node (stride tp)."""
     ep_per_node: Num
     """Members of one expert-parallel group inside a node (stride expert tp)."""
     pp_in_scaleup: Num
@@ -148,6 +159,9 @@ def build_geometry(
     if model.tied_embeddings:
         head = xp.where(plan.pp == 1, 0, head)
     node = cluster.gpus_per_node
+    expert_dp = xp.maximum(1, (t * plan.dp * c) // (plan.ep * plan.expert_tp))
+    # Hybrid sharding: the dp*cp ranks form dp_replicas groups of consecutive shard ranks.
+    shard = plan.dp * c // plan.dp_replicas
     return Geometry(
         tokens_per_micro_batch=plan.micro_batch * training.seq_len / c,
         num_micro_batches=plan.num_micro_batches,
@@ -158,12 +172,14 @@ def build_geometry(
         expert_params_per_gpu=expert_params,
         embedding_params_per_gpu=counts.embedding / t,
         head_params_per_gpu=head / t,
-        dp_group_size=plan.dp * c,
-        expert_dp_group_size=xp.maximum(1, (t * plan.dp * c) // (plan.ep * plan.expert_tp)),
+        expert_dp_group_size=expert_dp,
+        shard_group_size=shard,
+        expert_shard_group_size=xp.maximum(1, expert_dp // plan.dp_replicas),
+        shard_per_node=_members_per_node(shard, t, node, xp),
+        replica_per_node=_members_per_node(plan.dp_replicas, t * shard, node, xp),
         expert_tp=plan.expert_tp,
         tp_per_node=_members_per_node(t, 1, node, xp),
         cp_per_node=_members_per_node(c, t, node, xp),
-        dp_per_node=_members_per_node(plan.dp * c, t, node, xp),
         ep_per_node=_members_per_node(plan.ep, plan.expert_tp, node, xp),
         pp_in_scaleup=t * c * plan.dp * plan.pp <= node,
     )

@@ -490,7 +490,8 @@ def _model_state_bytes(
             return xp.where(held_unsharded, count, divided)
         return divided
 
-    groups = ((params, geometry.dp_group_size), (expert_params, geometry.expert_dp_group_size))
+    groups = ((params, geometry.shard_group_size),
+              (expert_params, geometry.expert_shard_group_size))
     weights = sum(layout.weight_bytes_per_param * sharded(n, g, 3) for n, g in groups)
     # Held unsharded under PP, the weights are the 16-bit working copy; a stack whose fp32
     # parameters are the master copy (FSDP, XLA) keeps those sharded beside it.

@@ -385,7 +385,17 @@ def plan_vars(columns: Mapping[str, np.ndarray], model: ModelSpec,
         moe_overlap=base.moe_overlap, moe_dispatch_fp8=base.moe_dispatch_fp8,
         moe_max_nodes_per_token=base.moe_max_nodes_per_token or 0,
         moe_capacity_factor=base.moe_capacity_factor or 1.0,
+        dp_replicas=_replicas(dp, columns["zero_stage"], base),
     )
+
+
+def _replicas(dp: np.ndarray, zero_stage: np.ndarray, base: ParallelismPlan) -> Any:
+    """The base plan's hybrid sharding where a candidate keeps its data-parallel size and
+    shards its state (the ``"auto"`` fields of an estimate fix both); else 1 (the search
+    itself shards over every data-parallel rank)."""
+    if base.dp_replicas == 1:
+        return 1
+    return np.where((dp == base.dp) & (zero_stage >= 1), base.dp_replicas, 1)
 
 
 def plan_at(columns: Mapping[str, np.ndarray], i: int,
@@ -403,6 +413,9 @@ def plan_at(columns: Mapping[str, np.ndarray], i: int,
         moe_dispatch_fp8=base.moe_dispatch_fp8,
         moe_max_nodes_per_token=base.moe_max_nodes_per_token,
         moe_capacity_factor=base.moe_capacity_factor,
+        dp_shard=(base.dp_shard if base.dp_shard is not None
+                  and int(columns["dp"][i]) == base.dp
+                  and int(columns["zero_stage"][i]) >= 1 else None),
     )
 
 

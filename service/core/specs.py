@@ -415,6 +415,20 @@ class ParallelismPlan:
     """Node-limited routing: each token's experts span at most this many nodes, and a token
     crosses the network once per node it visits (DeepSeek-V3 section 2.1.2: 4 nodes;
     DeepEP's node-deduplicated dispatch)."""
+    dp_shard: int | None = None
+    """Hybrid sharding: the data-parallel ranks one ZeRO/FSDP shard group spans. The state is
+    sharded over ``dp_shard * cp`` ranks and replicated ``dp / dp_shard`` times, and each
+    step all-reduces the gradient shards across the replicas: PyTorch FSDP ``HYBRID_SHARD``
+    (HSDP; Zhao et al. 2023, "PyTorch FSDP", VLDB 16(12), section 3.2.2), torchtitan's
+    ``data_parallel_shard_degree`` beside ``data_parallel_replicate_degree``, MaxText's
+    ``ici_fsdp_parallelism`` with ``dcn_data_parallelism``, DeepSpeed MiCS (Zhang et al. 2022,
+    arXiv 2205.00119) and Megatron's ``--num-distributed-optimizer-instances``. None: every
+    data-parallel rank (one shard group)."""
+
+    @property
+    def dp_replicas(self) -> int:
+        """Replicas of the sharded state: ``dp / dp_shard`` (1 without hybrid sharding)."""
+        return self.dp // self.dp_shard if self.dp_shard else 1
 
     def __post_init__(self) -> None:
         if Offload.WEIGHTS in self.offload and self.zero_stage != 3:
@@ -445,6 +459,18 @@ class ParallelismPlan:
             )
         for name in ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch"):
             _require_positive_int(getattr(self, name), f"parallelism.{name}", maximum=1_000_000)
+        if self.dp_shard is not None:
+            _require_positive_int(self.dp_shard, "parallelism.dp_shard", maximum=1_000_000)
+            if self.dp % self.dp_shard:
+                raise InvalidSpecError(
+                    f"parallelism.dp_shard ({self.dp_shard}) must divide parallelism.dp "
+                    f"({self.dp}): the data-parallel ranks form dp / dp_shard replicas",
+                    field="parallelism.dp_shard")
+            if self.dp_shard < self.dp and self.zero_stage == 0:
+                raise InvalidSpecError(
+                    "parallelism.dp_shard below dp (hybrid sharding) needs "
+                    "parallelism.zero_stage 1, 2 or 3: with zero_stage 0 nothing is sharded",
+                    field="parallelism.dp_shard")
         if self.zero_stage not in (0, 1, 2, 3):
             raise InvalidSpecError(
                 f"parallelism.zero_stage ({self.zero_stage}) must be 0, 1, 2 or 3",

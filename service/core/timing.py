@@ -413,18 +413,23 @@ def step_time(
         geo.embedding_params_per_gpu, geo.head_params_per_gpu
     )
     experts = geo.expert_params_per_gpu
-    dp_bw = ring_bandwidth(acc, geo.dp_group_size, geo.dp_per_node, cal, xp)
+    dp_bw = ring_bandwidth(acc, geo.shard_group_size, geo.shard_per_node, cal, xp)
     layout = state_layout(training)
-    dp_comm = _dp_traffic_s(params, geo.dp_group_size, plan.zero_stage, dp_bw, layout, cal,
-                            xp) + _dp_traffic_s(experts, geo.expert_dp_group_size,
-                                                plan.zero_stage, dp_bw, layout, cal, xp)
+    dp_comm = (_dp_traffic_s(params, geo.shard_group_size, plan.zero_stage, dp_bw, layout, cal,
+                             xp)
+               + _dp_traffic_s(experts, geo.expert_shard_group_size, plan.zero_stage, dp_bw,
+                               layout, cal, xp)
+               + _replica_all_reduce_s(params / geo.shard_group_size
+                                       + experts / geo.expert_shard_group_size,
+                                       plan.dp_replicas, geo.replica_per_node, acc, layout,
+                                       cal, xp))
     exposed = xp.maximum(dp_comm - micro_batch_s,
                          cal.dp_exposed_fraction_for(training.framework) * dp_comm)
     # FSDP (ZeRO-3 without PP) gathers and reduces every micro-batch, overlapping with it.
     dp_exposed = xp.where((plan.zero_stage == 3) & (plan.pp == 1), m * exposed, exposed)
 
-    shard = xp.where(plan.zero_stage >= 1, geo.dp_group_size, 1)
-    expert_shard = xp.where(plan.zero_stage >= 1, geo.expert_dp_group_size, 1)
+    shard = xp.where(plan.zero_stage >= 1, geo.shard_group_size, 1)
+    expert_shard = xp.where(plan.zero_stage >= 1, geo.expert_shard_group_size, 1)
     shard_params = params / shard + experts / expert_shard
     optimizer_s = (0.0 if plan.offload_optimizer
                    else OPTIMIZER_BYTES_TOUCHED_PER_PARAM * shard_params / acc.hbm_bytes_per_s)
@@ -517,6 +522,23 @@ def _host_offload_s(
         m * xp.maximum(0.0, 2.0 * stored / host_link - micro_batch_s), 0.0,
     )
     return optimizer_s + weights_s + activations_s
+
+
+def _replica_all_reduce_s(
+    shard_params: Num, replicas: Num, per_node: Num, acc: AcceleratorSpec,
+    layout: StateLayout, cal: Calibration, xp: Num,
+) -> Num:
+    """Hybrid sharding's all-reduce of each rank's gradient shard across the ``replicas``
+    ranks that hold the same shard, after the reduce-scatter inside its shard group: PyTorch
+    FSDP ``HYBRID_SHARD`` (Zhao et al. 2023, "PyTorch FSDP", VLDB 16(12), section 3.2.2:
+    reduce-scatter within the shard group, then all-reduce across groups), MiCS's
+    hierarchical synchronisation (Zhang et al. 2022, arXiv 2205.00119, section 3.3). A ring
+    all-reduce (factor 2) at the replica group's ring bandwidth; it happens wherever the
+    shard group's reduce-scatter does (every micro-batch under ZeRO-3), and overlaps the
+    backward like the rest of the data-parallel traffic."""
+    grads = shard_params * layout.grad_bytes_per_param
+    bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp)
+    return _collective_s(grads, replicas, bandwidth, 2.0, cal, xp)
 
 
 def _dp_traffic_s(

@@ -545,3 +545,68 @@ def test_the_allocator_headroom_in_fits_is_stated(client: TestClient, framework:
     answer = client.post("/v1/estimates", json=body(**{"training.framework": framework}))
     assert answer.status_code == 200, answer.text
     assert (ALLOCATOR_HEADROOM_NOTE in answer.json()["assumptions"]) is noted
+
+
+class TestHybridSharding:
+    """parallelism.dp_shard (HSDP): expressible, larger state per GPU than sharding over
+    every rank, kept by "auto", refused where it cannot exist or cannot be searched."""
+
+    FSDP: ClassVar[dict[str, Any]] = {
+        "parallelism.tp": 1, "parallelism.pp": 1, "parallelism.cp": 1, "parallelism.vp": 1,
+        "parallelism.dp": 64, "parallelism.zero_stage": 3, "model": {"preset": "llama3.1-8b"},
+        "training.global_batch_seqs": 128, "training.seq_len": 4096}
+
+    def estimate(self, client: TestClient, **changes: Any) -> dict[str, Any]:
+        answer = client.post("/v1/estimates", json=body(**{**self.FSDP, **changes}))
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def test_a_shard_group_of_one_node_holds_eight_times_the_state(
+            self, client: TestClient) -> None:
+        full = self.estimate(client)["memory"]["breakdown_bytes"]
+        hybrid_answer = self.estimate(client, **{"parallelism.dp_shard": 8})
+        hybrid = hybrid_answer["memory"]["breakdown_bytes"]
+        for kind in ("weights", "gradients", "optimizer"):
+            assert hybrid[kind] == pytest.approx(8 * full[kind], rel=1e-9), kind
+        assert any("hybrid sharding" in a for a in hybrid_answer["assumptions"])
+        same = self.estimate(client, **{"parallelism.dp_shard": 64})
+        assert same["memory"]["breakdown_bytes"] == full
+
+    @pytest.mark.parametrize(("value", "status"), [(3, 422), (0, 422), (-8, 422), ("8", 422),
+                                                   (1.5, 422), (None, 200)])
+    def test_bad_shard_groups_are_a_422_naming_the_field(
+            self, client: TestClient, value: Any, status: int) -> None:
+        answer = client.post("/v1/estimates", json=body(**{**self.FSDP,
+                                                            "parallelism.dp_shard": value}))
+        if status == 200:
+            assert answer.status_code == 200, answer.text
+        else:
+            assert_problem(answer, 422, "parallelism.dp_shard")
+
+    def test_zero_stage_0_cannot_shard(self, client: TestClient) -> None:
+        answer = client.post("/v1/estimates", json=body(**{
+            **self.FSDP, "parallelism.zero_stage": 0, "parallelism.dp_shard": 8}))
+        problem = assert_problem(answer, 422, "parallelism.dp_shard")
+        assert "zero_stage" in problem["detail"]
+
+    def test_auto_fields_keep_the_shard_group(self, client: TestClient) -> None:
+        auto = self.estimate(client, **{"parallelism.dp_shard": 8,
+                                        "parallelism.recompute": "auto",
+                                        "parallelism.micro_batch": "auto"})
+        chosen = auto["resolved"]["parallelism"]
+        assert chosen["dp_shard"] == 8
+        assert "dp_shard" not in self.estimate(client)["resolved"]["parallelism"]
+        direct = self.estimate(client, **{"parallelism.dp_shard": 8,
+                                          "parallelism.recompute": chosen["recompute"],
+                                          "parallelism.micro_batch": chosen["micro_batch"]})
+        assert auto["memory"] == direct["memory"]
+        assert auto["time"]["tokens_per_s"] == direct["time"]["tokens_per_s"]
+
+    def test_a_search_refuses_a_fixed_shard_group(self, client: TestClient) -> None:
+        request = {"model": {"preset": "llama3.1-8b"},
+                   "training": {"seq_len": 4096, "global_batch_seqs": 256, "tokens": 1e11},
+                   "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 64},
+                   "constraints": {"fixed": {"dp_shard": 8}}}
+        answer = client.post("/v1/parallelism-plans", json=request)
+        problem = assert_problem(answer, 422)
+        assert "dp_shard" in json.dumps(problem)

@@ -990,3 +990,20 @@ def test_the_service_text_is_printed_as_written(api: TestClient,
     with pytest.raises(typer.Exit):
         fails()
     assert errors.getvalue().strip() == f"422 Request validation failed: {SERVICE_TEXT}"
+
+
+def test_estimate_states_hybrid_sharding(local: str, api: TestClient) -> None:
+    flags = ["--model", "llama3.1-8b", "--accelerator", "h100-sxm5-80gb", "--gpus", "64",
+             "--tokens", "1e11", "--seq-len", "4096", "--global-batch", "128", "--tp", "1",
+             "--pp", "1", "--zero-stage", "3", "--dp-shard", "8"]
+    result = cq("estimate", "--local", "--json", *flags)
+    assert result.exit_code == 0, result.output
+    body = {"model": {"preset": "llama3.1-8b"},
+            "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 64},
+            "parallelism": {"tp": 1, "pp": 1, "zero_stage": 3, "dp_shard": 8},
+            "training": {"seq_len": 4096, "global_batch_seqs": 128, "tokens": 1e11}}
+    assert json.loads(result.stdout) == api.post("/v1/estimates", json=body).json()
+    assert json.loads(result.stdout)["resolved"]["parallelism"]["dp_shard"] == 8
+    refused = cq("estimate", "--local", "--json", *flags[:-1], "3")
+    assert refused.exit_code == 1
+    assert "parallelism.dp_shard" in refused.stdout

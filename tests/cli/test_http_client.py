@@ -91,7 +91,7 @@ def test_sends_json_query_and_headers_like_httpx(recorder: Recorder) -> None:
 
 
 def test_json_that_is_not_json_is_refused_before_sending(recorder: Recorder) -> None:
-    with HttpClient(recorder.url, 5.0) as client, pytest.raises(ValueError):
+    with HttpClient(recorder.url, 5.0) as client, pytest.raises(ValueError, match="JSON"):
         client.request("POST", "/v1/estimates", json={"x": float("nan")})
     assert recorder.seen == []
 
@@ -164,5 +164,6 @@ def test_a_remote_command_never_imports_httpx(recorder: Recorder) -> None:
              " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,  # noqa: S603
                          check=True, cwd=Path(__file__).resolve().parents[2]).stdout
-    assert recorder.seen and recorder.seen[0]["path"].startswith("/v1/offers?")
+    assert recorder.seen
+    assert recorder.seen[0]["path"].startswith("/v1/offers?")
     assert out.splitlines()[-1].strip() == "HEAVY"

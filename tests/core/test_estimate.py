@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from benchmarks.accuracy import evaluate, summarise, usable_inputs
 from service.core.errors import InvalidSpecError
 from service.core.estimate import estimate
+from service.core.ops import SCALAR
 from service.core.specs import (
     Framework,
     Offload,
@@ -468,3 +469,81 @@ class TestLargeScaleWarning:
             estimate_module.LARGE_SCALE_MFU_FRACTION = original
         assert [w for w in again.warnings if "MegaScale" in w]
         assert not [w for w in small_again.warnings if "MegaScale" in w]
+
+
+class TestHybridSharding:
+    """parallelism.dp_shard: the ZeRO state sharded inside groups of dp_shard x cp ranks and
+    replicated dp / dp_shard times (HSDP, MiCS), with the replicas' gradient all-reduce."""
+
+    M = "llama2-7b"
+
+    def run(self, **changes: Any) -> Any:
+        values: dict[str, Any] = {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "vp": 1,
+                                  "zero_stage": 3}
+        values.update(changes)
+        return estimate(model(self.M), cluster(64), plan(**values),
+                        training(seq_len=4096, global_batch_seqs=128))
+
+    def test_the_state_is_sharded_over_the_group_not_every_rank(self) -> None:
+        full, hybrid, one_group = self.run(), self.run(dp_shard=8), self.run(dp_shard=64)
+        for kind in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
+            assert getattr(hybrid.memory, kind) == pytest.approx(8 * getattr(full.memory, kind))
+            assert getattr(one_group.memory, kind) == getattr(full.memory, kind)
+        assert hybrid.memory.activations_bytes == pytest.approx(full.memory.activations_bytes)
+        assert one_group.throughput.step == full.throughput.step
+
+    def test_zero_1_shards_only_the_optimizer_over_the_group(self) -> None:
+        full, hybrid = self.run(zero_stage=1), self.run(zero_stage=1, dp_shard=16)
+        assert hybrid.memory.optimizer_bytes == pytest.approx(4 * full.memory.optimizer_bytes)
+        assert hybrid.memory.weights_bytes == full.memory.weights_bytes
+        assert hybrid.memory.gradients_bytes == full.memory.gradients_bytes
+
+    def test_the_replicas_all_reduce_is_the_ring_formula(self) -> None:
+        """2 (r-1)/r x the gradient shard over the replica ring, which has one rank per node
+        when the shard group fills the node (stride tp x dp_shard = 8)."""
+        from service.core.calibration import DEFAULT_CALIBRATION
+        from service.core.memory import state_layout
+        from service.core.timing import _replica_all_reduce_s
+
+        cal = DEFAULT_CALIBRATION
+        acc = cluster(64).accelerator
+        layout = state_layout(training())
+        seconds = _replica_all_reduce_s(1e9, 8, 1, acc, layout, cal, SCALAR)
+        bandwidth = acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
+        expected = (cal.collective_latency_s
+                    + 2 * 7 / 8 * 1e9 * layout.grad_bytes_per_param / bandwidth)
+        assert seconds == pytest.approx(expected)
+        assert _replica_all_reduce_s(1e9, 1, 1, acc, layout, cal, SCALAR) == 0.0
+
+    def test_gathers_inside_a_node_are_cheaper_than_across_the_network(self) -> None:
+        """With ZeRO-3 over 64 GPUs the per-micro-batch gathers cross the network; sharded
+        inside each 8-GPU node they run on NVLink, and only the gradient shards cross it."""
+        slow_network = dataclasses.replace(
+            cluster(64), accelerator=dataclasses.replace(
+                cluster(64).accelerator, scaleout_bytes_per_s=3.125e9))
+        def step(**changes: Any) -> float:
+            values: dict[str, Any] = {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "vp": 1,
+                                      "zero_stage": 3, "micro_batch": 1}
+            values.update(changes)
+            result = estimate(model(self.M), slow_network, plan(**values),
+                              training(seq_len=4096, global_batch_seqs=512))
+            return float(result.throughput.step.dp_comm_exposed_s)
+        assert step(dp_shard=8) < step()
+
+    def test_the_assumption_names_the_groups(self) -> None:
+        notes = " ".join(self.run(dp_shard=8).assumptions)
+        assert "hybrid sharding" in notes
+        assert "sharded over 8 ranks" in notes
+        assert "replicated 8 times" in notes
+        assert "hybrid sharding" not in " ".join(self.run().assumptions)
+
+    @pytest.mark.parametrize(("changes", "message"), [
+        ({"dp_shard": 3}, "must divide parallelism.dp"),
+        ({"dp_shard": 8, "zero_stage": 0}, "needs parallelism.zero_stage"),
+        ({"dp_shard": 0}, "parallelism.dp_shard"),
+    ])
+    def test_a_shard_group_that_cannot_exist_is_refused(self, changes: dict[str, Any],
+                                                         message: str) -> None:
+        with pytest.raises(InvalidSpecError, match=message) as raised:
+            plan(**{"tp": 1, "pp": 1, "dp": 64, "cp": 1, "vp": 1, **changes})
+        assert raised.value.field == "parallelism.dp_shard"

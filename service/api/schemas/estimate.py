@@ -249,6 +249,16 @@ class ParallelismIn(RequestModel):
     moe_max_nodes_per_token: Count | None = Field(default=None, description=(
         "Node-limited routing: a token's experts span at most this many nodes and it crosses "
         "the network once per node (DeepSeek-V3: 4). Default: unlimited."))
+    dp_shard: Count | None = Field(default=None, description=(
+        "Hybrid sharding: the data-parallel ranks one ZeRO/FSDP shard group spans, a divisor "
+        "of dp. The optimizer state (and, with zero_stage 2 and 3, the gradients and weights) "
+        "is sharded over dp_shard x cp ranks and replicated dp / dp_shard times; each step "
+        "all-reduces the gradient shards across the replicas. PyTorch FSDP HYBRID_SHARD "
+        "(HSDP), torchtitan data_parallel_shard_degree, MaxText ici_fsdp_parallelism with "
+        "dcn_data_parallelism, DeepSpeed MiCS, Megatron --num-distributed-optimizer-"
+        "instances. It holds more state per GPU than sharding over every rank, and keeps the "
+        "per-micro-batch gathers inside the group. Needs zero_stage 1, 2 or 3. Default: dp "
+        "(one shard group). Not searched by optimise-parallelism."), examples=[8])
 
     def auto_dimensions(self) -> frozenset[str]:
         """The fields given as \"auto\" (the optimiser chooses them)."""
@@ -277,6 +287,7 @@ class ParallelismIn(RequestModel):
             moe_dispatch_fp8=self.moe_dispatch_fp8,
             moe_max_nodes_per_token=self.moe_max_nodes_per_token,
             moe_capacity_factor=self.moe_capacity_factor,
+            dp_shard=self.dp_shard,
         )
 
 
@@ -531,11 +542,16 @@ class ResolvedOut(BaseModel):
 
 
 def plan_dict(plan: ParallelismPlan) -> dict[str, int | bool | str]:
-    """A plan as JSON: every dimension, recompute by name."""
-    return {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
-            "vp": plan.vp, "micro_batch": plan.micro_batch,
-            "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.zero_stage,
-            "recompute": plan.recompute.value}
+    """A plan as JSON: every dimension, recompute by name; ``dp_shard`` only where the plan
+    shards inside groups (hybrid sharding)."""
+    out: dict[str, int | bool | str] = {
+        "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
+        "vp": plan.vp, "micro_batch": plan.micro_batch,
+        "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.zero_stage,
+        "recompute": plan.recompute.value}
+    if plan.dp_replicas > 1:
+        out["dp_shard"] = plan.dp // plan.dp_replicas
+    return out
 
 
 class EstimateResponse(BaseModel):

@@ -200,6 +200,9 @@ class FixedParallelismIn(ParallelismIn):
         if self.auto_dimensions():
             raise ValueError("\"auto\" is for estimates; in a search, list the dimension in "
                              "constraints.vary instead")
+        if self.dp_shard is not None:
+            raise ValueError("dp_shard is for estimates: dp is derived per candidate, and the "
+                             "search shards over every data-parallel rank")
         return self
 
 

@@ -10,6 +10,8 @@ Usage: ``make accuracy`` or ``python -m benchmarks.accuracy [--csv]``.
 
 Rules for fields a source leaves open (documented in docs/validation.md):
 - micro_batch, vp, cp empty -> 1; zero_stage empty -> 1 (Megatron distributed optimizer);
+- dp_shard empty -> dp (ZeRO state sharded over every data-parallel rank); set where the
+  source shards inside groups (HSDP within a node, MaxText FSDP within a slice);
 - shared_experts empty -> 0 (MoE rows: shared experts of the routed experts' width in every
   MoE layer, as ``ModelSpec.num_shared_experts``);
 - sequence_parallel unknown -> on whenever tp > 1 (NeMo/Megatron recipes turn it on with TP);
@@ -171,6 +173,7 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
         moe_max_nodes_per_token=_int(row.get("moe_max_nodes_per_token") or "", 0) or None,
         moe_capacity_factor=float(row["moe_capacity_factor"]) if row.get(
             "moe_capacity_factor") else None,
+        dp_shard=_int(row.get("dp_shard") or "", 0) or None,
     )
     accelerator = accelerators[row["gpu"]]
     for column, field in (("scaleout_bytes_per_s_per_gpu", "scaleout_bytes_per_s"),

@@ -32,9 +32,14 @@ from service.core.calibration import DEFAULT_CALIBRATION
 MIN_ROWS = 10
 TARGET_COVERAGE = 0.8
 TAILS = (0.1, 0.075, 0.05, 0.025, 0.0)
-"""Tail mass tried on each side, narrowest first: a regime takes the first whose band covers
-at least TARGET_COVERAGE of its rows out of sample (runs from different families are not
-exchangeable, so the nominal 10% tails under-cover; cross-conformal, Vovk 2015)."""
+"""Tail mass tried on each side, narrowest first. Each side is chosen separately: a regime
+takes the pair of tails whose band is narrowest among those that cover at least
+TARGET_COVERAGE of its rows out of sample (runs from different families are not
+exchangeable, so the nominal 10% tails under-cover; cross-conformal, Vovk 2015). Until
+2026-11-27 both sides widened together, so a regime whose held-out misses all lay below its
+band also widened above it, by a whole order statistic (FSDP: +27% to +109%)."""
+Tail = float | tuple[float, float]
+"""A regime's tails: (low side, high side), or one value for both (``WIDEN`` included)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +62,15 @@ def residuals(rows: list[RowInputs]) -> list[Residual]:
     return [Residual(row, regime_of(row), family_of(row), held[row.id]) for row in rows]
 
 
-def conformal(values: list[float], tail: float = 0.1) -> tuple[float, float]:
-    """The split-conformal order statistics with ``tail`` on each side: the
-    floor((n+1) tail)-th and ceil((n+1)(1 - tail))-th, clamped to the sample's ends."""
+def conformal(values: list[float], tail: Tail = 0.1) -> tuple[float, float]:
+    """The split-conformal order statistics with tail masses (t_low, t_high) (one value: the
+    same on each side): the floor((n+1) t_low)-th and ceil((n+1)(1 - t_high))-th, clamped
+    to the sample's ends."""
+    low_tail, high_tail = tail if isinstance(tail, tuple) else (tail, tail)
     ordered = sorted(values)
     n = len(ordered)
-    low = max(1, math.floor((n + 1) * tail))
-    high = min(n, math.ceil((n + 1) * (1 - tail)))
+    low = max(1, math.floor((n + 1) * low_tail))
+    high = min(n, math.ceil((n + 1) * (1 - high_tail)))
     return ordered[low - 1], ordered[high - 1]
 
 
@@ -73,7 +80,7 @@ the union of its own widest band and the pooled one."""
 
 
 def bands(sample: list[Residual],
-          tails: dict[str, float] | None = None) -> dict[str, tuple[float, float, int]]:
+          tails: dict[str, Tail] | None = None) -> dict[str, tuple[float, float, int]]:
     tails = tails or {}
     by_regime: dict[str, list[float]] = defaultdict(list)
     for r in sample:
@@ -85,7 +92,7 @@ def bands(sample: list[Residual],
         if regime == "unknown" or len(values) < MIN_ROWS:
             continue
         tail = tails.get(regime, 0.1)
-        low, high = conformal(values, max(tail, 0.0))
+        low, high = conformal(values, 0.0 if tail == WIDEN else tail)
         if tail == WIDEN:
             low, high = min(low, pooled_low), max(high, pooled_high)
         out[regime] = (low, high, len(values))
@@ -98,7 +105,7 @@ def band_of(table: dict[str, tuple[float, float, int]], regime: str) -> tuple[fl
 
 
 def coverage(sample: list[Residual],
-             tails: dict[str, float] | None = None) -> tuple[dict[str, float], float]:
+             tails: dict[str, Tail] | None = None) -> tuple[dict[str, float], float]:
     """Leave-one-family-out: each family judged by bands derived without it."""
     inside: dict[str, list[bool]] = defaultdict(list)
     for family in {r.family for r in sample}:
@@ -111,7 +118,7 @@ def coverage(sample: list[Residual],
     return ({k: sum(v) / len(v) for k, v in inside.items()}, sum(every) / len(every))
 
 
-def unknown_coverage(sample: list[Residual], tail: float) -> float:
+def unknown_coverage(sample: list[Residual], tail: Tail) -> float:
     """Coverage of the pooled band alone (a caller who gives no framework)."""
     hits = []
     for family in {r.family for r in sample}:
@@ -120,22 +127,41 @@ def unknown_coverage(sample: list[Residual], tail: float) -> float:
     return sum(hits) / len(hits)
 
 
-def choose_tails(sample: list[Residual]) -> dict[str, float]:
-    """For each regime in turn, the widest tail (narrowest band) that still covers
-    TARGET_COVERAGE of its rows out of sample; ``unknown`` must also do so for every row
-    when used alone, since a caller who names no framework gets it."""
-    tails: dict[str, float] = {}
-    regimes = [*sorted(set(bands(sample)) - {"unknown"}), "unknown"]
-    for regime in regimes:
-        for tail in (*TAILS, WIDEN) if regime != "unknown" else TAILS:
-            tails[regime] = tail
-            by_regime, _ = coverage(sample, tails)
-            ok = by_regime.get(regime, 1.0) >= TARGET_COVERAGE
-            if regime == "unknown":
-                ok = ok and unknown_coverage(sample, tail) >= TARGET_COVERAGE
-            if ok:
-                break
-    return tails
+def choose_tails(sample: list[Residual]) -> dict[str, Tail]:
+    """Tails per regime: for each regime, the pair of tails (``TAILS`` on each side) giving
+    the narrowest band that still covers TARGET_COVERAGE of its rows out of sample (ties:
+    the pair with the most tail mass); a regime no pair serves takes ``WIDEN``, the union
+    with the pooled band. The pooled (``unknown``) band must cover the target for its own
+    rows and for every row when used alone, since a caller who names no framework gets it;
+    its pairs are tried narrowest first, and the first with which every regime reaches the
+    target is kept (a widened regime's band includes the pooled one)."""
+    pairs = [(low, high) for low in TAILS for high in TAILS]
+    regimes = sorted(set(bands(sample)) - {"unknown"})
+
+    def narrowest(tails: dict[str, Tail], regime: str, pair: tuple[float, float]) -> float:
+        low, high = band_of(bands(sample, {**tails, regime: pair}), regime)
+        return high - low
+
+    def covers(tails: dict[str, Tail], regime: str) -> bool:
+        by_regime, _ = coverage(sample, tails)
+        return by_regime.get(regime, 1.0) >= TARGET_COVERAGE
+
+    fallback: dict[str, Tail] | None = None
+    for pooled in sorted(pairs, key=lambda pair: (narrowest({}, "unknown", pair),
+                                                  -(pair[0] + pair[1]))):
+        tails: dict[str, Tail] = {"unknown": pooled}
+        if not (covers(tails, "unknown")
+                and unknown_coverage(sample, pooled) >= TARGET_COVERAGE):
+            continue
+        for regime in regimes:
+            ordered = sorted(pairs, key=lambda pair, r=regime, t=tails: (
+                narrowest(t, r, pair), -(pair[0] + pair[1])))
+            tails[regime] = next((pair for pair in ordered
+                                  if covers({**tails, regime: pair}, regime)), WIDEN)
+        if all(covers(tails, regime) for regime in regimes):
+            return tails
+        fallback = fallback or tails
+    return fallback or {}
 
 
 def report(label: str, errors: list[float]) -> None:
@@ -158,7 +184,8 @@ def main() -> int:
     print(f"overall leave-one-family-out coverage: {overall:.1%} over {len(sample)} rows "
           f"({len({r.family for r in sample})} families)")
     print(f"the pooled 'unknown' band alone: {unknown_coverage(sample, tails['unknown']):.1%}")
-    print("tails: " + ", ".join(f"{k} {v:g}" for k, v in sorted(tails.items())))
+    print("tails (low, high): " + ", ".join(
+        f"{k} {v if isinstance(v, tuple) else 'widened'}" for k, v in sorted(tails.items())))
     print()
     print("tokens/s per GPU, |predicted / measured - 1|:")
     everything = usable_inputs()

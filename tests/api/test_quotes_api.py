@@ -442,3 +442,23 @@ class TestImpracticalLines:
             warned = [w for w in line["warnings"] if w.startswith("impractical wall-clock: ")]
             assert bool(warned) == (line in slow), line["wall_clock_s"]
             assert all(f"{limit_days}-day limit" in w for w in warned)
+
+
+def test_a_hybrid_sharded_workload_is_priced_on_its_own_plan_and_verifies(
+    client: TestClient, writer: dict[str, str]
+) -> None:
+    """parallelism.dp_shard reaches the quote: the lines' plan names it (and only theirs), and
+    verify recomputes the quote, replica all-reduce included, to the cent."""
+    body = copy.deepcopy(QUOTE_EXAMPLE)
+    body["workload"]["estimate"]["parallelism"] = {"tp": 8, "pp": 4, "dp": 8,
+                                                   "zero_stage": 1, "dp_shard": 2}
+    hybrid = post(client, writer, body)
+    assert hybrid.status_code == 201, hybrid.text
+    plain = post(client, writer, QUOTE_EXAMPLE).json()
+    lines = all_lines(client, hybrid.json(), writer)
+    assert lines
+    assert {line["plan"]["dp_shard"] for line in lines if line.get("plan")} == {2}
+    assert all("dp_shard" not in (line.get("plan") or {}) for line in all_lines(
+        client, plain, writer))
+    result = client.post(f"/v1/quotes/{hybrid.json()['id']}/verify", headers=writer).json()
+    assert result["matches"], result["differences"][:3]

@@ -143,7 +143,8 @@ class HttpClient:
     start-up on the 2-core development machine (``python -X importtime``; issue 16: remote
     commands start in under 0.4 s, benchmarks/cli_startup.py). It honours the proxy settings
     httpx does (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``, read by
-    ``urllib.request.getproxies``) and verifies TLS with the system's certificates (or
+    ``urllib.request.getproxies``; credentials in the proxy's URL are sent as
+    ``Proxy-Authorization: Basic``) and verifies TLS with the system's certificates (or
     ``SSL_CERT_FILE``)."""
 
     def __init__(self, base_url: str, timeout: float) -> None:
@@ -162,11 +163,21 @@ class HttpClient:
         self._prefix = parts.path.rstrip("/")
         self._timeout = timeout
         self._proxy_url: str | None = None
+        self._proxy_auth: dict[str, str] = {}
         self._connection: http.client.HTTPConnection | None = None
         self._reused = False
         proxies = urllib.request.getproxies()
         if self._scheme in proxies and not urllib.request.proxy_bypass(parts.netloc):
             self._proxy_url = proxies[self._scheme]
+            proxy = urlsplit(self._proxy_url if "://" in self._proxy_url
+                             else "http://" + self._proxy_url)
+            if proxy.username is not None:
+                import base64
+                from urllib.parse import unquote
+
+                user = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}"
+                self._proxy_auth = {"Proxy-Authorization": "Basic " + base64.b64encode(
+                    user.encode()).decode("ascii")}
 
     def __enter__(self) -> HttpClient:
         return self
@@ -201,7 +212,7 @@ class HttpClient:
 
             connection = http.client.HTTPSConnection(
                 host, port, timeout=self._timeout, context=ssl.create_default_context())
-            connection.set_tunnel(self._host, self._port)
+            connection.set_tunnel(self._host, self._port, headers=self._proxy_auth or None)
         else:
             connection = http.client.HTTPConnection(host, port, timeout=self._timeout)
         self._connection = connection
@@ -227,6 +238,8 @@ class HttpClient:
             body = jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"),
                                  allow_nan=False).encode()
             sent["Content-Type"] = "application/json"
+        if self._proxy_url and self._scheme == "http":
+            sent.update(self._proxy_auth)  # a plain-HTTP proxy reads it from each request
         sent.update(headers or {})
         target = self._target(path, params)
         for attempt in (1, 2):

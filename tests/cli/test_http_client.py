@@ -138,6 +138,12 @@ def test_an_http_proxy_gets_the_absolute_address(
     with HttpClient("http://service.invalid:8000", 5.0) as client:
         client.request("GET", "/v1/offers")
     assert recorder.seen[0]["path"] == "http://service.invalid:8000/v1/offers"
+    assert "Proxy-Authorization" not in recorder.seen[0]["headers"]
+    # Credentials in the proxy's URL are sent as Basic proxy authorisation.
+    monkeypatch.setenv("http_proxy", recorder.url.replace("://", "://me:p%40ss@"))
+    with HttpClient("http://service.invalid:8000", 5.0) as client:
+        client.request("GET", "/v1/offers")
+    assert recorder.seen[1]["headers"]["Proxy-Authorization"] == "Basic bWU6cEBzcw=="
     monkeypatch.setenv("no_proxy", "service.invalid")
     with HttpClient("http://service.invalid:8000", 5.0) as client:
         assert client._proxy_url is None  # bypassed: no request goes to the proxy

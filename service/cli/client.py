@@ -195,8 +195,10 @@ class HttpClient:
         from urllib.parse import urlsplit
 
         if self._connection is not None:
-            self._reused = True
-            return self._connection
+            if not _closed_by_peer(self._connection):
+                self._reused = True
+                return self._connection
+            self.close()  # the server closed it while idle (uvicorn after 5 s)
         self._reused = False
         host, port = self._host, self._port
         if self._proxy_url:
@@ -249,10 +251,12 @@ class HttpClient:
                 answer = connection.getresponse()
                 data = answer.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                # A kept-alive connection the server had closed while idle (uvicorn after
-                # 5 s): it read nothing of this request, so it is sent once more on a new one.
+                # A kept-alive connection that died as the request went out (closed by the
+                # server between the idle check and the send): sent once more on a new one,
+                # only where repeating it is safe (idempotent methods, or an Idempotency-Key).
                 self.close()
-                if attempt == 2 or not self._reused:
+                if attempt == 2 or not self._reused or not (
+                        method in IDEMPOTENT_METHODS or "Idempotency-Key" in sent):
                     raise
                 continue
             except BaseException:
@@ -262,6 +266,26 @@ class HttpClient:
                 self.close()
             return HttpResponse(answer.status, answer.reason, answer.headers, data)
         raise AssertionError("unreachable")
+
+
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+"""RFC 9110 section 9.2.2: methods whose repetition has the effect of one request."""
+
+
+def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
+    """Whether an idle kept-alive connection was closed by the server: its socket is readable
+    (end of file, or bytes nobody asked for) while no request is out, which is how httpcore
+    decides a pooled connection has expired."""
+    import select
+
+    sock = connection.sock
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def _param(value: Any) -> str:

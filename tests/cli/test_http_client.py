@@ -26,6 +26,8 @@ class Recorder:
         self.seen: list[dict[str, Any]] = []
         self.connections: set[tuple[str, int]] = set()
         self.drop_after_answer = False
+        self.drop_unanswered: set[str] = set()
+        """Paths read and then left unanswered (the connection closed), once each."""
         self.status = 200
         recorder = self
 
@@ -41,6 +43,11 @@ class Recorder:
                 recorder.connections.add(self.client_address)
                 recorder.seen.append({"method": self.command, "path": self.path,
                                       "headers": dict(self.headers), "body": body})
+                if self.path in recorder.drop_unanswered:
+                    recorder.drop_unanswered.discard(self.path)
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
                 payload = json.dumps({"n": len(recorder.seen), "title": "Nope",
                                       "detail": "refused"}).encode()
                 self.send_response(recorder.status)
@@ -104,15 +111,41 @@ def test_keeps_the_connection_alive_across_pages(recorder: Recorder) -> None:
     assert len(recorder.connections) == 1
 
 
-def test_a_connection_closed_while_idle_is_retried_once_on_a_new_one(
+def test_a_connection_closed_while_idle_is_replaced_before_sending(
         recorder: Recorder) -> None:
     recorder.drop_after_answer = True
     with HttpClient(recorder.url, 5.0) as client:
         assert client.request("GET", "/a").json()["n"] == 1
-        # The server closed the connection after its answer; the next request finds it dead.
+        # The server closed the connection after its answer; the next request sees it closed
+        # before sending and goes out once, on a new connection.
         assert client.request("POST", "/b", json={}).json()["n"] == 2
     assert [s["path"] for s in recorder.seen] == ["/a", "/b"]  # each sent once
     assert len(recorder.connections) == 2
+
+
+def test_only_a_repeatable_request_is_resent_when_the_connection_dies_with_it(
+        recorder: Recorder) -> None:
+    """A kept-alive connection that dies with a request on it: a GET (or a POST carrying an
+    Idempotency-Key) is sent again on a new connection; another POST is not (the server may
+    have acted on it), and the caller is told."""
+    import http.client
+
+    with HttpClient(recorder.url, 5.0) as client:
+        client.request("GET", "/warm")
+        recorder.drop_unanswered = {"/read"}
+        assert client.request("GET", "/read").status_code == 200
+        client.request("GET", "/warm")
+        recorder.drop_unanswered = {"/keyed"}
+        assert client.request("POST", "/keyed", json={},
+                              headers={"Idempotency-Key": "k1"}).status_code == 200
+        client.request("GET", "/warm")
+        recorder.drop_unanswered = {"/import"}
+        with pytest.raises(http.client.RemoteDisconnected):
+            client.request("POST", "/import", content=b"x")
+    paths = [s["path"] for s in recorder.seen]
+    assert paths.count("/read") == 2
+    assert paths.count("/keyed") == 2
+    assert paths.count("/import") == 1
 
 
 def test_a_problem_answer_raises_with_the_document(recorder: Recorder) -> None:

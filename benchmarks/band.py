@@ -7,10 +7,10 @@ family (``make holdout``: ``benchmarks.calibrate.leave_one_source_out``, stored 
 
 Each row belongs to one regime (``Calibration.regime_of``: an uncalibrated accelerator, an MoE
 model, else its training framework). A regime's band is the split-conformal pair of order
-statistics of its residuals: the floor((n+1) t)-th and ceil((n+1)(1 - t))-th (Angelopoulos and
-Bates 2021, section 1), with the tail t starting at 10% and widened (``TAILS``) until the
-regime covers 80% out of sample. Regimes with fewer than ``MIN_ROWS`` rows use ``unknown``,
-which pools every row.
+statistics of its residuals: the floor((n+1) t_low)-th and ceil((n+1)(1 - t_high))-th
+(Angelopoulos and Bates 2021, section 1), each tail one of ``TAILS`` (10% down to 0), the pair
+giving the narrowest band that covers 80% of the regime out of sample. Regimes with fewer
+than ``MIN_ROWS`` rows use ``unknown``, which pools every row.
 
 Coverage is then checked out of sample: each source family's rows are judged by bands derived
 without that family. Usage: ``make band`` or ``python -m benchmarks.band``; paste the printed

@@ -264,10 +264,9 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
         notes.append(ALLOCATOR_HEADROOM_NOTE)
     if runs_eager(training):
         notes.append(EAGER_NOTE)
-    if plan.dp_replicas > 1:
-        shard_ranks = plan.dp // plan.dp_replicas * plan.cp
+    if plan.dp_shard is not None and plan.dp_replicas > 1:
         notes.append(
-            f"hybrid sharding: the ZeRO state is sharded over {shard_ranks} ranks "
+            f"hybrid sharding: the ZeRO state is sharded over {plan.dp_shard * plan.cp} ranks "
             f"(dp_shard x cp) and replicated {plan.dp_replicas} times; the gradient shards "
             "are all-reduced across the replicas wherever they are reduce-scattered")
     return tuple(notes)

@@ -413,24 +413,23 @@ def step_time(
         geo.embedding_params_per_gpu, geo.head_params_per_gpu
     )
     experts = geo.expert_params_per_gpu
+    shard = xp.where(plan.zero_stage >= 1, geo.shard_group_size, 1)
+    expert_shard = xp.where(plan.zero_stage >= 1, geo.expert_shard_group_size, 1)
+    shard_params = params / shard + experts / expert_shard
     dp_bw = ring_bandwidth(acc, geo.shard_group_size, geo.shard_per_node, cal, xp)
     layout = state_layout(training)
+    # Replicas imply ZeRO >= 1 (specs), so their all-reduce moves the sharded gradients.
     dp_comm = (_dp_traffic_s(params, geo.shard_group_size, plan.zero_stage, dp_bw, layout, cal,
                              xp)
                + _dp_traffic_s(experts, geo.expert_shard_group_size, plan.zero_stage, dp_bw,
                                layout, cal, xp)
-               + _replica_all_reduce_s(params / geo.shard_group_size
-                                       + experts / geo.expert_shard_group_size,
-                                       plan.dp_replicas, geo.replica_per_node, acc, layout,
-                                       cal, xp))
+               + _replica_all_reduce_s(shard_params, plan.dp_replicas, geo.replica_per_node,
+                                       acc, layout, cal, xp))
     exposed = xp.maximum(dp_comm - micro_batch_s,
                          cal.dp_exposed_fraction_for(training.framework) * dp_comm)
     # FSDP (ZeRO-3 without PP) gathers and reduces every micro-batch, overlapping with it.
     dp_exposed = xp.where((plan.zero_stage == 3) & (plan.pp == 1), m * exposed, exposed)
 
-    shard = xp.where(plan.zero_stage >= 1, geo.shard_group_size, 1)
-    expert_shard = xp.where(plan.zero_stage >= 1, geo.expert_shard_group_size, 1)
-    shard_params = params / shard + experts / expert_shard
     optimizer_s = (0.0 if plan.offload_optimizer
                    else OPTIMIZER_BYTES_TOUCHED_PER_PARAM * shard_params / acc.hbm_bytes_per_s)
     host_offload_s = _host_offload_s(model, plan, geo, layout, shard_params, micro_batch_s,

@@ -549,8 +549,8 @@ def plan_dict(plan: ParallelismPlan) -> dict[str, int | bool | str]:
         "vp": plan.vp, "micro_batch": plan.micro_batch,
         "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.zero_stage,
         "recompute": plan.recompute.value}
-    if plan.dp_replicas > 1:
-        out["dp_shard"] = plan.dp // plan.dp_replicas
+    if plan.dp_shard is not None and plan.dp_replicas > 1:
+        out["dp_shard"] = plan.dp_shard
     return out
 
 

@@ -254,8 +254,9 @@ predicted from a value other families could not drag far from its principled sta
 whose start is an earlier fit of the 51 original rows keep ``PRIOR_WEIGHT``: a strong pull
 towards those would leak those rows into their own held-out predictions (decisions 152 and
 155)."""
-STRONG_PRIOR_ACCELERATORS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "b200-sxm-180gb",
-                             "mi300x-192gb")
+STRONG_PRIOR_ACCELERATORS = (*(a for a in NEWLY_FITTED if a not in H100_SILICON), *CDNA3)
+"""The accelerators with no fit among the original rows, which start from the H100's or the
+default efficiency (``physical_start``); the H200 and H800 share the H100's fitted knob."""
 
 
 def strong_prior(knob: Knob) -> bool:

@@ -162,15 +162,16 @@ class HttpClient:
         self._port = parts.port
         self._prefix = parts.path.rstrip("/")
         self._timeout = timeout
-        self._proxy_url: str | None = None
+        self._proxy: tuple[str, int | None] | None = None
+        """The proxy's host and port, where the environment names one for this address."""
         self._proxy_auth: dict[str, str] = {}
         self._connection: http.client.HTTPConnection | None = None
         self._reused = False
         proxies = urllib.request.getproxies()
         if self._scheme in proxies and not urllib.request.proxy_bypass(parts.netloc):
-            self._proxy_url = proxies[self._scheme]
-            proxy = urlsplit(self._proxy_url if "://" in self._proxy_url
-                             else "http://" + self._proxy_url)
+            url = proxies[self._scheme]
+            proxy = urlsplit(url if "://" in url else "http://" + url)
+            self._proxy = (proxy.hostname or "", proxy.port)
             if proxy.username is not None:
                 import base64
                 from urllib.parse import unquote
@@ -192,7 +193,6 @@ class HttpClient:
 
     def _connect(self) -> http.client.HTTPConnection:
         import http.client
-        from urllib.parse import urlsplit
 
         if self._connection is not None:
             if not _closed_by_peer(self._connection):
@@ -200,13 +200,9 @@ class HttpClient:
                 return self._connection
             self.close()  # the server closed it while idle (uvicorn after 5 s)
         self._reused = False
-        host, port = self._host, self._port
-        if self._proxy_url:
-            proxy = urlsplit(self._proxy_url if "://" in self._proxy_url
-                             else "http://" + self._proxy_url)
-            host, port = proxy.hostname or "", proxy.port
+        host, port = self._proxy or (self._host, self._port)
         connection: http.client.HTTPConnection
-        if self._scheme == "https" and not self._proxy_url:
+        if self._scheme == "https" and self._proxy is None:
             connection = http.client.HTTPSConnection(host, port, timeout=self._timeout)
         elif self._scheme == "https":
             # Through an HTTP proxy: CONNECT to the service, then TLS end to end.
@@ -225,7 +221,7 @@ class HttpClient:
 
         query = urlencode([(k, _param(v)) for k, v in (params or {}).items()])
         target = self._prefix + path + ("?" + query if query else "")
-        if self._proxy_url and self._scheme == "http":
+        if self._proxy is not None and self._scheme == "http":
             return f"http://{self._netloc}{target}"  # absolute form, for the proxy
         return target
 
@@ -240,7 +236,7 @@ class HttpClient:
             body = jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"),
                                  allow_nan=False).encode()
             sent["Content-Type"] = "application/json"
-        if self._proxy_url and self._scheme == "http":
+        if self._proxy is not None and self._scheme == "http":
             sent.update(self._proxy_auth)  # a plain-HTTP proxy reads it from each request
         sent.update(headers or {})
         target = self._target(path, params)
@@ -324,8 +320,8 @@ class Api:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         for attempt in (1, 2):
             try:
-                response: Response = self.client.request(method, path, json=json, params=query,
-                                               headers=sent, content=content)
+                response: Response = self.client.request(
+                    method, path, json=json, params=query, headers=sent, content=content)
             except _transport_errors() as exc:
                 raise CliError(f"cannot reach the service at {self.client.base_url}: {exc}. "
                                "Start it (cq serve), point --api/CQ_API_URL at it, or use "

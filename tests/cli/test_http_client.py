@@ -184,7 +184,7 @@ def test_an_http_proxy_gets_the_absolute_address(
     assert recorder.seen[1]["headers"]["Proxy-Authorization"] == "Basic bWU6cEBzcw=="
     monkeypatch.setenv("no_proxy", "service.invalid")
     with HttpClient("http://service.invalid:8000", 5.0) as client:
-        assert client._proxy_url is None  # bypassed: no request goes to the proxy
+        assert client._proxy is None  # bypassed: no request goes to the proxy
 
 
 def test_an_address_that_is_not_http_is_a_usage_error() -> None:

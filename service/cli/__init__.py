@@ -72,7 +72,7 @@ def _root(
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(Text.assemble(("error:", "bold red"), " ", message))
+    err.print(commands.labelled("error:", "bold red", message))
     return typer.Exit(code=1)
 
 

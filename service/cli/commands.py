@@ -175,6 +175,12 @@ out = _Screen(markup=False, emoji=False)
 err = Console(stderr=True, markup=False, emoji=False)
 
 
+def labelled(label: str, style: str, text: str) -> Text:
+    """``label`` in ``style``, a space, then ``text`` exactly as written: the one way ``cq``
+    prefixes a warning, note or error to text it did not write."""
+    return Text.assemble((label, style), " ", text)
+
+
 def _table(title: str | None, columns: list[tb.Col | str]) -> Table:
     return tb.table(title, columns, width=out.width)
 
@@ -378,8 +384,8 @@ def _serving_quote_body(loaded: dict[str, Any]) -> tuple[dict[str, Any], dict[st
         body: dict[str, Any] = {"workload": {"serving": {"estimate": estimate}}}
         price = (estimate.get("deployment") or {}).pop("price_per_gpu_hour_usd", None)
         if price is not None:
-            err.print(Text.assemble(
-                ("note:", "yellow"), " a quote prices every line from the catalogue; the "
+            err.print(labelled(
+                "note:", "yellow", "a quote prices every line from the catalogue; the "
                 f"file's price_per_gpu_hour_usd ({price}) is not sent"), highlight=False)
         if "energy" in estimate:
             body["energy"] = estimate.pop("energy")
@@ -477,8 +483,8 @@ def _gate(answer: dict[str, Any], fail_on: FailOn | None) -> None:
     if fail_on is None:
         return
     if answer.get("verdict") is None:
-        err.print(Text.assemble(
-            ("note:", "yellow"), f" --fail-on {fail_on.value}: quote {answer.get('id')} has "
+        err.print(labelled(
+            "note:", "yellow", f"--fail-on {fail_on.value}: quote {answer.get('id')} has "
             "no verdict (no budget, deadline or policy to judge by), so the gate passes"),
             highlight=False)
         return
@@ -538,7 +544,7 @@ def render_estimate(answer: dict[str, Any], cost: dict[str, Any] | None = None) 
     memory.add_row("capacity", fmt.gib(answer["memory"]["capacity_bytes_per_gpu"]))
     out.print(memory)
     for warning in answer.get("warnings", []):
-        out.print(Text.assemble(("warning:", "yellow"), " ", warning))
+        out.print(labelled("warning:", "yellow", warning))
 
 
 def _plan_figures(plan: dict[str, Any]) -> tuple[Any, ...]:
@@ -677,7 +683,7 @@ def render_quote(answer: dict[str, Any]) -> None:
         details = [{"code": "", "message": m} for m in answer.get("reasons", [])]
     for reason in details:
         code = f"[{reason['code']}] " if reason.get("code") else ""
-        out.print(f"  · {code}{reason['message']}", highlight=False, markup=False)
+        out.print(f"  · {code}{reason['message']}", highlight=False)
     out.print(f"catalogue {answer['catalog_version']}; estimator "
               f"{answer.get('estimator_version', '?')}; stored as /v1/quotes/{answer['id']}"
               + (f"; requote of {answer['requote_of']}" if answer.get("requote_of") else ""),
@@ -832,7 +838,7 @@ def render_budget_plan(answer: dict[str, Any]) -> None:
               f"{fmt.duration(deadline) if deadline else 'none'}; policy "
               f"{policy.get('name') or 'default'}@"
               f"{'built-in' if policy.get('revision') is None else policy['revision']}; "
-              f"catalogue {answer.get('catalog_version')}", highlight=False, markup=False)
+              f"catalogue {answer.get('catalog_version')}", highlight=False)
     if answer.get("objective") == "largest_model":
         _render_largest(answer)
     explanation = answer.get("explanation") or ""
@@ -846,9 +852,9 @@ def render_budget_plan(answer: dict[str, Any]) -> None:
             shown = tb.shown_of(min(len(lines), PLAN_ROWS), len(lines), "lines")
             out.print(_plan_table(f"{title}: {shown}", lines[:PLAN_ROWS]))
         else:
-            out.print(f"{title}: {empty}", highlight=False, markup=False)
+            out.print(f"{title}: {empty}", highlight=False)
     if explanation:
-        out.print(f"why: {explanation}", highlight=False, markup=False)
+        out.print(f"why: {explanation}", highlight=False)
 
 
 def _render_largest(answer: dict[str, Any]) -> None:
@@ -858,15 +864,15 @@ def _render_largest(answer: dict[str, Any]) -> None:
         out.print(f"largest model: {largest['preset']}, {fmt.si(largest['params'])} "
                   f"parameters on {fmt.si(largest['tokens'])} tokens "
                   f"({largest['tokens'] / largest['params']:,.1f} per parameter)",
-                  highlight=False, markup=False)
+                  highlight=False)
         out.print(f"its best line: commitment {report.commitment(line)}, job cost "
                   f"{report.job_cost(line)}, {report.days(line)} days, "
                   f"{fmt.line_where(line)}, {line['term']}, {line['num_gpus']:,} GPUs",
-                  highlight=False, markup=False)
+                  highlight=False)
     else:
         out.print("largest model: none: no candidate has a line within the budget and "
                   "deadline that the policy passes (the lists are the smallest candidate's)",
-                  highlight=False, markup=False)
+                  highlight=False)
     tried = Table("model", "parameters", "tokens", "lines within", "note",
                   title="Models tried, smallest first", title_justify="left")
     for model in answer.get("models_tried") or []:
@@ -897,11 +903,10 @@ def render_serving(answer: dict[str, Any], request: dict[str, Any] | None = None
     for row in report.serving_latency_rows(answer, (request.get("traffic") or {}).get("slo")):
         latency.add_row(*row)
     out.print(latency)
-    out.print(f"queueing model: {answer['latency']['queueing_model']}", highlight=False,
-              markup=False)
+    out.print(f"queueing model: {answer['latency']['queueing_model']}", highlight=False)
     out.print(_figures("Throughput, sizing and cost", report.serving_figures(answer)))
     for warning in answer.get("warnings", []):
-        out.print(Text.assemble(("warning:", "yellow"), " ", warning), highlight=False)
+        out.print(labelled("warning:", "yellow", warning), highlight=False)
 
 
 def _serving_plan_figures(plan: dict[str, Any]) -> tuple[Any, ...]:
@@ -1002,8 +1007,8 @@ def handled(function: Callable[..., None]) -> Callable[..., None]:
             if as_json:
                 _json_error(problem.body or {"title": problem.title, "status": problem.status,
                                              "detail": problem.detail}, exit_code=1)
-            err.print(Text.assemble((f"{problem.status} {problem.title}:", "bold red"), " ",
-                                    str(problem.detail)), highlight=False)
+            err.print(labelled(f"{problem.status} {problem.title}:", "bold red",
+                               str(problem.detail)), highlight=False)
             for error in problem.errors:
                 where = error.get("field") or error.get("loc") or ""
                 err.print(f"  · {where}: {error.get('message') or error.get('msg') or ''}",
@@ -1015,7 +1020,7 @@ def handled(function: Callable[..., None]) -> Callable[..., None]:
             if as_json:
                 _json_error({"title": "cq could not complete the command", "detail": str(exc)},
                             exit_code=2)
-            err.print(Text.assemble(("error:", "bold red"), " ", str(exc)), highlight=False)
+            err.print(labelled("error:", "bold red", str(exc)), highlight=False)
             raise typer.Exit(code=2) from None
         except typer.BadParameter as exc:
             if as_json:

@@ -9,7 +9,10 @@ maximum absolute error.
 Usage: ``make accuracy`` or ``python -m benchmarks.accuracy [--csv]``.
 
 Rules for fields a source leaves open (documented in docs/validation.md):
-- micro_batch, vp, cp empty -> 1; zero_stage empty -> 1 (Megatron distributed optimizer);
+- micro_batch empty, and vp empty where pp > 1 -> ``"auto"``, as a caller who does not know
+  them sends (the API's ``parallelism.micro_batch``/``vp`` "auto": the fastest value that fits
+  with every other field as given, chosen by ``service.core.search``); cp empty -> 1;
+  zero_stage empty -> 1 (Megatron distributed optimizer);
 - dp_shard empty -> dp (ZeRO state sharded over every data-parallel rank); set where the
   source shards inside groups (HSDP within a node, MaxText FSDP within a slice);
 - shared_experts empty -> 0 (MoE rows: shared experts of the routed experts' width in every
@@ -40,7 +43,9 @@ from pathlib import Path
 from service.catalog.mapping import accelerator_to_spec
 from service.catalog.seed_data import accelerator_seeds
 from service.core.calibration import DEFAULT_CALIBRATION, Calibration
+from service.core.errors import NoFeasiblePlanError
 from service.core.estimate import Estimate, estimate
+from service.core.search import SearchRequest, SearchSpace, frozen_clock, search
 from service.core.specs import (
     AcceleratorSpec,
     AttentionKernel,
@@ -89,6 +94,9 @@ class RowInputs:
     fit_excluded: str = ""
     """Why the fit leaves the row out (its source names a bottleneck outside the model); it
     stays in every accuracy figure and band."""
+    auto: frozenset[str] = frozenset()
+    """Parallelism fields the source leaves open, sent as ``"auto"`` (``micro_batch``, ``vp``):
+    ``evaluate`` lets the optimiser choose them under the calibration it is given."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +209,9 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
         torch_compile={"true": True, "false": False}.get(row.get("torch_compile") or ""),
     )
     memory = row["measured_memory_gib"].strip()
+    auto = frozenset(name for name, unknown in (
+        ("micro_batch", not row["micro_batch"].strip()),
+        ("vp", not row["vp"].strip() and plan.pp > 1)) if unknown)
     return RowInputs(
         id=row["id"],
         model=model,
@@ -215,6 +226,7 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
         source=document_of(row),
         role=row.get("role") or "fit",
         fit_excluded=row.get("fit_excluded") or "",
+        auto=auto,
     )
 
 
@@ -256,7 +268,8 @@ UNKNOWN_OFFLOAD_ORDER = (
 
 def evaluate(inputs: RowInputs, calibration: Calibration = DEFAULT_CALIBRATION) -> RowResult:
     """Estimate one row; an unknown recompute mode becomes the least one that fits, then an
-    unknown offload the least one that fits."""
+    unknown offload the least one that fits; ``inputs.auto`` fields are the fastest values that
+    fit under that recompute mode and offload (as the API resolves ``"auto"``)."""
     recomputes = ((inputs.plan.recompute,) if inputs.recompute_known else
                   (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL))
     offloads = ((inputs.plan.offload,) if inputs.offload_known else UNKNOWN_OFFLOAD_ORDER)
@@ -268,13 +281,50 @@ def evaluate(inputs: RowInputs, calibration: Calibration = DEFAULT_CALIBRATION) 
             if Offload.WEIGHTS in offload and inputs.plan.zero_stage != 3:
                 continue
             plan = dataclasses.replace(inputs.plan, recompute=mode, offload=offload)
+            if inputs.auto:
+                chosen = _fastest(inputs, plan, calibration)
+                if chosen is None:
+                    continue
+                return chosen
             result = estimate(
                 inputs.model, inputs.cluster, plan, inputs.training, calibration=calibration
             )
             if result.memory.fits:
                 return RowResult(inputs=inputs, plan=plan, estimate=result)
-    assert result is not None
+    if result is None:  # every auto search found nothing that fits: answer the plan as given
+        result = estimate(inputs.model, inputs.cluster, plan, inputs.training,
+                          calibration=calibration)
     return RowResult(inputs=inputs, plan=plan, estimate=result)
+
+
+def _fastest(inputs: RowInputs, base: ParallelismPlan, calibration: Calibration,
+             ) -> RowResult | None:
+    """The fastest plan varying ``inputs.auto`` from ``base`` that fits, as the API's
+    ``service.api.auto.resolve_plan`` chooses it; None when none fits."""
+    try:
+        found = search(SearchRequest(
+            model=inputs.model, clusters=(inputs.cluster,), training=inputs.training,
+            space=SearchSpace(vary=inputs.auto, base=base), top_k=1,
+            calibration=calibration), frozen_clock)
+    except NoFeasiblePlanError:
+        return None
+    best = found.plans[0]
+    return RowResult(inputs=inputs, plan=best.plan, estimate=best.estimate)
+
+
+def resolve_auto(rows: list[RowInputs], calibration: Calibration) -> list[RowInputs]:
+    """``rows`` with every ``"auto"`` field, unknown recompute mode and unknown offload fixed at
+    what ``evaluate`` chooses under ``calibration``: a fit holds these choices while it moves
+    the constants (a search per row per step would make it a hundred times slower)."""
+    resolved = []
+    for row in rows:
+        if not row.auto:
+            resolved.append(row)
+            continue
+        plan = evaluate(row, calibration).plan
+        resolved.append(dataclasses.replace(row, plan=plan, auto=frozenset(),
+                                            recompute_known=True, offload_known=True))
+    return resolved
 
 
 def run(calibration: Calibration = DEFAULT_CALIBRATION) -> list[RowResult]:

@@ -31,6 +31,7 @@ from benchmarks.accuracy import (
     evaluate,
     family_of,
     percentile,
+    resolve_auto,
     summarise,
     usable_inputs,
 )
@@ -283,6 +284,7 @@ def fit(rows: list[RowInputs], cal: Calibration, knobs: tuple[Knob, ...],
         loss: Callable[[list[RowInputs], Calibration], float],
         prior_weight: float = PRIOR_WEIGHT) -> Calibration:
     start = cal
+    rows = resolve_auto(rows, start)
 
     def objective(c: Calibration) -> float:
         return loss(rows, c) + prior_weight / PRIOR_WEIGHT * _prior(c, start, knobs)

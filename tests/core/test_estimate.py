@@ -547,3 +547,22 @@ class TestHybridSharding:
         with pytest.raises(InvalidSpecError, match=message) as raised:
             plan(**{"tp": 1, "pp": 1, "dp": 64, "cp": 1, "vp": 1, **changes})
         assert raised.value.field == "parallelism.dp_shard"
+
+
+def test_within_family_takes_out_each_familys_median_offset() -> None:
+    """The diagnostic docs/validation.md quotes: a family whose rows are all 20% optimistic
+    has no error left once its offset is removed; spread inside a family stays."""
+    import math
+
+    from benchmarks.band import Residual, within_family
+
+    row = usable_inputs()[0]
+    sample = [Residual(row, "megatron", "A", 0.2), Residual(row, "megatron", "A", 0.2),
+              Residual(row, "megatron", "B", -0.1), Residual(row, "megatron", "B", 0.1),
+              Residual(row, "megatron", "B", 0.0)]
+    left = within_family(sample)
+    assert left[:2] == [pytest.approx(0.0), pytest.approx(0.0)]
+    assert left[2] == pytest.approx(-0.1)
+    assert left[4] == pytest.approx(0.0)
+    assert left[3] == pytest.approx(0.1)
+    assert all(math.isfinite(x) for x in left)

@@ -8,6 +8,8 @@ with the row's own totals catches that kind of omission.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from benchmarks.accuracy import is_usable, load_rows, row_inputs, seed_accelerators
@@ -112,3 +114,47 @@ def test_the_measured_compile_pairs_are_the_gain_the_docstring_quotes() -> None:
         gains.append(fast / slow - 1.0)
     assert round(min(gains), 3) == 0.087
     assert round(max(gains), 3) == 0.103
+
+
+def test_open_micro_batch_and_vp_are_sent_as_auto() -> None:
+    """A row whose source leaves the micro-batch (and, with PP, the virtual pipeline size)
+    open is estimated as a caller who does not know them asks: ``"auto"``, the fastest value
+    that fits with every other field as given (decision 156). The Megatron-LM README's H100
+    32B run states neither."""
+    from benchmarks.accuracy import evaluate
+
+    accelerators = seed_accelerators()
+    stated = row_inputs(_row("mcore-h100-32B"), accelerators)
+    assert stated.auto == frozenset({"micro_batch"})
+    assert row_inputs(_row("mcore-h100-70B"), accelerators).auto == frozenset(
+        {"micro_batch", "vp"})
+    assert row_inputs(_row("tt-h100-8b-fsdp-8"), accelerators).auto == frozenset()
+
+    chosen = evaluate(stated)
+    per_rank = stated.training.global_batch_seqs // stated.plan.dp
+    tried = {}
+    for micro_batch in (m for m in range(1, per_rank + 1) if per_rank % m == 0):
+        fixed = dataclasses.replace(stated, auto=frozenset(), recompute_known=True, plan=(
+            dataclasses.replace(chosen.plan, micro_batch=micro_batch)))
+        result = evaluate(fixed)
+        if result.estimate.memory.fits:
+            tried[micro_batch] = result.predicted
+    assert chosen.estimate.memory.fits
+    assert chosen.plan.micro_batch == max(tried, key=tried.__getitem__)
+    assert chosen.predicted == pytest.approx(max(tried.values()), rel=1e-9)
+    # the open micro-batch is the point: 1 (the old rule) is slower than the choice here
+    assert tried[1] < chosen.predicted
+
+
+def test_a_fit_holds_the_auto_choices_it_starts_with() -> None:
+    """``resolve_auto`` fixes each open field at its choice under the given calibration, so a
+    fit searches once per row, not once per step; rows without open fields pass unchanged."""
+    from benchmarks.accuracy import evaluate, resolve_auto
+
+    accelerators = seed_accelerators()
+    rows = [row_inputs(_row(i), accelerators) for i in ("mcore-h100-70B", "tt-h100-8b-fsdp-8")]
+    resolved = resolve_auto(rows, DEFAULT_CALIBRATION)
+    assert resolved[1] is rows[1]
+    assert resolved[0].auto == frozenset()
+    assert resolved[0].plan == evaluate(rows[0]).plan
+    assert evaluate(resolved[0]).predicted == pytest.approx(evaluate(rows[0]).predicted)

@@ -52,8 +52,8 @@ def seeded_database_with_key(url: str, *, name: str, scopes: list[str]) -> str:
 
     from service.catalog.db import make_engine
     from service.catalog.keys import create_key
-    from service.catalog.migrate import migrate_and_seed
     from service.settings import Settings
+    from tests.databases import migrate_and_seed
 
     migrate_and_seed(url)
     engine = make_engine(url)

@@ -332,9 +332,9 @@ def test_one_request_searches_within_one_work_budget(
 ) -> None:
     """Issue 14: budget plans and quotes ran one search per (accelerator, GPU count), each
     under the cap but unbounded together. Now the cap holds for the whole request."""
-    from service.catalog.migrate import migrate_and_seed
     from service.main import create_app, dispose
     from service.settings import Settings
+    from tests.databases import migrate_and_seed
 
     url = database_url_factory("sqlite")
     migrate_and_seed(url)

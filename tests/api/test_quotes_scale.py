@@ -23,12 +23,12 @@ from service.api.schemas.quotes import QuoteRequest
 from service.api.work import WorkBudget
 from service.catalog.db import make_engine, make_session_factory
 from service.catalog.keys import create_key
-from service.catalog.migrate import upgrade
 from service.catalog.models import Quote
 from service.catalog.prices import get_version
 from service.catalog.seed import seed_catalog
 from service.core.quote import DEFAULT_POLICY
 from service.settings import Settings
+from tests.databases import upgrade
 from tests.live_server import live_server
 
 ACCELERATORS = ["h100-sxm5-80gb", "a100-sxm4-80gb", "h200-sxm-141gb", "a100-sxm4-40gb",

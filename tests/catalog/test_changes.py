@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 from service.catalog.changes import ChangeFeed, GenerationCache
 from service.catalog.db import make_engine
 from service.catalog.keys import create_key, revoke_key
-from service.catalog.migrate import migrate_and_seed
 from service.catalog.models import CatalogState
 from service.main import create_app, dispose
 from service.settings import Settings
 from tests.conftest import BACKENDS
+from tests.databases import migrate_and_seed
 
 PEPPER = Settings().api_key_pepper.get_secret_value()
 

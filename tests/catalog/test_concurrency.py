@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session
 
 from service.catalog.db import make_engine
 from service.catalog.keys import create_key
-from service.catalog.migrate import upgrade
 from service.catalog.seed import seed_catalog
 from service.settings import Settings
 from tests.conftest import BACKENDS
+from tests.databases import upgrade
 from tests.live_server import live_server
 
 WORKLOAD = {"sqlite": (8, 10), "postgres": (

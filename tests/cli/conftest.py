@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from service.catalog.migrate import migrate_and_seed
 from service.main import create_app, dispose
 from service.settings import Settings
+from tests.databases import migrate_and_seed
 from tests.factories import date_offers_at
 
 

@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
 from service.catalog.db import make_engine
 from service.catalog.keys import create_key
-from service.catalog.migrate import upgrade
 from service.catalog.seed import seed_catalog
 from service.settings import Settings
+from tests.databases import upgrade
 from tests.faults.conftest import Cluster
 from tests.live_server import live_server
 

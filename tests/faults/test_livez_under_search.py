@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from service.api.schemas.plans import SWEEP_EXAMPLE
 from service.catalog.db import make_engine
-from service.catalog.migrate import upgrade
 from service.catalog.seed import seed_catalog
 from service.settings import Settings
+from tests.databases import upgrade
 from tests.live_server import live_server
 
 

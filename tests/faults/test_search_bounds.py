@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 
 from service.api import workers
 from service.catalog.keys import create_key
-from service.catalog.migrate import migrate_and_seed
 from service.settings import Settings
+from tests.databases import migrate_and_seed
 from tests.live_server import live_server
 
 # 64 (accelerator, GPU count) pairs of full 405B searches: seconds on any machine.

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
-from service.catalog.migrate import migrate_and_seed
+from tests.databases import migrate_and_seed
 from tests.live_server import server_process
 
 SLOW_CLIENTS = 64

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE, SWEEP_EXAMPLE
-from service.catalog.migrate import migrate_and_seed
+from tests.databases import migrate_and_seed
 from tests.live_server import ServerProcess, server_process
 
 GRACEFUL_S = 2

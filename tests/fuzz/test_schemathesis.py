@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session
 
 from service.catalog.db import make_engine
 from service.catalog.keys import SCOPES, create_key
-from service.catalog.migrate import upgrade
 from service.catalog.seed import seed_catalog
 from service.main import create_app
 from service.settings import Settings
+from tests.databases import upgrade
 
 EXAMPLES = int(os.environ.get("CQ_FUZZ_EXAMPLES", "50"))
 

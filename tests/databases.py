@@ -10,8 +10,9 @@ time instead of the test's, so a test that checks what migrating or seeding does
 (``tests/catalog/test_migrations_and_seed.py``, the session's ``migrated_engine``, ``cq serve``
 and ``make run`` in their own tests) calls the service's functions directly.
 
-A target that is not empty (an existing SQLite file, a PostgreSQL database with tables) is
-migrated for real, as the service would: the template only stands in for a first migration.
+A target that is not empty (an existing SQLite file, a PostgreSQL database with tables), or a
+cluster's own ``postgres`` database (the fault tests' private clusters), is migrated for real,
+as the service would: the template only stands in for a first migration of a new database.
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ def _sqlite(target: URL, kind: str, build: Callable[[str], object]) -> None:
 
 
 def _postgres(target: URL, kind: str, build: Callable[[str], object]) -> None:
+    if target.database in (None, "postgres", "template0", "template1"):
+        # a cluster's own database (a fault test's private cluster): it cannot be re-created
+        build(target.render_as_string(hide_password=False))
+        return
     admin_url = target.set(database="postgres")
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:

@@ -549,20 +549,25 @@ class TestHybridSharding:
         assert raised.value.field == "parallelism.dp_shard"
 
 
-def test_within_family_takes_out_each_familys_median_offset() -> None:
-    """The diagnostic docs/validation.md quotes: a family whose rows are all 20% optimistic
-    has no error left once its offset is removed; spread inside a family stays."""
+def test_family_scaling_uses_only_the_other_runs_of_the_family() -> None:
+    """The figures docs/validation.md quotes for a caller who measured other runs of the same
+    stack: a row is scaled by its family's *other* rows (never by itself), a family of one
+    has nothing to scale by, and one anchor predicts every other row of its family."""
     import math
 
-    from benchmarks.band import Residual, within_family
+    from benchmarks.band import Residual, anchored, family_scaled
 
     row = usable_inputs()[0]
     sample = [Residual(row, "megatron", "A", 0.2), Residual(row, "megatron", "A", 0.2),
+              Residual(row, "megatron", "A", 0.2),
               Residual(row, "megatron", "B", -0.1), Residual(row, "megatron", "B", 0.1),
-              Residual(row, "megatron", "B", 0.0)]
-    left = within_family(sample)
-    assert left[:2] == [pytest.approx(0.0), pytest.approx(0.0)]
-    assert left[2] == pytest.approx(-0.1)
-    assert left[4] == pytest.approx(0.0)
-    assert left[3] == pytest.approx(0.1)
-    assert all(math.isfinite(x) for x in left)
+              Residual(row, "megatron", "C", 0.5)]
+    scaled = family_scaled(sample)
+    assert len(scaled) == 5  # C has no other run
+    assert scaled[:3] == [pytest.approx(0.0)] * 3
+    assert scaled[3] == pytest.approx(0.9 / 1.1 - 1.0)  # -0.1 scaled by B's other run, +0.1
+    assert scaled[4] == pytest.approx(1.1 / 0.9 - 1.0)
+    pairs = anchored(sample)
+    assert len(pairs) == 3 * 2 + 2 * 1
+    assert pairs.count(pytest.approx(0.0)) == 6
+    assert all(math.isfinite(x) for x in pairs)

@@ -313,9 +313,10 @@ def _fastest(inputs: RowInputs, base: ParallelismPlan, calibration: Calibration,
 
 
 def resolve_auto(rows: list[RowInputs], calibration: Calibration) -> list[RowInputs]:
-    """``rows`` with every ``"auto"`` field, unknown recompute mode and unknown offload fixed at
-    what ``evaluate`` chooses under ``calibration``: a fit holds these choices while it moves
-    the constants (a search per row per step would make it a hundred times slower)."""
+    """``rows`` with each row that has ``"auto"`` fields fixed at the plan ``evaluate`` chooses
+    under ``calibration`` (the auto fields, and with them its recompute mode and offload): a fit
+    holds these choices while it moves the constants (a search per row per step would make it
+    about a hundred times slower). Rows without auto fields are returned as they are."""
     resolved = []
     for row in rows:
         if not row.auto:

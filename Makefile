@@ -69,7 +69,7 @@ band: venv
 	$(BIN)/python -m benchmarks.band
 
 # Refit without each of the 34 source families and store every row's out-of-sample residual
-# in benchmarks/data/holdout.csv (about 5 minutes on 2 cores); make band reads it.
+# in benchmarks/data/holdout.csv (about 4 minutes on 2 cores); make band reads it.
 holdout: venv
 	$(BIN)/python -m benchmarks.calibrate --holdout
 

@@ -307,14 +307,17 @@ def fit(rows: list[RowInputs], cal: Calibration, knobs: tuple[Knob, ...],
     # (the same numbers in the same order as ``time_loss``: the fit is unchanged, about twice
     # as fast). Other losses are recomputed whole.
     fitted = [row for row in rows if not row.fit_excluded] if loss is time_loss else []
-    errors = [_log_error(row, cal) for row in fitted]
+    errors: list[float] = []  # each fitted row's error under ``cal``, set by the first score
 
     def score(c: Calibration, knob: Knob | None) -> tuple[float, list[float]]:
         prior = prior_weight / PRIOR_WEIGHT * _prior(c, start, knobs)
         if loss is not time_loss:
             return loss(rows, c) + prior, errors
-        touched = [_log_error(row, c) if knob is None or knob.touches is None
-                   or knob.touches(row) else old for row, old in zip(fitted, errors, strict=True)]
+        if knob is None or knob.touches is None:
+            touched = [_log_error(row, c) for row in fitted]
+        else:
+            touched = [_log_error(row, c) if knob.touches(row) else old
+                       for row, old in zip(fitted, errors, strict=True)]
         return _time_loss_of(fitted, touched) + prior, touched
 
     best, errors = score(cal, None)

@@ -164,6 +164,14 @@ def choose_tails(sample: list[Residual]) -> dict[str, Tail]:
     return fallback or {}
 
 
+def _family_logs(sample: list[Residual]) -> list[list[float]]:
+    """Each family's held-out residuals as log(predicted / measured), in sample order."""
+    logs: dict[str, list[float]] = defaultdict(list)
+    for r in sample:
+        logs[r.family].append(math.log1p(r.fraction))
+    return list(logs.values())
+
+
 def family_scaled(sample: list[Residual]) -> list[float]:
     """Each held-out residual scaled by the median residual (in log space) of the *other* rows
     of its family (families of one row are left out). Out of sample twice over: the refit never
@@ -171,16 +179,9 @@ def family_scaled(sample: list[Residual]) -> list[float]:
     several runs of the same stack on the same cluster and scales the estimate by how far off
     it was on them: the part of the held-out error that is a level per family (its cluster,
     software build and tuning, none of them inputs) goes, the shape of the step stays."""
-    logs: dict[str, list[float]] = defaultdict(list)
-    for r in sample:
-        logs[r.family].append(math.log1p(r.fraction))
-    scaled = []
-    for values in logs.values():
-        for i, value in enumerate(values):
-            others = values[:i] + values[i + 1:]
-            if others:
-                scaled.append(math.expm1(value - statistics.median(others)))
-    return scaled
+    return [math.expm1(value - statistics.median(values[:i] + values[i + 1:]))
+            for values in _family_logs(sample) if len(values) > 1
+            for i, value in enumerate(values)]
 
 
 def anchored(sample: list[Residual]) -> list[float]:
@@ -189,13 +190,10 @@ def anchored(sample: list[Residual]) -> list[float]:
     distinct rows of a family (families of one row have no anchor). Out of sample: the refit
     never saw the family, and the anchor is never the row it predicts. What a caller gets who
     has measured one run of the same stack on the same cluster and scales the estimate by it."""
-    by_family: dict[str, list[float]] = defaultdict(list)
-    for r in sample:
-        by_family[r.family].append(r.fraction)
-    return [(1.0 + row) / (1.0 + anchor) - 1.0
-            for fractions in by_family.values()
-            for i, row in enumerate(fractions)
-            for j, anchor in enumerate(fractions) if i != j]
+    return [math.expm1(row - anchor)
+            for values in _family_logs(sample)
+            for i, row in enumerate(values)
+            for j, anchor in enumerate(values) if i != j]
 
 
 def report(label: str, errors: list[float], unit: str = "rows") -> None:

@@ -12,7 +12,14 @@ import dataclasses
 
 import pytest
 
-from benchmarks.accuracy import is_usable, load_rows, row_inputs, seed_accelerators
+from benchmarks.accuracy import (
+    evaluate,
+    is_usable,
+    load_rows,
+    resolve_auto,
+    row_inputs,
+    seed_accelerators,
+)
 from benchmarks.calibrate import TIME_KNOBS, fit, physical_start, time_loss
 from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.params import count_parameters
@@ -121,8 +128,6 @@ def test_open_micro_batch_and_vp_are_sent_as_auto() -> None:
     open is estimated as a caller who does not know them asks: ``"auto"``, the fastest value
     that fits with every other field as given (decision 156). The Megatron-LM README's H100
     32B run states neither."""
-    from benchmarks.accuracy import evaluate
-
     accelerators = seed_accelerators()
     stated = row_inputs(_row("mcore-h100-32B"), accelerators)
     assert stated.auto == frozenset({"micro_batch"})
@@ -149,8 +154,6 @@ def test_open_micro_batch_and_vp_are_sent_as_auto() -> None:
 def test_a_fit_holds_the_auto_choices_it_starts_with() -> None:
     """``resolve_auto`` fixes each open field at its choice under the given calibration, so a
     fit searches once per row, not once per step; rows without open fields pass unchanged."""
-    from benchmarks.accuracy import evaluate, resolve_auto
-
     accelerators = seed_accelerators()
     rows = [row_inputs(_row(i), accelerators) for i in ("mcore-h100-70B", "tt-h100-8b-fsdp-8")]
     resolved = resolve_auto(rows, DEFAULT_CALIBRATION)

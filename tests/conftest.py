@@ -30,6 +30,10 @@ from service.settings import Settings
 # Apps and live servers in the tests skip the start-up warm-up (a plan search per app start,
 # and /readyz 503 until it is done); tests/api/test_warm_up.py turns it on.
 os.environ.setdefault("CQ_WARM_UP", "0")
+# The CLI's tables are 200 columns wide when piped without COLUMNS (service/cli/commands.py);
+# pytest-xdist's workers export COLUMNS=80, so the width would depend on how the suite is run.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 # Hundreds of apps run in turn in this process: they share one search pool instead of each
 # starting and ending two workers (a real server ends its pool at shutdown:
 # tests/faults/test_worker_shutdown.py).
@@ -47,9 +51,19 @@ POSTGRES_URL = os.environ.get(
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """One Hypothesis seed for the run (schemathesis included), drawn at random unless given,
-    so any failure can be replayed with ``pytest --hypothesis-seed=N``."""
+    so any failure can be replayed with ``pytest --hypothesis-seed=N``. Under pytest-xdist
+    (``make pytest``) every worker takes the controller's seed (``pytest_configure_node``)."""
+    worker_input = getattr(config, "workerinput", None)
+    if worker_input is not None and config.getoption("hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = worker_input["hypothesis_seed"]
     if config.getoption("hypothesis_seed", None) is None:
         config.option.hypothesis_seed = str(random.SystemRandom().randrange(2**32))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: hand the run's seed to each worker (read in ``pytest_configure``)."""
+    node.workerinput["hypothesis_seed"] = node.config.getoption("hypothesis_seed")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

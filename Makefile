@@ -58,7 +58,7 @@ browser:
 # 10-11 on 2 cores; every worker takes the run's one Hypothesis seed (tests/conftest.py).
 PYTEST_WORKERS ?= 2
 pytest: venv browser
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 test: lint typecheck pytest
 

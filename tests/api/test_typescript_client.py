@@ -3,13 +3,20 @@ type-check a small usage file with tsc, and a wrong usage fails to."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[2] / "openapi" / "typescript"
+LOCK = Path(tempfile.gettempdir()) / (
+    "cq-typescript-" + hashlib.sha256(str(PROJECT).encode()).hexdigest()[:12] + ".lock")
+"""One lock per checkout, shared by the test processes of one run."""
 
 
 def npm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -22,12 +29,19 @@ def npm(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def generated() -> None:
-    if not (PROJECT / "node_modules" / ".bin" / "tsc").exists():
-        installed = npm("ci", "--no-audit", "--no-fund")
-        assert installed.returncode == 0, installed.stderr[-2000:]
-    made = npm("run", "generate")
-    assert made.returncode == 0, made.stderr[-2000:]
+def generated() -> Iterator[None]:
+    """node_modules and schema.d.ts, made under a lock held while this module's tests run:
+    under pytest-xdist (``make pytest``) both workers may run tests of this module at once,
+    and two ``npm ci`` in one directory, or a ``generate`` rewriting schema.d.ts under a
+    running ``tsc``, would fail."""
+    with LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (PROJECT / "node_modules" / ".bin" / "tsc").exists():
+            installed = npm("ci", "--no-audit", "--no-fund")
+            assert installed.returncode == 0, installed.stderr[-2000:]
+        made = npm("run", "generate")
+        assert made.returncode == 0, made.stderr[-2000:]
+        yield
 
 
 def test_usage_type_checks(generated: None) -> None:

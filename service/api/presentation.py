@@ -21,7 +21,8 @@ TIME_PARTS: tuple[tuple[str, str], ...] = (
     ("cp_comm", "context-parallel comm"), ("ep_comm", "expert-parallel comm"),
     ("pp_comm", "pipeline comm"), ("pp_bubble", "pipeline bubble"),
     ("dp_comm_exposed", "data-parallel comm (exposed)"), ("optimizer", "optimizer step"),
-    ("host_offload", "host offload (exposed)"), ("step_overhead", "fixed per-step overhead"),
+    ("host_offload", "host offload (exposed)"), ("fsdp_copy", "FSDP2 parameter/gradient copies"),
+    ("step_overhead", "fixed per-step overhead"),
 )
 """The step-time breakdown of an estimate, in the order of the chart and the table."""
 

@@ -27,9 +27,9 @@ the achieved bandwidth of the tier the group spans.
 
 The step is m x (micro-batch time) + the pipeline bubble ((p-1)/v micro-batch times;
 Narayanan et al. 2021 eq. 1) + exposed data-parallel traffic + the optimizer step +
-exposed host-offload time + a per-step overhead that grows with the number of GPUs
-(``step_overhead_s``: a fixed part, a synchronisation latency per doubling and
-stragglers). Data-parallel
+exposed host-offload time + FSDP2's parameter and gradient copies (``fsdp2_copy_s``) + a
+per-step overhead that grows with the number of GPUs (``step_overhead_s``: a fixed part, a
+synchronisation latency per doubling and stragglers). Data-parallel
 gradient reduce-scatter (or all-reduce) and parameter all-gather overlap with one micro-batch of
 compute (Megatron-LM --overlap-grad-reduce/--overlap-param-gather); with ZeRO-3 (FSDP) the
 gathers and reduce-scatters recur every micro-batch and overlap with that micro-batch.
@@ -65,6 +65,41 @@ EAGER_ELEMENTWISE_STACKS = frozenset({Framework.TORCHTITAN, Framework.FSDP})
 torchtitan (``--compile`` off by default; Liang et al. 2024, torchtitan, section 2.2) and
 FSDP trainers. Megatron-Core ships fused kernels (RMSNorm, SwiGLU, rotary, bias-dropout-add),
 MaxText is always XLA-compiled, and DeepSpeed and unknown stacks are fitted as they come."""
+
+
+FSDP2_STACKS = frozenset({Framework.TORCHTITAN})
+"""Stacks that shard with PyTorch's per-parameter FSDP (FSDP2, ``fully_shard``): torchtitan
+(Liang et al. 2024, torchtitan, section 2.1). The ``fsdp`` stack is mostly FSDP1 trainers
+(llm-foundry, HF accelerate, IBM fms-fsdp), whose flat parameters are views of the gathered
+buffer, so they copy no whole parameters out of it."""
+FSDP2_COPY_BYTES_PER_PARAM = 14.0
+"""HBM bytes per parameter of the stage that FSDP2 moves per micro-batch outside its
+collectives, whatever the shard group (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
+at PyTorch 2.5-2.11, with torchtitan's defaults: bf16 parameters for compute, fp32 gradient
+reduction, ``reshard_after_forward``): ``foreach_all_gather_copy_out`` reads and writes the
+gathered bf16 parameters (2 + 2 bytes), in the forward and again in the backward (8); and
+``foreach_reduce`` copies the bf16 gradients into its fp32 reduce-scatter input (read 2,
+write 4: 6)."""
+FSDP2_SHARD_COPY_BYTES_PER_PARAM = 24.0
+"""The same per parameter of the shard (divided by the shard group): the all-gather copy-in
+casts the fp32 shard to bf16 (read 4, write 2) twice (12), and the reduce-scatter output is
+added into the fp32 sharded gradient (read 4 + 4, write 4: 12)."""
+
+
+def fsdp2_copy_s(params: Num, shard_group: Num, experts: Num, expert_shard_group: Num,
+                 training: TrainingSpec, zero_stage: Num, hbm_bytes_per_s: float,
+                 xp: Num = SCALAR) -> Num:
+    """Seconds per micro-batch of FSDP2's copies around its collectives (ZeRO-3 on
+    ``FSDP2_STACKS``): bytes ``FSDP2_COPY_BYTES_PER_PARAM`` x P + ``FSDP2_SHARD_COPY_BYTES``
+    x P / shard group, at the HBM bandwidth (datasheet), on the step's critical path. These
+    copies run on one GPU as on thousands; on the project's lent H200 they were most of what
+    single-GPU FSDP2 steps took beyond the model (docs/validation.md)."""
+    if training.framework not in FSDP2_STACKS:
+        return 0.0
+    moved = (FSDP2_COPY_BYTES_PER_PARAM * (params + experts)
+             + FSDP2_SHARD_COPY_BYTES_PER_PARAM * (params / shard_group
+                                                   + experts / expert_shard_group))
+    return xp.where(zero_stage == 3, moved / hbm_bytes_per_s, 0.0)
 
 
 def runs_eager(training: TrainingSpec) -> bool:
@@ -120,6 +155,9 @@ class StepTime:
     optimizer_s: Num
     host_offload_s: Num = 0.0
     """Exposed host-link and CPU time of offloaded state (``specs.Offload``)."""
+    fsdp_copy_s: Num = 0.0
+    """FSDP2's copies of parameters and gradients around its collectives (``fsdp2_copy_s``),
+    every micro-batch."""
     overhead_s: Num = 0.0
     """Per-step time outside the modelled work (``step_overhead_s``): fixed, synchronisation
     latency and stragglers."""
@@ -136,6 +174,7 @@ class StepTime:
             + self.dp_comm_exposed_s
             + self.optimizer_s
             + self.host_offload_s
+            + self.fsdp_copy_s
             + self.overhead_s
         )
 
@@ -435,7 +474,12 @@ def step_time(
     host_offload_s = _host_offload_s(model, plan, geo, layout, shard_params, micro_batch_s,
                                      per_micro_batch_bytes, acc.id, cal, xp)
 
-    work_s = (m * micro_batch_s + bubble_s + dp_exposed + optimizer_s + host_offload_s)
+    fsdp_copy_s = m * fsdp2_copy_s(params, geo.shard_group_size, experts,
+                                   geo.expert_shard_group_size, training, plan.zero_stage,
+                                   acc.hbm_bytes_per_s, xp)
+
+    work_s = (m * micro_batch_s + bubble_s + dp_exposed + optimizer_s + host_offload_s
+              + fsdp_copy_s)
     return StepTime(
         compute_s=m * mb.compute_s,
         tp_comm_s=m * mb.tp_s,
@@ -446,6 +490,7 @@ def step_time(
         dp_comm_exposed_s=dp_exposed,
         optimizer_s=optimizer_s,
         host_offload_s=host_offload_s,
+        fsdp_copy_s=fsdp_copy_s,
         # tp*pp*dp*cp = num_gpus for every plan (specs.validate_plan), so one scalar serves
         # every candidate of a bulk search.
         overhead_s=step_overhead_s(cluster.num_gpus, work_s, cal),

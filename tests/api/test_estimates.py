@@ -421,6 +421,34 @@ class TestAttentionKernel:
                        "training.attention_kernel")
 
 
+class TestFsdp2Copies:
+    """time.breakdown_s.fsdp_copy: FSDP2's copies on torchtitan with ZeRO-3 (decision 160),
+    part of the step and of nothing else."""
+
+    def answer(self, client: TestClient, framework: str, zero_stage: int) -> dict[str, Any]:
+        request = {"model": {"preset": "llama3.1-8b"},
+                   "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8},
+                   "parallelism": {"tp": 1, "pp": 1, "zero_stage": zero_stage,
+                                   "micro_batch": 1},
+                   "training": {"seq_len": 4096, "global_batch_seqs": 16, "tokens": 1e12,
+                                "framework": framework}}
+        response = client.post("/v1/estimates", json=request)
+        assert response.status_code == 200, response.text
+        return dict(response.json()["time"])
+
+    def test_torchtitan_zero_3_pays_the_copies_and_the_step_adds_up(
+            self, client: TestClient) -> None:
+        time = self.answer(client, "torchtitan", 3)
+        assert time["breakdown_s"]["fsdp_copy"] > 0
+        assert sum(time["breakdown_s"].values()) == pytest.approx(time["step_s"], rel=1e-9)
+
+    @pytest.mark.parametrize(("framework", "zero_stage"),
+                             [("torchtitan", 1), ("fsdp", 3), ("megatron", 1)])
+    def test_nothing_else_does(self, client: TestClient, framework: str,
+                               zero_stage: int) -> None:
+        assert self.answer(client, framework, zero_stage)["breakdown_s"]["fsdp_copy"] == 0
+
+
 class TestTorchCompile:
     """training.torch_compile: an eager step on torchtitan or an FSDP trainer makes
     Calibration.eager_elementwise_multiplier times the elementwise passes; other stacks and

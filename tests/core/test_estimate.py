@@ -23,8 +23,9 @@ from service.core.specs import (
     ShardUnit,
     StatePrecision,
 )
+from service.core.timing import FSDP2_COPY_BYTES_PER_PARAM, FSDP2_SHARD_COPY_BYTES_PER_PARAM
 from service.core.units import GIB_BYTES
-from tests.factories import cluster, model, plan, training
+from tests.factories import accelerator, cluster, model, plan, training
 
 
 class TestMemory:
@@ -571,3 +572,50 @@ def test_family_scaling_uses_only_the_other_runs_of_the_family() -> None:
     assert len(pairs) == 3 * 2 + 2 * 1
     assert pairs.count(pytest.approx(0.0)) == 6
     assert all(math.isfinite(x) for x in pairs)
+
+
+class TestFsdp2Copies:
+    """``timing.fsdp2_copy_s`` (decision 160): torchtitan's FSDP2 copies every parameter out
+    of the gathered buffer twice and every gradient into the fp32 reduce buffer, each
+    micro-batch, whatever the shard group."""
+
+    def run(self, framework: Framework, *, zero_stage: int = 3, global_batch_seqs: int = 16,
+            num_gpus: int = 8):  # type: ignore[no-untyped-def]
+        p = plan(tp=1, pp=1, dp=num_gpus, cp=1, vp=1, micro_batch=1, zero_stage=zero_stage)
+        return estimate(model("llama3.1-8b"), cluster(num_gpus), p,
+                        training(seq_len=4096, global_batch_seqs=global_batch_seqs,
+                                 framework=framework))
+
+    def test_the_bytes_are_those_counted_from_fully_shard(self) -> None:
+        result = self.run(Framework.TORCHTITAN)
+        counts = result.params
+        bytes_per_param = FSDP2_COPY_BYTES_PER_PARAM + FSDP2_SHARD_COPY_BYTES_PER_PARAM / 8
+        seconds_per_param = 2 * bytes_per_param / accelerator().hbm_bytes_per_s
+        assert result.num_micro_batches == 2
+        # The stage's parameters: every layer, and the larger of the embedding and the head
+        # (as the data-parallel traffic counts them).
+        assert (counts.total - counts.embedding - counts.output_head) * seconds_per_param \
+            < result.throughput.step.fsdp_copy_s <= counts.total * seconds_per_param
+
+    def test_it_recurs_every_micro_batch(self) -> None:
+        one = self.run(Framework.TORCHTITAN, global_batch_seqs=8).throughput.step
+        four = self.run(Framework.TORCHTITAN, global_batch_seqs=32).throughput.step
+        assert one.fsdp_copy_s > 0
+        assert four.fsdp_copy_s == pytest.approx(4 * one.fsdp_copy_s)
+
+    def test_a_single_gpu_copies_the_shard_too(self) -> None:
+        one_gpu = self.run(Framework.TORCHTITAN, num_gpus=1, global_batch_seqs=1)
+        eight = self.run(Framework.TORCHTITAN, num_gpus=8, global_batch_seqs=8)
+        # 14 + 24 bytes per parameter on one GPU, 14 + 24/8 on eight.
+        assert one_gpu.throughput.step.fsdp_copy_s == pytest.approx(
+            eight.throughput.step.fsdp_copy_s * 38 / 17)
+
+    def test_other_stacks_and_other_zero_stages_have_none(self) -> None:
+        for framework in (Framework.MEGATRON, Framework.FSDP, Framework.UNKNOWN):
+            assert self.run(framework).throughput.step.fsdp_copy_s == 0
+        assert self.run(Framework.TORCHTITAN, zero_stage=1).throughput.step.fsdp_copy_s == 0
+
+    def test_the_step_counts_it(self) -> None:
+        step = self.run(Framework.TORCHTITAN).throughput.step
+        rest = dataclasses.replace(step, fsdp_copy_s=0.0)
+        assert step.step_s == pytest.approx(rest.step_s + step.fsdp_copy_s)

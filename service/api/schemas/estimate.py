@@ -501,6 +501,9 @@ class TimeBreakdownOut(BaseModel):
     optimizer: float
     host_offload: float = Field(default=0.0, description=(
         "Exposed host-link and CPU time of parallelism.offload (0 without offload)."))
+    fsdp_copy: float = Field(default=0.0, description=(
+        "FSDP2's copies of parameters and gradients around its collectives, every "
+        "micro-batch (training.framework torchtitan with zero_stage 3; 0 otherwise)."))
     step_overhead: float = Field(default=0.0, description=(
         "Fixed time per optimizer step that does not scale with the work (launches, "
         "gradient-norm and loss reductions, logging): a fitted constant."))
@@ -625,6 +628,7 @@ class EstimateResponse(BaseModel):
                     dp_comm_exposed=step.dp_comm_exposed_s,
                     optimizer=step.optimizer_s,
                     host_offload=step.host_offload_s,
+                    fsdp_copy=step.fsdp_copy_s,
                     step_overhead=step.overhead_s,
                 ),
             ),

@@ -63,7 +63,7 @@ def scalar_seconds_per_candidate(request: SearchRequest, samples: int = 300) -> 
     space = SearchSpace()
     skeletons = list(_skeletons(request.model, cluster, request.training.global_batch_seqs,
                                 request.training.seq_len, space, {}))
-    zeros, codes = _inner(space)
+    zeros, codes = _inner(space, request.training.framework)
     columns = _columns(skeletons, zeros, codes, request.training.global_batch_seqs)
     size = columns["tp"].size
     plans = [plan_at(columns, (i * 7919) % size) for i in range(samples)]

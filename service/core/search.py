@@ -42,6 +42,7 @@ from service.core.params import count_parameters
 from service.core.specs import (
     ClusterSpec,
     EnergySpec,
+    Framework,
     ModelSpec,
     Offload,
     ParallelismPlan,
@@ -55,6 +56,21 @@ from service.core.units import bytes_to_gib
 DIMENSIONS = ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero_stage", "recompute",
               "sequence_parallel")
 RECOMPUTE_CODES = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)
+ZERO_STAGES: dict[Framework, tuple[int, ...]] = {
+    Framework.TORCHTITAN: (0, 3),
+    # Data parallelism is replicated (DDP) or sharded with FSDP2/HSDP, ZeRO-3 (torchtitan
+    # docs/fsdp.md; Liang et al. 2024, section 2.1).
+    Framework.FSDP: (0, 2, 3),
+    # PyTorch FSDP's ShardingStrategy: NO_SHARD, SHARD_GRAD_OP (ZeRO-2), FULL_SHARD and
+    # HYBRID_SHARD (ZeRO-3) (torch.distributed.fsdp docs; Zhao et al. 2023, section 3.2).
+    Framework.MAXTEXT: (0, 3),
+    # Data parallelism replicates (ici/dcn_data_parallelism) or shards parameters, gradients
+    # and optimizer state (ici/dcn_fsdp_parallelism) (MaxText docs, "Sharding").
+}
+"""The ZeRO stages a stack can run, where it cannot run all four; a search that varies
+``zero_stage`` tries only these (Megatron-LM runs 0 and 1, the distributed optimizer, and 2
+and 3 with Megatron-Core's FSDP; DeepSpeed runs all; an unknown stack may be any). A caller
+who fixes ``zero_stage`` gets the stage given."""
 DEFAULT_MAX_CANDIDATES = 50_000_000
 """Work cap: a request whose space is larger is refused before any work (docs/decisions.md)."""
 DEFAULT_DEADLINE_S = 10.0
@@ -246,8 +262,10 @@ def _skeletons(
                     yield _Skeleton(tp, pp, cp, dp, ep, tuple(vps), tuple(mbs), tuple(sps))
 
 
-def _inner(space: SearchSpace) -> tuple[list[int], list[int]]:
-    zeros = _options(space, "zero_stage", [0, 1, 2, 3])
+def _inner(space: SearchSpace, framework: Framework) -> tuple[list[int], list[int]]:
+    stages = ZERO_STAGES.get(framework, (0, 1, 2, 3)) if "zero_stage" in space.vary else (
+        0, 1, 2, 3)
+    zeros = _options(space, "zero_stage", list(stages))
     base_code = RECOMPUTE_CODES.index(space.base.recompute)
     codes = [0, 1, 2] if "recompute" in space.vary else [base_code]
     return zeros, codes
@@ -525,7 +543,7 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
                 f"no price_per_gpu_hour_usd for accelerator {cluster.accelerator.id}",
                 field="price_per_gpu_hour_usd")
     batches = request.global_batches or (request.training.global_batch_seqs,)
-    zeros, codes = _inner(space)
+    zeros, codes = _inner(space, request.training.framework)
     inner = len(zeros) * len(codes)
     pruned: dict[str, int] = {}
     groups: list[_Group] = []

@@ -17,6 +17,8 @@ from service.core.errors import NoFeasiblePlanError
 from service.core.estimate import estimate
 from service.core.search import (
     CHUNK_CANDIDATES,
+    DIMENSIONS,
+    ZERO_STAGES,
     Objective,
     SearchRequest,
     SearchSpace,
@@ -34,6 +36,7 @@ from service.core.search import (
 from service.core.specs import (
     ClusterSpec,
     EnergySpec,
+    Framework,
     Offload,
     ParallelismPlan,
     RecomputeMode,
@@ -62,7 +65,7 @@ def _space_columns(case: tuple[str, str, int, int, int]) -> tuple[
     training = TrainingSpec(seq_len=seq, global_batch_seqs=batch, tokens=1e12)
     space = SearchSpace()
     skeletons = list(_skeletons(m, cluster, batch, seq, space, {}))
-    zeros, codes = _inner(space)
+    zeros, codes = _inner(space, training.framework)
     return m, cluster, training, _columns(skeletons, zeros, codes, batch)
 
 
@@ -278,6 +281,37 @@ def test_fixed_dimensions_stay_fixed() -> None:
             for p in result.plans} == {(8, 1, 1, RecomputeMode.FULL, 1)}
 
 
+def _llama_8b_request(framework: Framework, **changes: object) -> SearchRequest:
+    request = SearchRequest(
+        model=model("llama3.1-8b"),
+        clusters=(ClusterSpec(accelerator=accelerator("h100-sxm5-80gb"), num_gpus=64,
+                              gpus_per_node=8),),
+        training=TrainingSpec(seq_len=8192, global_batch_seqs=256, tokens=1e12,
+                              framework=framework),
+        top_k=50)
+    return dataclasses.replace(request, **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("framework", sorted(ZERO_STAGES))
+def test_a_stack_is_offered_only_the_zero_stages_it_runs(framework: Framework) -> None:
+    result = search(_llama_8b_request(framework), clock=_Clock())
+    stages = {p.plan.zero_stage for p in result.plans} | {
+        p.plan.zero_stage for p in result.pareto}
+    assert stages <= set(ZERO_STAGES[framework])
+    # Without the stack's limit the same search ranks a stage it cannot run among its best:
+    # the limit is what keeps it out.
+    open_stages = {p.plan.zero_stage for p in search(
+        _llama_8b_request(Framework.DEEPSPEED), clock=_Clock()).plans}
+    assert open_stages - set(ZERO_STAGES[framework])
+
+
+def test_a_fixed_zero_stage_is_kept_whatever_the_stack() -> None:
+    space = SearchSpace(vary=frozenset(DIMENSIONS) - {"zero_stage"},
+                        base=ParallelismPlan(zero_stage=1))
+    result = search(_llama_8b_request(Framework.TORCHTITAN, space=space), clock=_Clock())
+    assert {p.plan.zero_stage for p in result.plans} == {1}
+
+
 def test_chunking_does_not_change_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     whole = search(_gpt3_request(), clock=_Clock())
     monkeypatch.setattr("service.core.search.CHUNK_CANDIDATES", CHUNK_CANDIDATES // 64)
@@ -350,7 +384,7 @@ def _case_skeletons(case: tuple[str, str, int, int, int], space: SearchSpace) ->
                           gpus_per_node=min(8, gpus))
     training = TrainingSpec(seq_len=seq, global_batch_seqs=batch, tokens=1e12)
     skeletons = list(_skeletons(m, cluster, batch, seq, space, {}))  # type: ignore[arg-type]
-    zeros, codes = _inner(space)
+    zeros, codes = _inner(space, training.framework)
     return m, cluster, training, skeletons, zeros, codes
 
 

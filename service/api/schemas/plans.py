@@ -209,7 +209,10 @@ class FixedParallelismIn(ParallelismIn):
 class ConstraintsIn(RequestModel):
     vary: list[Dimension] = Field(
         default_factory=lambda: list(DIMENSIONS), max_length=len(DIMENSIONS),
-        description="Dimensions the search may vary; the others take their value from fixed.")
+        description=(
+            "Dimensions the search may vary; the others take their value from fixed. A varied "
+            "zero_stage tries only the stages training.framework runs (torchtitan 0 and 3, "
+            "fsdp 0, 2 and 3, maxtext 0 and 3; the others all four); a fixed one is kept."))
     fixed: FixedParallelismIn = Field(default_factory=FixedParallelismIn)
     max_tp: Count | None = Field(default=None,
                                  description="Largest tp. Default: GPUs per node.")

@@ -93,7 +93,12 @@ def fsdp2_copy_s(params: Num, shard_group: Num, experts: Num, expert_shard_group
     ``FSDP2_STACKS``): bytes ``FSDP2_COPY_BYTES_PER_PARAM`` x P + ``FSDP2_SHARD_COPY_BYTES``
     x P / shard group, at the HBM bandwidth (datasheet), on the step's critical path. These
     copies run on one GPU as on thousands; on the project's lent H200 they were most of what
-    single-GPU FSDP2 steps took beyond the model (docs/validation.md)."""
+    single-GPU FSDP2 steps took beyond the model (docs/validation.md). With pipeline
+    parallelism ``step_time`` counts them once per step: torchtitan then turns
+    ``reshard_after_forward`` off (torchtitan ``apply_fsdp``: "to avoid per-microbatch
+    all-gathers") and PyTorch's pipeline stages sync gradients on the last backward only
+    (``torch.distributed.pipelining.PipelineStage``); the per-micro-batch bytes stand for the
+    step's, a slight overcount."""
     if training.framework not in FSDP2_STACKS:
         return 0.0
     moved = (FSDP2_COPY_BYTES_PER_PARAM * (params + experts)
@@ -474,9 +479,11 @@ def step_time(
     host_offload_s = _host_offload_s(model, plan, geo, layout, shard_params, micro_batch_s,
                                      per_micro_batch_bytes, acc.id, cal, xp)
 
-    fsdp_copy_s = m * fsdp2_copy_s(params, geo.shard_group_size, experts,
-                                   geo.expert_shard_group_size, training, plan.zero_stage,
-                                   acc.hbm_bytes_per_s, xp)
+    # As its traffic above: every micro-batch without pipelining; with pipeline stages
+    # torchtitan keeps the parameters gathered across micro-batches and reduces once per step.
+    fsdp_copy_s = xp.where(plan.pp == 1, m, 1) * fsdp2_copy_s(
+        params, geo.shard_group_size, experts, geo.expert_shard_group_size, training,
+        plan.zero_stage, acc.hbm_bytes_per_s, xp)
 
     work_s = (m * micro_batch_s + bubble_s + dp_exposed + optimizer_s + host_offload_s
               + fsdp_copy_s)

@@ -603,6 +603,17 @@ class TestFsdp2Copies:
         assert one.fsdp_copy_s > 0
         assert four.fsdp_copy_s == pytest.approx(4 * one.fsdp_copy_s)
 
+    def test_with_pipeline_stages_they_come_once_per_step(self) -> None:
+        def copies(global_batch_seqs: int) -> float:
+            p = plan(tp=1, pp=2, dp=4, cp=1, vp=1, micro_batch=1, zero_stage=3)
+            return float(estimate(
+                model("llama3.1-8b"), cluster(8), p,
+                training(seq_len=4096, global_batch_seqs=global_batch_seqs,
+                         framework=Framework.TORCHTITAN)).throughput.step.fsdp_copy_s)
+
+        assert copies(8) > 0
+        assert copies(32) == pytest.approx(copies(8))  # 2 and 8 micro-batches
+
     def test_a_single_gpu_copies_the_shard_too(self) -> None:
         one_gpu = self.run(Framework.TORCHTITAN, num_gpus=1, global_batch_seqs=1)
         eight = self.run(Framework.TORCHTITAN, num_gpus=8, global_batch_seqs=8)

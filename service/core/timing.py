@@ -90,10 +90,11 @@ def fsdp2_copy_s(params: Num, shard_group: Num, experts: Num, expert_shard_group
                  training: TrainingSpec, zero_stage: Num, hbm_bytes_per_s: float,
                  xp: Num = SCALAR) -> Num:
     """Seconds per micro-batch of FSDP2's copies around its collectives (ZeRO-3 on
-    ``FSDP2_STACKS``): bytes ``FSDP2_COPY_BYTES_PER_PARAM`` x P + ``FSDP2_SHARD_COPY_BYTES``
-    x P / shard group, at the HBM bandwidth (datasheet), on the step's critical path. These
-    copies run on one GPU as on thousands; on the project's lent H200 they were most of what
-    single-GPU FSDP2 steps took beyond the model (docs/validation.md). With pipeline
+    ``FSDP2_STACKS``): bytes ``FSDP2_COPY_BYTES_PER_PARAM`` x P
+    + ``FSDP2_SHARD_COPY_BYTES_PER_PARAM`` x P / shard group, at the HBM bandwidth
+    (datasheet), on the step's critical path. These copies run on one GPU as on thousands; on
+    the project's lent H200 they were most of what single-GPU FSDP2 steps took beyond the
+    model (docs/validation.md). With pipeline
     parallelism ``step_time`` counts them once per step: torchtitan then turns
     ``reshard_after_forward`` off (torchtitan ``apply_fsdp``: "to avoid per-microbatch
     all-gathers") and PyTorch's pipeline stages sync gradients on the last backward only
@@ -162,7 +163,7 @@ class StepTime:
     """Exposed host-link and CPU time of offloaded state (``specs.Offload``)."""
     fsdp_copy_s: Num = 0.0
     """FSDP2's copies of parameters and gradients around its collectives (``fsdp2_copy_s``),
-    every micro-batch."""
+    every micro-batch (once per step with pipeline stages)."""
     overhead_s: Num = 0.0
     """Per-step time outside the modelled work (``step_overhead_s``): fixed, synchronisation
     latency and stragglers."""

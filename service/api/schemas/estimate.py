@@ -503,7 +503,8 @@ class TimeBreakdownOut(BaseModel):
         "Exposed host-link and CPU time of parallelism.offload (0 without offload)."))
     fsdp_copy: float = Field(default=0.0, description=(
         "FSDP2's copies of parameters and gradients around its collectives, every "
-        "micro-batch (training.framework torchtitan with zero_stage 3; 0 otherwise)."))
+        "micro-batch, once per step with pipeline stages (training.framework torchtitan with "
+        "zero_stage 3; 0 otherwise)."))
     step_overhead: float = Field(default=0.0, description=(
         "Fixed time per optimizer step that does not scale with the work (launches, "
         "gradient-norm and loss reductions, logging): a fitted constant."))

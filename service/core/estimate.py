@@ -37,7 +37,7 @@ from service.core.specs import (
     TrainingSpec,
     validate_plan,
 )
-from service.core.timing import StepTime, runs_eager, step_time
+from service.core.timing import FSDP2_STACKS, StepTime, runs_eager, step_time
 from service.core.units import GRAMS_PER_KG, JOULES_PER_KWH, SECONDS_PER_HOUR, bytes_to_gib
 
 
@@ -125,6 +125,10 @@ EAGER_NOTE = ("eager PyTorch (no torch.compile): the elementwise work (norms, ac
               "rotary, residuals) makes Calibration.eager_elementwise_multiplier times the "
               "HBM passes of a compiled step")
 """The assumption an eager step on torchtitan or an FSDP trainer states (``timing``)."""
+FSDP2_NOTE = ("FSDP2 (torchtitan's fully_shard) copies every parameter out of the all-gather "
+              "buffer and every gradient into an fp32 reduce buffer around its collectives: "
+              "time.breakdown_s.fsdp_copy, at the HBM bandwidth (timing.fsdp2_copy_s)")
+"""The assumption a ZeRO-3 step on an FSDP2 stack states (``timing.fsdp2_copy_s``)."""
 MFU_WARNING_FRACTION = 0.8
 """Above any published dense-training MFU at any scale (the calibration set's maximum is below
 0.7)."""
@@ -264,6 +268,8 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
         notes.append(ALLOCATOR_HEADROOM_NOTE)
     if runs_eager(training):
         notes.append(EAGER_NOTE)
+    if plan.zero_stage == 3 and training.framework in FSDP2_STACKS:
+        notes.append(FSDP2_NOTE)
     if plan.dp_shard is not None and plan.dp_replicas > 1:
         notes.append(
             f"hybrid sharding: the ZeRO state is sharded over {plan.dp_shard * plan.cp} ranks "

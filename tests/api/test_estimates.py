@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
+from service.core.estimate import FSDP2_NOTE
 
 PROBLEM = "application/problem+json"
 
@@ -434,12 +435,14 @@ class TestFsdp2Copies:
                                 "framework": framework}}
         response = client.post("/v1/estimates", json=request)
         assert response.status_code == 200, response.text
+        self.assumptions = list(response.json()["assumptions"])
         return dict(response.json()["time"])
 
     def test_torchtitan_zero_3_pays_the_copies_and_the_step_adds_up(
             self, client: TestClient) -> None:
         time = self.answer(client, "torchtitan", 3)
         assert time["breakdown_s"]["fsdp_copy"] > 0
+        assert FSDP2_NOTE in self.assumptions
         assert sum(time["breakdown_s"].values()) == pytest.approx(time["step_s"], rel=1e-9)
 
     @pytest.mark.parametrize(("framework", "zero_stage"),
@@ -447,6 +450,7 @@ class TestFsdp2Copies:
     def test_nothing_else_does(self, client: TestClient, framework: str,
                                zero_stage: int) -> None:
         assert self.answer(client, framework, zero_stage)["breakdown_s"]["fsdp_copy"] == 0
+        assert FSDP2_NOTE not in self.assumptions
 
 
 class TestTorchCompile:

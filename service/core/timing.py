@@ -472,17 +472,19 @@ def step_time(
                                        acc, layout, cal, xp))
     exposed = xp.maximum(dp_comm - micro_batch_s,
                          cal.dp_exposed_fraction_for(training.framework) * dp_comm)
-    # FSDP (ZeRO-3 without PP) gathers and reduces every micro-batch, overlapping with it.
-    dp_exposed = xp.where((plan.zero_stage == 3) & (plan.pp == 1), m * exposed, exposed)
+    # FSDP (ZeRO-3 without PP) gathers and reduces every micro-batch, overlapping with it;
+    # with pipeline stages the parameters stay gathered across micro-batches and the gradients
+    # are reduced once per step (torchtitan; PyTorch's pipeline stages). Its traffic and
+    # FSDP2's copies around it recur alike.
+    zero3_rounds = xp.where((plan.zero_stage == 3) & (plan.pp == 1), m, 1)
+    dp_exposed = zero3_rounds * exposed
 
     optimizer_s = (0.0 if plan.offload_optimizer
                    else OPTIMIZER_BYTES_TOUCHED_PER_PARAM * shard_params / acc.hbm_bytes_per_s)
     host_offload_s = _host_offload_s(model, plan, geo, layout, shard_params, micro_batch_s,
                                      per_micro_batch_bytes, acc.id, cal, xp)
 
-    # As its traffic above: every micro-batch without pipelining; with pipeline stages
-    # torchtitan keeps the parameters gathered across micro-batches and reduces once per step.
-    fsdp_copy_s = xp.where(plan.pp == 1, m, 1) * fsdp2_copy_s(
+    fsdp_copy_s = zero3_rounds * fsdp2_copy_s(
         params, geo.shard_group_size, experts, geo.expert_shard_group_size, training,
         plan.zero_stage, acc.hbm_bytes_per_s, xp)
 

@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -237,8 +238,13 @@ class Quote(Base):
     request: Mapped[dict[str, Any]] = mapped_column(JSON)
     response: Mapped[str] = mapped_column(Text)
     lines: Mapped[str | None] = mapped_column(Text)
-    """Every line, as JSON (the response holds the best line per provider and term); None for
-    quotes stored before lines were paged, whose response holds them all."""
+    """Every line, as JSON text, for quotes stored before ``lines_zstd`` (schema 0010); None
+    for newer quotes and for quotes stored before lines were paged, whose response holds them
+    all."""
+    lines_zstd: Mapped[bytes | None] = mapped_column(LargeBinary)
+    """Every line (the response holds the best line per provider and term): the UTF-8 JSON
+    text ``{"lines":[...]}``, compressed with zstd (``service.catalog.quotes.pack_lines``;
+    decision 163). None for quotes stored before schema 0010."""
     policy_name: Mapped[str | None] = mapped_column(String(64))
     policy_revision: Mapped[int | None] = mapped_column(Integer)
     """The policy revision the verdict was judged by; None for the built-in default."""

@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from service.api.routes import quotes as quote_routes
 from service.api.schemas.quotes import QUOTE_EXAMPLE
 from service.api.schemas.serving import SERVING_EXAMPLE, SERVING_PLAN_EXAMPLE
+from service.catalog import quotes as store
 from service.catalog.models import Quote
 from tests.factories import date_offers
 
@@ -198,17 +199,22 @@ def _run_cases(client: TestClient, headers: dict[str, str],
                                headers={**headers, "Idempotency-Key": uuid.uuid4().hex})
         assert response.status_code == 201, (name, response.text)
         quote_id = response.json()["id"]
-        stored = db_session.execute(select(Quote.lines, Quote.response)
+        stored = db_session.execute(select(Quote.lines, Quote.lines_zstd, Quote.response)
                                     .where(Quote.id == quote_id)).one()
         assert stored.response == response.text, name  # the stored answer is the answer
+        # New quotes store their lines compressed only (decision 163); the text is what was
+        # compressed, byte for byte.
+        assert stored.lines is None, name
+        assert stored.lines_zstd is not None, name
+        stored_text = store.unpack_lines(stored.lines_zstd)
         # The stored lines are written as text (LineTexts), the answer's as dicts (line_json):
         # the two writers must agree on every line the answer shows.
         written = {}
-        for line in json.loads(stored.lines)["lines"]:
+        for line in json.loads(stored_text)["lines"]:
             written.setdefault(_line_key(line), line)
         for line in response.json()["lines"]:
             assert written[_line_key(line)] == line, name
-        text, lines = normalised(response.text, stored.lines)
+        text, lines = normalised(response.text, stored_text)
         verify = client.post(f"/v1/quotes/{quote_id}/verify", headers=headers).json()
         assert verify["matches"], (name, verify["differences"][:3])
         out[name] = {"response": text, "lines_sha256": hashlib.sha256(lines.encode())

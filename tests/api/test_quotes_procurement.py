@@ -5,6 +5,7 @@ lines, and verify reproducing the verdict and every rule."""
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -14,6 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from service.catalog import quotes as store
+from service.catalog.models import Quote
 from tests.api.test_estimates import assert_problem
 from tests.api.test_quotes_api import all_lines
 from tests.factories import date_offers
@@ -233,6 +236,26 @@ class TestLinesAndVerify:
             same = [x for x in lines if (x["provider"], x["term"]) == (line["provider"],
                                                                        line["term"])]
             assert line == same[0]
+        verify = client.post(f"/v1/quotes/{quote['id']}/verify", headers=writer).json()
+        assert verify == {**verify, "matches": True, "differences": []}
+
+    def test_stored_lines_are_compressed_and_a_text_row_reads_the_same(
+        self, client: TestClient, writer: dict[str, str], db_session: Session,
+    ) -> None:
+        """New quotes store their lines zstd-compressed only (decision 163); a quote stored
+        before schema 0010 (its lines as text) pages and verifies the same."""
+        quote = post(client, writer, {"workload": copy.deepcopy(LLAMA_70B_1024)})
+        lines = all_lines(client, quote, writer)
+        row = db_session.get(Quote, quote["id"])
+        assert row is not None
+        assert row.lines is None
+        assert row.lines_zstd is not None
+        text = store.unpack_lines(row.lines_zstd)
+        assert json.loads(text)["lines"] == lines
+        assert len(row.lines_zstd) * 10 < len(text.encode())
+        row.lines, row.lines_zstd = text, None
+        db_session.flush()
+        assert all_lines(client, quote, writer) == lines
         verify = client.post(f"/v1/quotes/{quote['id']}/verify", headers=writer).json()
         assert verify == {**verify, "matches": True, "differences": []}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable
 
@@ -10,8 +11,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect, update
+from sqlalchemy import text as sa_text
 from sqlalchemy.orm import Session
 
+from service.catalog import quotes as store
 from service.catalog.db import make_engine
 from service.catalog.errors import NotFoundError
 from service.catalog.mapping import accelerator_to_spec
@@ -23,7 +26,7 @@ from service.catalog.migrate import (
     main,
     upgrade,
 )
-from service.catalog.models import Base, OfferRevision
+from service.catalog.models import Base, OfferRevision, Quote
 from service.catalog.prices import current_version_id, version_revisions
 from service.catalog.repository import get_accelerator, list_accelerators
 from service.catalog.seed import seed_catalog
@@ -61,6 +64,45 @@ class TestMigrations:
                     conn, opts={"compare_type": True, "render_as_batch": backend == "sqlite"}
                 )
                 assert compare_metadata(context, Base.metadata) == []
+        finally:
+            engine.dispose()
+
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_downgrading_below_compressed_lines_keeps_every_line(
+        self, backend: str, database_url_factory: Callable[[str], str]
+    ) -> None:
+        """0010 -> 0009 writes each compressed quote's lines back as text (decision 163)."""
+        url = database_url_factory(backend)
+        engine: Engine = make_engine(url)
+        text = json.dumps({"lines": [{"provider": "gcp", "total": f"{i}.00"}
+                                     for i in range(50)]}, separators=(",", ":"))
+        try:
+            upgrade(url)
+            with Session(engine) as session:
+                seed_catalog(session)
+                version = current_version_id(session)
+                assert version is not None
+                now = dt.datetime(2026, 11, 27, tzinfo=dt.UTC)
+                session.add(Quote(
+                    id="q_downgrade", principal="p", team=None, idempotency_key="k",
+                    request_hash="h", request_id="r", created_at=now, expires_at=now,
+                    catalog_version_id=version, catalog_content_hash="0" * 64,
+                    estimator_version="test", verdict=None, requote_of=None, request={},
+                    response="{}", lines=None, lines_zstd=store.pack_lines(text),
+                    policy_name=None, policy_revision=None))
+                session.commit()
+            downgrade(url, "0009")
+            with engine.connect() as conn:
+                assert "lines_zstd" not in {c["name"] for c in inspect(conn).get_columns(
+                    "quotes")}
+                assert conn.execute(sa_text("SELECT lines FROM quotes")).scalar_one() == text
+            upgrade(url)
+            with Session(engine) as session:
+                row = session.get(Quote, "q_downgrade")
+                assert row is not None
+                assert row.lines_zstd is None
+                assert store.stored_lines(row) == json.loads(text)["lines"]
         finally:
             engine.dispose()
 

@@ -6,9 +6,11 @@ transaction usable."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 
 import pytest
+import zstandard
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -57,3 +59,54 @@ def test_a_claimed_key_with_another_body_is_refused(db_session: Session) -> None
     with pytest.raises(store.IdempotencyKeyReusedError):
         store.insert_quote(db_session, _row(db_session, "k-other", "h2"))
     assert _count(db_session, "k-other") == 1
+
+
+# Compressed lines (decision 163): what is stored decodes to what was written, older rows are
+# still read, and a damaged frame is refused before it is decompressed.
+
+LINES_TEXT = json.dumps({"lines": [
+    {"provider": "aws", "region": f"r-{i}", "fabric_source": "EC2 user guide × table " * 20,
+     "total": f"{i}.00"} for i in range(300)]}, ensure_ascii=False, separators=(",", ":"))
+
+
+def test_packed_lines_decode_to_the_text_and_are_much_smaller() -> None:
+    packed = store.pack_lines(LINES_TEXT)
+    assert store.unpack_lines(packed) == LINES_TEXT
+    assert len(packed) < len(LINES_TEXT.encode()) / 10
+
+
+def test_the_newest_form_of_a_row_wins_and_older_rows_still_read(db_session: Session) -> None:
+    row = _row(db_session, "k-forms", "h1")
+    row.lines, row.lines_zstd = '{"lines":[{"old":1}]}', store.pack_lines(LINES_TEXT)
+    assert store.stored_lines(row) == json.loads(LINES_TEXT)["lines"]
+    row.lines_zstd = None  # a quote stored before schema 0010
+    assert store.stored_lines(row) == [{"old": 1}]
+    row.lines, row.response = None, '{"lines":[{"paged":false}]}'  # before lines were paged
+    assert store.stored_lines(row) == [{"paged": False}]
+
+
+def test_a_compressed_row_round_trips_through_the_database(db_session: Session) -> None:
+    row = _row(db_session, "k-zstd", "h1")
+    row.lines, row.lines_zstd = None, store.pack_lines(LINES_TEXT)
+    store.insert_quote(db_session, row)
+    db_session.expire_all()
+    stored = store.find_by_key(db_session, "store-test", "k-zstd")
+    assert stored is not None
+    assert stored.lines is None
+    assert store.stored_lines(stored) == json.loads(LINES_TEXT)["lines"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not zstd", "no size", "oversized"])
+def test_a_damaged_frame_is_refused(damage: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    packed = store.pack_lines(LINES_TEXT)
+    if damage == "truncated":
+        data = packed[: len(packed) // 2]
+    elif damage == "not zstd":
+        data = b"{" + packed
+    elif damage == "no size":
+        data = zstandard.ZstdCompressor(write_content_size=False).compress(b'{"lines":[]}')
+    else:
+        monkeypatch.setattr(store, "MAX_STORED_LINES_BYTES", len(LINES_TEXT.encode()) - 1)
+        data = packed
+    with pytest.raises(store.StoredLinesDamagedError):
+        store.unpack_lines(data)

@@ -270,7 +270,8 @@ def _new_quote(request: Request, principal: Principal, key: str, hash_: str,
         catalog_version_id=version_id, catalog_content_hash=content_hash,
         estimator_version=ESTIMATOR_VERSION, verdict=computed["verdict"],
         requote_of=requote_of, request=canonical, response=body.model_dump_json(),
-        lines=lines, policy_name=policy.name if policy.revision else None,
+        lines=None, lines_zstd=store.pack_lines(lines),
+        policy_name=policy.name if policy.revision else None,
         policy_revision=policy.revision,
     )
 
@@ -357,15 +358,6 @@ VERIFIED_FIELDS = ("offer_id", "provider", "region", "zone", "instance_type", "t
                    "meets_deadline", "policy_outcome", "rules", "uncertainty")
 
 
-def _stored_lines(row: Quote) -> list[dict[str, Any]]:
-    """Every line of a stored quote (older quotes kept them all in the response)."""
-    if row.lines is not None:
-        lines: list[dict[str, Any]] = json.loads(row.lines)["lines"]
-        return lines
-    stored: list[dict[str, Any]] = json.loads(row.response)["lines"]
-    return stored
-
-
 def _differences(stored: dict[str, Any], stored_lines: list[dict[str, Any]],
                  fresh: dict[str, Any], fresh_lines: list[dict[str, Any]],
                  ) -> list[dict[str, Any]]:
@@ -405,7 +397,7 @@ def verify_quote(
         fx_version=(stored.get("fx") or {}).get("version"),
         book_revision=(stored.get("discount_book") or {}).get("revision"))
     differences = _differences(
-        stored, _stored_lines(row), QuoteOut.model_validate({**stored, **fresh}).model_dump(
+        stored, store.stored_lines(row), QuoteOut.model_validate({**stored, **fresh}).model_dump(
             mode="json"), fresh_lines)
     return VerifyOut.model_validate({
         "matches": not differences, "differences": differences,
@@ -421,7 +413,7 @@ def list_quote_lines(
 ) -> Response:
     """Every priced line of a stored quote, in the quote's order (the quote itself holds the
     best line per provider and term)."""
-    lines = _stored_lines(store.get_quote(session, quote_id, reader))
+    lines = store.stored_lines(store.get_quote(session, quote_id, reader))
     start = 0
     if (token := decode_token(page_token)) is not None:
         if not token.isdigit():

@@ -485,3 +485,32 @@ def test_a_kept_rejection_equals_a_fresh_one() -> None:
     warm = priced(small)
     assert cold.rejected == warm.rejected
     assert [r.code for r in warm.rejected] == ["nvlink_domain_too_small"]
+
+
+class TestLineConstruction:
+    """``_new_line`` and ``_judged`` fill a line's ``__dict__`` directly (issue 16): the lines
+    they make must be the lines ``QuoteLine(**values)`` and ``dataclasses.replace`` make."""
+
+    def test_a_priced_line_has_every_field_and_equals_one_built_by_init(self) -> None:
+        line = only_line(priced(offer()))
+        names = {f.name for f in dataclasses.fields(q.QuoteLine)}
+        assert set(vars(line)) == names
+        assert q.QuoteLine(**vars(line)) == line
+
+    def test_new_line_fills_the_defaults_and_refuses_nothing_init_would_accept(self) -> None:
+        line = only_line(priced(offer()))
+        required = {f.name: getattr(line, f.name) for f in dataclasses.fields(q.QuoteLine)
+                    if f.default is dataclasses.MISSING}
+        made = q._new_line(required)
+        assert made == q.QuoteLine(**required)
+        assert (made.rules, made.within_budget, made.offer) == ((), None, None)
+
+    def test_a_judged_copy_changes_only_the_judgement_and_leaves_the_line(self) -> None:
+        line = only_line(priced(offer()))
+        before = dict(vars(line))
+        copy = q._judged(line, (), within_budget=False, meets_deadline=True)
+        assert copy == dataclasses.replace(line, rules=(), within_budget=False,
+                                           meets_deadline=True)
+        assert vars(line) == before
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            copy.provider = "gcp"  # type: ignore[misc]

@@ -2,7 +2,8 @@
 
 - PostgreSQL is killed (``pg_ctl stop -m immediate``: no shutdown checkpoint, like a power cut)
   in the middle of 2,000 quote POSTs, and restarted. Every quote that got a 201 is stored, under
-  its key and with the id the client saw.
+  its key and with the id the client saw, and its compressed lines read back, as many as the
+  answer priced.
 - One of two replicas is killed with SIGKILL during 30 s of quote creation by clients that retry
   with the same Idempotency-Key on the other replica. Every key that ever got a 2xx exists exactly
   once, with the id every one of its 2xx answers carried.
@@ -23,6 +24,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.catalog import quotes as store
 from service.catalog.db import make_engine
 from service.catalog.models import Quote
 from service.settings import Settings
@@ -54,6 +56,19 @@ def _stored(url: str, prefix: str) -> dict[str, list[str]]:
     return found
 
 
+def _incomplete(url: str, lines_total: dict[str, int]) -> list[str]:
+    """The quote ids of ``lines_total`` whose stored lines do not decode to as many lines as
+    the answer said it priced (the lines are committed with the quote, compressed: a 201 must
+    mean the whole quote can be read back, not only its row)."""
+    engine = make_engine(url)
+    with Session(engine) as session:
+        rows = session.scalars(select(Quote).where(Quote.id.in_(list(lines_total)))).all()
+        found = {row.id: len(store.stored_lines(row)) for row in rows}
+    engine.dispose()
+    return [quote_id for quote_id, total in lines_total.items()
+            if found.get(quote_id) != total]
+
+
 def _run_threads(count: int, target: Callable[[], None]) -> None:
     threads = [threading.Thread(target=target) for _ in range(count)]
     for thread in threads:
@@ -73,6 +88,7 @@ def test_every_201_survives_postgres_killed_mid_run(cluster: Cluster) -> None:
     api_key = _prepare(cluster.url)
     settings = Settings(database_url=cluster.url, search_workers=0)
     created: dict[str, str] = {}
+    lines_total: dict[str, int] = {}
     statuses: Counter[int | str] = Counter()
     lock = threading.Lock()
     counter = itertools.count()
@@ -118,7 +134,9 @@ def test_every_201_survives_postgres_killed_mid_run(cluster: Cluster) -> None:
                     with lock:
                         statuses[response.status_code] += 1
                         if response.status_code == 201:
-                            created[key] = response.json()["id"]
+                            answer = response.json()
+                            created[key] = answer["id"]
+                            lines_total[answer["id"]] = answer["lines_total"]
 
         _run_threads(4, client_loop)
         assert crashed.is_set()
@@ -134,6 +152,8 @@ def test_every_201_survives_postgres_killed_mid_run(cluster: Cluster) -> None:
     print(f"durability: {dict(statuses)}; 201s {len(created)}; stored {len(stored)}")
     lost = [k for k, quote_id in created.items() if stored.get(k) != [quote_id]]
     assert lost == [], f"{len(lost)} acknowledged quotes missing or changed: {lost[:5]}"
+    incomplete = _incomplete(cluster.url, lines_total)
+    assert incomplete == [], f"{len(incomplete)} acknowledged quotes' lines: {incomplete[:5]}"
 
 
 @pytest.mark.postgres

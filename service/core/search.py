@@ -56,6 +56,9 @@ from service.core.units import bytes_to_gib
 DIMENSIONS = ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero_stage", "recompute",
               "sequence_parallel")
 RECOMPUTE_CODES = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)
+ALL_ZERO_STAGES = (0, 1, 2, 3)
+"""Every ZeRO stage (Rajbhandari et al. 2020): what a stack absent from ``ZERO_STAGES`` runs,
+and what a fixed ``zero_stage`` is checked against."""
 ZERO_STAGES: dict[Framework, tuple[int, ...]] = {
     Framework.TORCHTITAN: (0, 3),
     # Data parallelism is replicated (DDP) or sharded with FSDP2/HSDP, ZeRO-3 (torchtitan
@@ -263,9 +266,11 @@ def _skeletons(
 
 
 def _inner(space: SearchSpace, framework: Framework) -> tuple[list[int], list[int]]:
-    stages = ZERO_STAGES.get(framework, (0, 1, 2, 3)) if "zero_stage" in space.vary else (
-        0, 1, 2, 3)
-    zeros = _options(space, "zero_stage", list(stages))
+    # A fixed stage is kept whatever the stack (``_options`` keeps a fixed value only if it
+    # is among the values offered).
+    stages = (ZERO_STAGES.get(framework, ALL_ZERO_STAGES) if "zero_stage" in space.vary
+              else ALL_ZERO_STAGES)
+    zeros = _options(space, "zero_stage", stages)
     base_code = RECOMPUTE_CODES.index(space.base.recompute)
     codes = [0, 1, 2] if "recompute" in space.vary else [base_code]
     return zeros, codes

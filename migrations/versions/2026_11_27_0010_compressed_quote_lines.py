@@ -32,9 +32,13 @@ def downgrade() -> None:
                       sa.column("lines_zstd", sa.LargeBinary()))
     connection = op.get_bind()
     decompressor = zstandard.ZstdDecompressor()
-    packed = connection.execute(
-        sa.select(quotes.c.id, quotes.c.lines_zstd).where(quotes.c.lines_zstd.is_not(None)))
-    for quote_id, data in packed:
+    # The ids first, then one quote at a time: no cursor is left open over the table while
+    # it is updated (SQLite), and one quote's text at a time is in memory.
+    packed_ids = connection.execute(
+        sa.select(quotes.c.id).where(quotes.c.lines_zstd.is_not(None))).scalars().all()
+    for quote_id in packed_ids:
+        data = connection.execute(sa.select(quotes.c.lines_zstd).where(
+            quotes.c.id == quote_id)).scalar_one()
         connection.execute(quotes.update().where(quotes.c.id == quote_id).values(
             lines=decompressor.decompress(data).decode()))
     with op.batch_alter_table("quotes") as batch:

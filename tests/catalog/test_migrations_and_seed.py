@@ -67,7 +67,6 @@ class TestMigrations:
         finally:
             engine.dispose()
 
-
     @pytest.mark.parametrize("backend", BACKENDS)
     def test_downgrading_below_compressed_lines_keeps_every_line(
         self, backend: str, database_url_factory: Callable[[str], str]
@@ -75,8 +74,9 @@ class TestMigrations:
         """0010 -> 0009 writes each compressed quote's lines back as text (decision 163)."""
         url = database_url_factory(backend)
         engine: Engine = make_engine(url)
-        text = json.dumps({"lines": [{"provider": "gcp", "total": f"{i}.00"}
-                                     for i in range(50)]}, separators=(",", ":"))
+        texts = {f"q_downgrade_{n}": json.dumps(
+            {"lines": [{"provider": "gcp", "total": f"{i}.{n:02d}"} for i in range(50)]},
+            separators=(",", ":")) for n in range(3)}
         try:
             upgrade(url)
             with Session(engine) as session:
@@ -84,25 +84,28 @@ class TestMigrations:
                 version = current_version_id(session)
                 assert version is not None
                 now = dt.datetime(2026, 11, 27, tzinfo=dt.UTC)
-                session.add(Quote(
-                    id="q_downgrade", principal="p", team=None, idempotency_key="k",
-                    request_hash="h", request_id="r", created_at=now, expires_at=now,
-                    catalog_version_id=version, catalog_content_hash="0" * 64,
-                    estimator_version="test", verdict=None, requote_of=None, request={},
-                    response="{}", lines=None, lines_zstd=store.pack_lines(text),
-                    policy_name=None, policy_revision=None))
+                for quote_id, text in texts.items():
+                    session.add(Quote(
+                        id=quote_id, principal="p", team=None, idempotency_key=quote_id,
+                        request_hash="h", request_id="r", created_at=now, expires_at=now,
+                        catalog_version_id=version, catalog_content_hash="0" * 64,
+                        estimator_version="test", verdict=None, requote_of=None, request={},
+                        response="{}", lines=None, lines_zstd=store.pack_lines(text),
+                        policy_name=None, policy_revision=None))
                 session.commit()
             downgrade(url, "0009")
             with engine.connect() as conn:
                 assert "lines_zstd" not in {c["name"] for c in inspect(conn).get_columns(
                     "quotes")}
-                assert conn.execute(sa_text("SELECT lines FROM quotes")).scalar_one() == text
+                stored = dict(conn.execute(sa_text("SELECT id, lines FROM quotes")).all())
+                assert stored == texts
             upgrade(url)
             with Session(engine) as session:
-                row = session.get(Quote, "q_downgrade")
-                assert row is not None
-                assert row.lines_zstd is None
-                assert store.stored_lines(row) == json.loads(text)["lines"]
+                for quote_id, text in texts.items():
+                    row = session.get(Quote, quote_id)
+                    assert row is not None
+                    assert row.lines_zstd is None
+                    assert store.stored_lines(row) == json.loads(text)["lines"]
         finally:
             engine.dispose()
 

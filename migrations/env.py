@@ -6,6 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
+from service.catalog.changes import compared_by_autogenerate
 from service.catalog.db import make_engine
 from service.catalog.models import Base
 from service.settings import Settings
@@ -27,6 +28,7 @@ def _configure(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=compared_by_autogenerate,
     )
 
 
@@ -37,6 +39,7 @@ def run_migrations_offline() -> None:
         literal_binds=True,
         render_as_batch=_url().startswith("sqlite"),
         compare_type=True,
+        include_name=compared_by_autogenerate,
     )
     with context.begin_transaction():
         context.run_migrations()

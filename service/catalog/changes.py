@@ -14,8 +14,12 @@ change made by any writer, on any replica, ends its use:
   it is live again it bumps the generation once, since it may have missed notifications.
 - **SQLite** (one file, possibly several processes): ``PRAGMA data_version`` on a connection
   of its own changes whenever any other connection commits. Reading it is a local call of a
-  few microseconds. It changes on every commit (quotes too), which can only make caching less
-  effective, never wrong. An in-memory database has no second connection: no caching.
+  few microseconds. It changes on every commit, quotes too, so when it has moved the feed
+  reads ``change_counter``: triggers (migration 0011) count every change to ``catalog_state``
+  and ``api_keys`` there, in the writer's transaction. The generation moves only when that
+  count has (decision 166: a stored quote no longer empties the caches). A database without
+  the table (a schema before 0011) moves it on every commit, as before: less caching, never
+  a stale answer. An in-memory database has no second connection: no caching.
 
 A request that reads the database on a miss records the generation *before* its read and
 stores what it read under that generation: if a change lands in between, the entry is never
@@ -49,6 +53,18 @@ PING_TIMEOUT_S = 3.0
 POLL_S = 0.1
 """How long the listener waits for a notification before checking its connection and the
 stop flag: a shutdown waits at most this long for it (a NOTIFY wakes it at once)."""
+COUNTER_TABLE = "change_counter"
+"""SQLite only (migration 0011): one row whose ``changes`` the triggers on the watched tables
+count up. Not in the models' metadata, like PostgreSQL's NOTIFY triggers: a migration's
+detail (``migrations/env.py`` leaves it out of autogenerate's comparison)."""
+
+
+def compared_by_autogenerate(name: str | None, type_: str, _parents: object) -> bool:
+    """Alembic's ``include_name``: every table but ``COUNTER_TABLE``, which triggers keep and
+    no model maps (``migrations/env.py`` and the migration test's comparison)."""
+    return not (type_ == "table" and name == COUNTER_TABLE)
+
+
 RECONNECT_S = (0.5, 1.0, 2.0, 5.0)
 """Back-off between reconnection attempts of the PostgreSQL listener."""
 
@@ -68,6 +84,7 @@ class ChangeFeed:
         self._thread: threading.Thread | None = None
         self._sqlite: sqlite3.Connection | None = None
         self._sqlite_version: int | None = None
+        self._sqlite_changes: int | None = None
 
     @property
     def backend(self) -> str:
@@ -101,6 +118,7 @@ class ChangeFeed:
             if self._sqlite is not None:
                 self._sqlite.close()
                 self._sqlite = None
+                self._sqlite_version = self._sqlite_changes = None
 
     def generation(self) -> int | None:
         """The current generation, or ``None`` when changes cannot be seen (do not cache)."""
@@ -114,8 +132,22 @@ class ChangeFeed:
                     return None
                 if version != self._sqlite_version:
                     self._sqlite_version = version
-                    self._generation += 1
+                    changes = self._sqlite_changes_now()
+                    if changes is None or changes != self._sqlite_changes:
+                        self._generation += 1
+                    self._sqlite_changes = changes
             return self._generation
+
+    def _sqlite_changes_now(self) -> int | None:
+        """The count of changes to the watched tables (migration 0011), or None where it
+        cannot be read (no such table yet): then every commit counts as a change."""
+        assert self._sqlite is not None  # noqa: S101 - called with the lock, connection open
+        try:
+            row = self._sqlite.execute(
+                f"SELECT changes FROM {COUNTER_TABLE} WHERE id = 1").fetchone()  # noqa: S608
+        except sqlite3.Error:
+            return None
+        return None if row is None else int(row[0])
 
     def bump(self) -> None:
         """This process changed something: values cached before now are not served again."""

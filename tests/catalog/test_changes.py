@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from service.catalog.changes import ChangeFeed, GenerationCache
 from service.catalog.db import make_engine
 from service.catalog.keys import create_key, revoke_key
+from service.catalog.migrate import downgrade
 from service.catalog.models import CatalogState
 from service.main import create_app, dispose
 from service.settings import Settings
@@ -86,6 +87,61 @@ class TestFeed:
         # A commit afterwards proves the listener was alive and would have seen the first.
         _write(database_url, "UPDATE catalog_state SET write_seq = write_seq + 1")
         assert eventually(lambda: feed.generation() != before)
+
+    def test_a_commit_to_another_table_is_not_a_change(
+        self, feed: ChangeFeed, database_url: str
+    ) -> None:
+        """A stored quote changes neither the catalogue state nor a key (decision 166): on
+        SQLite it moves ``data_version`` but not the triggers' count."""
+        _write(database_url, "CREATE TABLE IF NOT EXISTS feed_scratch (x INTEGER)")
+        before = feed.generation()
+        for _ in range(3):
+            _write(database_url, "INSERT INTO feed_scratch VALUES (1)")
+            assert feed.generation() == before
+        if feed.backend == "postgresql":
+            time.sleep(0.2)  # a NOTIFY, had one been sent, would have arrived
+            assert feed.generation() == before
+        # The feed was watching: a change to an API key moves the generation.
+        _write(database_url, "UPDATE api_keys SET team = team")
+        _write(database_url, "UPDATE catalog_state SET write_seq = write_seq + 1")
+        assert eventually(lambda: feed.generation() != before)
+
+    @pytest.mark.parametrize("table", ["catalog_state", "api_keys"])
+    def test_every_kind_of_write_to_a_watched_table_is_a_change(
+        self, feed: ChangeFeed, database_url: str, table: str
+    ) -> None:
+        _key(database_url, "quotes:read")  # at least one key row to update and delete
+        statements = {
+            "catalog_state": ["UPDATE catalog_state SET write_seq = write_seq + 1",
+                              "DELETE FROM catalog_state",
+                              "INSERT INTO catalog_state (id, current_version_id, write_seq) "
+                              "SELECT 1, id, 1 FROM catalog_versions LIMIT 1"],
+            "api_keys": ["UPDATE api_keys SET team = 'changed'", "DELETE FROM api_keys",
+                         "INSERT INTO api_keys (id, name, secret_hash, scopes, created_at) "
+                         "VALUES ('k1', 'k1', 'x', 'quotes:read', '2026-11-27')"],
+        }[table]
+        for statement in statements:
+            before = feed.generation()
+            _write(database_url, statement)
+            assert eventually(lambda b=before: feed.generation() != b), statement
+
+    def test_without_the_counter_every_sqlite_commit_is_a_change(
+        self, database_url: str
+    ) -> None:
+        """A database still at 0010 (a replica started before the migration ran): caching
+        is less effective, never stale."""
+        if not database_url.startswith("sqlite"):
+            pytest.skip("PostgreSQL has no counter table")
+        downgrade(database_url, "0010")
+        feed = ChangeFeed(database_url)
+        feed.start()
+        try:
+            _write(database_url, "CREATE TABLE IF NOT EXISTS feed_scratch (x INTEGER)")
+            before = feed.generation()
+            _write(database_url, "INSERT INTO feed_scratch VALUES (1)")
+            assert feed.generation() != before
+        finally:
+            feed.stop()
 
     def test_a_listener_that_loses_its_connection_caches_nothing_until_it_is_back(
         self, feed: ChangeFeed, database_url: str
@@ -282,3 +338,23 @@ def test_a_replica_reuses_a_versions_quote_offers_and_a_new_version_is_priced_at
     third = quote("q3")
     assert third["catalog_version"] == imported.json()["id"]
     assert third["cheapest"]["provider"] == "acme"  # type: ignore[index]
+
+
+def test_a_stored_quote_leaves_the_verified_key_and_the_current_version_in_memory(
+    replicas: tuple[TestClient, TestClient], database_url: str
+) -> None:
+    """A quote writes only its own row: the next request is answered with the key and the
+    current version held in memory, on SQLite too (decision 166), with no read of either."""
+    client, _ = replicas
+    _, headers = _key(database_url, "quotes:write")
+    body = {"workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 1000,
+                                       "num_gpus": 8}}, "terms": ["on_demand"]}
+    assert eventually(lambda: client.app.state.changes.live)  # type: ignore[attr-defined]
+    cache = client.app.state.state_cache  # type: ignore[attr-defined]
+    for n in range(3):
+        misses = cache.misses
+        answer = client.post("/v1/quotes", json=body,
+                             headers={**headers, "Idempotency-Key": f"held-{n}"})
+        assert answer.status_code == 201, answer.text
+        if n:
+            assert cache.misses == misses, "a stored quote emptied the key or version cache"

@@ -15,6 +15,7 @@ from sqlalchemy import text as sa_text
 from sqlalchemy.orm import Session
 
 from service.catalog import quotes as store
+from service.catalog.changes import compared_by_autogenerate
 from service.catalog.db import make_engine
 from service.catalog.errors import NotFoundError
 from service.catalog.mapping import accelerator_to_spec
@@ -61,7 +62,8 @@ class TestMigrations:
             upgrade(url)
             with engine.connect() as conn:
                 context = MigrationContext.configure(
-                    conn, opts={"compare_type": True, "render_as_batch": backend == "sqlite"}
+                    conn, opts={"compare_type": True, "render_as_batch": backend == "sqlite",
+                                "include_name": compared_by_autogenerate}
                 )
                 assert compare_metadata(context, Base.metadata) == []
         finally:

@@ -46,17 +46,19 @@ def costly_warnings(costs: Sequence[Decimal | float | None],
     """For each alternative of one answer, the warning when it costs more than
     ``COST_RATIO_LIMIT`` times the cheapest (``unit`` names the cost: "USD", "GPU-hours").
     Alternatives without a cost, and answers without a positive cheapest cost, get None."""
-    known = [Decimal(str(c)) for c in costs if c is not None]
-    positive = [c for c in known if c > 0]
+    # A Decimal is taken as it is; a float by its shortest text (what ``str`` prints).
+    exact = [c if c is None or type(c) is Decimal else Decimal(str(c)) for c in costs]
+    positive = [c for c in exact if c is not None and c > 0]
     if not positive:
         return [None] * len(costs)
     cheapest = min(positive)
+    limit = cheapest * COST_RATIO_LIMIT
     out: list[str | None] = []
-    for cost in costs:
-        if cost is None or Decimal(str(cost)) <= cheapest * COST_RATIO_LIMIT:
+    for cost in exact:
+        if cost is None or cost <= limit:
             out.append(None)
             continue
-        ratio = Decimal(str(cost)) / cheapest
+        ratio = cost / cheapest
         out.append(f"{COSTLY_PREFIX}: {ratio:,.1f}× the cheapest alternative in this answer "
                    f"({cheapest:,.0f} {unit}), over the {COST_RATIO_LIMIT}× limit")
     return out

@@ -50,10 +50,13 @@ def request_hash(canonical_request: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(canonical_request).encode()).hexdigest()
 
 
-LINES_ZSTD_LEVEL = 1
-"""zstd's fastest level for a quote's stored lines (decision 163). Measured on the load
-benchmark's quote (197 lines, 524,734 bytes of JSON text): level 1 gives 18,595 bytes in
-0.52 ms of CPU, level 3 18,697 bytes in 0.63 ms; zlib level 1 38,266 bytes in 2.3 ms."""
+LINES_ZSTD_LEVEL = -1
+"""zstd's first "fast" level for a quote's stored lines (decisions 163 and 167). Measured on
+the load benchmark's quote (197 lines, 524,734 bytes of JSON text), CPU to compress and to
+decompress: level 1 gives 18,595 bytes in 0.37 ms and 0.15 ms, level -1 22,788 bytes in
+0.18 ms and 0.06 ms, level -3 24,677 bytes in 0.13 ms and 0.06 ms, level 3 18,697 bytes in
+0.63 ms (an earlier run); zlib level 1 38,266 bytes in 2.3 ms. Frames of any level decode
+alike, so quotes stored at level 1 read the same."""
 MAX_STORED_LINES_BYTES = 256 * 1024 * 1024
 """The largest decompressed lines text a stored quote may declare (a frame that declares more,
 or no size, is damaged: reading it is refused before any memory is allocated for it)."""

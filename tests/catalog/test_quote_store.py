@@ -75,6 +75,15 @@ def test_packed_lines_decode_to_the_text_and_are_much_smaller() -> None:
     assert len(packed) < len(LINES_TEXT.encode()) / 10
 
 
+@pytest.mark.parametrize("level", [1, 3, -5])
+def test_frames_written_at_another_level_read_the_same(level: int) -> None:
+    """Quotes stored at level 1 (decision 163, before decision 167) decode like new ones."""
+    older = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(
+        LINES_TEXT.encode())
+    assert older != store.pack_lines(LINES_TEXT)
+    assert store.unpack_lines(older) == LINES_TEXT
+
+
 def test_the_newest_form_of_a_row_wins_and_older_rows_still_read(db_session: Session) -> None:
     row = _row(db_session, "k-forms", "h1")
     row.lines, row.lines_zstd = '{"lines":[{"old":1}]}', store.pack_lines(LINES_TEXT)

@@ -53,6 +53,8 @@ PING_TIMEOUT_S = 3.0
 POLL_S = 0.1
 """How long the listener waits for a notification before checking its connection and the
 stop flag: a shutdown waits at most this long for it (a NOTIFY wakes it at once)."""
+RECONNECT_S = (0.5, 1.0, 2.0, 5.0)
+"""Back-off between reconnection attempts of the PostgreSQL listener."""
 COUNTER_TABLE = "change_counter"
 """SQLite only (migration 0011): one row whose ``changes`` the triggers on the watched tables
 count up. Not in the models' metadata, like PostgreSQL's NOTIFY triggers: a migration's
@@ -63,10 +65,6 @@ def compared_by_autogenerate(name: str | None, type_: str, _parents: object) -> 
     """Alembic's ``include_name``: every table but ``COUNTER_TABLE``, which triggers keep and
     no model maps (``migrations/env.py`` and the migration test's comparison)."""
     return not (type_ == "table" and name == COUNTER_TABLE)
-
-
-RECONNECT_S = (0.5, 1.0, 2.0, 5.0)
-"""Back-off between reconnection attempts of the PostgreSQL listener."""
 
 
 class ChangeFeed:

@@ -207,6 +207,9 @@ def _run_cases(client: TestClient, headers: dict[str, str],
         assert stored.lines is None, name
         assert stored.lines_zstd is not None, name
         stored_text = store.unpack_lines(stored.lines_zstd)
+        # Decision 169: other characters are escaped, so Python holds the text at one byte a
+        # character; parsed, every line is what it was (the per-line digests are unchanged).
+        assert stored_text.isascii(), name
         # The stored lines are written as text (LineTexts), the answer's as dicts (line_json):
         # the two writers must agree on every line the answer shows.
         written = {}
@@ -292,5 +295,5 @@ def test_scalar_text_is_the_encoders() -> None:
                          1e300, float("inf"), float("-inf"), float("nan"), "", "plain",
                          'quote " and \\ and \n\t\x01', "ünïcödé €", "\u2028"]
     for value in values:
-        assert quoting._json(value) == json.dumps(value, ensure_ascii=False,
-                                                  separators=(",", ":")), value
+        assert quoting._json(value) == json.dumps(value, separators=(",", ":")), value
+        assert quoting._json(value).isascii()  # decision 169: the stored text is ASCII

@@ -111,6 +111,29 @@ class TestMigrations:
         finally:
             engine.dispose()
 
+    @pytest.mark.postgres
+    def test_postgresql_stores_compressed_lines_without_compressing_them_again(
+        self, database_url_factory: Callable[[str], str]
+    ) -> None:
+        """0011 sets ``quotes.lines_zstd`` to EXTERNAL storage: pglz would compress a fast
+        zstd frame's plain literals a second time (decision 167); 0010 had the default."""
+        url = database_url_factory("postgres")
+        engine: Engine = make_engine(url)
+
+        def storage() -> str:
+            with engine.connect() as conn:
+                return str(conn.execute(sa_text(
+                    "SELECT attstorage FROM pg_attribute WHERE attrelid = 'quotes'::regclass "
+                    "AND attname = 'lines_zstd'")).scalar_one())
+
+        try:
+            upgrade(url)
+            assert storage() == "e"
+            downgrade(url, "0010")
+            assert storage() == "x"
+        finally:
+            engine.dispose()
+
 
 class TestSeed:
     def test_seed_has_every_required_accelerator_with_source_and_date(

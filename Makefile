@@ -63,7 +63,8 @@ pytest: venv browser
 test: lint typecheck pytest
 
 # Per-row table, then in-sample, leave-one-source-out and leave-one-stack-out errors side by
-# side, and the band's out-of-sample coverage (about 3 minutes: six stack refits).
+# side, each source family's error in sample and held out, and the band's out-of-sample
+# coverage (about 3 minutes: six stack refits).
 accuracy: venv
 	$(BIN)/python -m benchmarks.accuracy
 	$(BIN)/python -m benchmarks.band --stack

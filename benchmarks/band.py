@@ -238,7 +238,8 @@ def main() -> int:
     print()
     print("tokens/s per GPU, |predicted / measured - 1|:")
     everything = usable_inputs()
-    report("in sample (shipped calibration)", [evaluate(r).error_fraction for r in everything])
+    in_sample = {r.id: evaluate(r).error_fraction for r in everything}
+    report("in sample (shipped calibration)", list(in_sample.values()))
     report("leave-one-source-out (refit without the row's family)",
            [r.fraction for r in sample])
     report("  of which the original 51 rows", [r.fraction for r in sample if r.row.role == "fit"])
@@ -253,7 +254,7 @@ def main() -> int:
         report(f"  framework {framework}",
                [r.fraction for r in sample if r.row.training.framework.value == framework])
     print()
-    print_families(sample, {r.id: evaluate(r).error_fraction for r in everything})
+    print_families(sample, in_sample)
     print()
     print("    bands={")
     for regime, (low, high, n) in sorted(table.items()):

@@ -34,9 +34,10 @@ EVENTS = ("INSERT", "UPDATE", "DELETE")
 
 
 def upgrade() -> None:
-    if op.get_context().dialect.name == "postgresql":
+    dialect = op.get_context().dialect.name
+    if dialect == "postgresql":
         op.execute("ALTER TABLE quotes ALTER COLUMN lines_zstd SET STORAGE EXTERNAL")
-    if op.get_context().dialect.name != "sqlite":
+    if dialect != "sqlite":
         return
     op.execute(f"CREATE TABLE {TABLE} (id INTEGER NOT NULL PRIMARY KEY CHECK (id = 1), "
                "changes INTEGER NOT NULL)")
@@ -51,9 +52,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_context().dialect.name == "postgresql":
+    dialect = op.get_context().dialect.name
+    if dialect == "postgresql":
         op.execute("ALTER TABLE quotes ALTER COLUMN lines_zstd SET STORAGE EXTENDED")
-    if op.get_context().dialect.name != "sqlite":
+    if dialect != "sqlite":
         return
     for table in WATCHED:
         for event in EVENTS:

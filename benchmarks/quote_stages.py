@@ -8,8 +8,9 @@ Two views of ``POST /v1/quotes`` driven through the real application in process 
   answer and stored lines (``quote_body``: plausibility, the lines' text), building the row
   (answer validation, compression) and storing it (insert, commit). What no stage covers is
   the framework, the middlewares, the dependencies and the request's validation. Timers read
-  the wall clock of one thread with nothing else running, so they add up to the CPU figure
-  within a few per cent (their own cost included).
+  the CPU time of the one thread that runs the request (``time.thread_time``), so a commit's
+  wait for the disk counts nothing, only its CPU. ``--varied`` gives every quote a new
+  workload size (``benchmarks.asgi_cpu``'s ``quotes-varied``), so no line's figures repeat.
 - **lines**: the same workload narrowed by provider and term to fewer lines, and the least
   squares line through (lines, CPU per quote): a fixed cost per quote and a cost per line.
 
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.asgi_cpu import call, measure, service_app
+from benchmarks.asgi_cpu import call, measure, service_app, varied_quote
 from benchmarks.load.run import QUOTE_BODY
 
 NARROWED = ((["aws"], ["on_demand"]), (["aws"], ["on_demand", "spot"]),
@@ -44,11 +45,11 @@ def _timed(owner: Any, name: str, label: str, spent: collections.Counter[str]) -
 
     @functools.wraps(function)
     def timed(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
+        started = time.thread_time()
         try:
             return function(*args, **kwargs)
         finally:
-            spent[label] += time.perf_counter() - started
+            spent[label] += time.thread_time() - started
 
     setattr(owner, name, timed)
 
@@ -72,14 +73,15 @@ def _instrument(spent: collections.Counter[str]) -> None:
     _timed(store, "find_by_key", "Idempotency-Key lookup", spent)
 
 
-async def run(url: str, count: int) -> dict[str, Any]:
+async def run(url: str, count: int, varied: bool = False) -> dict[str, Any]:
     spent: collections.Counter[str] = collections.Counter()
     _instrument(spent)
     app, key = service_app(url)
     auth = ((b"authorization", f"Bearer {key}".encode()),)
     report: dict[str, Any] = {"database": url.split(":")[0]}
     async with app.router.lifespan_context(app):
-        body = json.dumps(QUOTE_BODY).encode()
+        body: bytes | Callable[[], bytes] = (varied_quote if varied
+                                              else json.dumps(QUOTE_BODY).encode())
         await measure(app, "POST", "/v1/quotes", body, max(20, count // 10), auth, True)
         spent.clear()
         started = time.process_time()
@@ -87,6 +89,7 @@ async def run(url: str, count: int) -> dict[str, Any]:
         total_s = (time.process_time() - started) / count
         report["stages_ms"] = {"total (process CPU)": round(total_s * 1e3, 3), **{
             label: round(seconds / count * 1e3, 3) for label, seconds in spent.most_common()}}
+        report["body"] = "varied" if varied else "fixed"
         report["stages_ms"]["outside every stage"] = round(
             (total_s - sum(spent[k] for k in ("compute_text", "_new_quote", "_store",
                                               "Idempotency-Key lookup")) / count) * 1e3, 3)
@@ -113,9 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=400, help="quotes per measurement")
     parser.add_argument("--database-url", default=None)
+    parser.add_argument("--varied", action="store_true",
+                        help="stages of quotes with a new workload size each (every line's "
+                             "figures new, as benchmarks.asgi_cpu's quotes-varied)")
     args = parser.parse_args(argv)
     url = args.database_url or f"sqlite:///{tempfile.mkdtemp()}/quote_stages.sqlite"
-    report = asyncio.run(run(url, args.count))
+    report = asyncio.run(run(url, args.count, args.varied))
     for label, ms in report["stages_ms"].items():
         print(f"{label:40s} {ms:8.3f} ms")
     for point in report["lines"]:

@@ -755,16 +755,25 @@ def _money_json(amount: Decimal | float | None) -> str:
 _HOURS_EXPONENT = Decimal("0.0001")
 
 
+def _float_json(value: float) -> str:
+    """``_json`` of a float: ``float.__repr__`` when finite (as the C encoder writes it)."""
+    return _float_text(value) if _isfinite(value) else _dumps(value)
+
+
 def _amounts_runs(a: Amounts, basis: str, legacy_fraction: Decimal, legacy_text: str,
                   ) -> tuple[str, str, str, str, str, str]:
     """``_amounts_parts`` of a priced line as its six runs of JSON text (``_keys`` of each,
     the uncertainty and reserved runs under their names), written directly: building the
-    dicts and encoding them was most of a line's serialisation (issue 16)."""
+    dicts and encoding them was most of a line's serialisation (issue 16). Values of a known
+    type are written by that type's writer (``_json``'s branches, without the dispatch)."""
     j = _json
+    f = _float_json
     m = _money_json
+    cents = pricing.cents
     w, job, commit = a.wall_clock_band_s, a.job_cost_band, a.commitment_band
     job_cost, commitment = a.job_cost_total, a.commitment_total
-    job_text, commitment_text = m(job_cost), m(commitment)
+    job_text = f'"{cents(job_cost)!s}"'
+    commitment_text = f'"{cents(commitment)!s}"'
 
     def band(value: Decimal | float, same: Decimal, text: str) -> str:
         # Equal Decimals round to the same cents: a band's point is often the total itself.
@@ -774,35 +783,48 @@ def _amounts_runs(a: Amounts, basis: str, legacy_fraction: Decimal, legacy_text:
     if r is None:
         reserved = '"reserved":null'
     else:
-        amortised = pricing.cents(a.job_cost_total / legacy_fraction)
+        amortised = cents(a.job_cost_total / legacy_fraction)
         even = r.break_even_utilisation_fraction
         reserved = (
             f'"reserved":{{"dedicated_total":{m(r.dedicated_total)},'
             f'"amortised_total":{m(amortised)},"terms_bought":{j(r.terms_bought)},'
             f'"utilisation_fraction":{j(legacy_text)},'
             f'"break_even_utilisation_fraction":{"null" if even is None else j(str(even))}}}')
+    if job.p10 is job.p50 is job.p90 is job_cost:
+        job_band = f'"p10":{job_text},"p50":{job_text},"p90":{job_text}'
+    else:
+        job_band = (f'"p10":{band(job.p10, job_cost, job_text)},'
+                    f'"p50":{band(job.p50, job_cost, job_text)},'
+                    f'"p90":{band(job.p90, job_cost, job_text)}')
+    if commit.p10 is commit.p50 is commit.p90 is commitment:
+        commit_band = (f'"p10":{commitment_text},"p50":{commitment_text},'
+                       f'"p90":{commitment_text}')
+    else:
+        commit_band = (f'"p10":{band(commit.p10, commitment, commitment_text)},'
+                       f'"p50":{band(commit.p50, commitment, commitment_text)},'
+                       f'"p90":{band(commit.p90, commitment, commitment_text)}')
+    loss = a.goodput_loss_fraction
     return (
         f'"instances":{j(a.instances)},"rounded_up":{j(a.rounded_up)},'
         f'"wall_clock_s":{j(a.wall_clock_s)},'
-        f'"billed_hours":{j(str(a.billed_hours.quantize(_HOURS_EXPONENT)))},'
-        f'"gpu_hours":{j(str(a.gpu_hours.quantize(_HOURS_EXPONENT)))}',
+        f'"billed_hours":"{a.billed_hours.quantize(_HOURS_EXPONENT)!s}",'
+        f'"gpu_hours":"{a.gpu_hours.quantize(_HOURS_EXPONENT)!s}"',
         f'"commitment_total":{commitment_text},"job_cost_total":{job_text},'
         f'"total":{m(a.total)},"term_s":{j(a.term_s)},"terms_bought":{j(a.terms_bought)}',
-        f'"goodput_loss_fraction":{j(_finite(a.goodput_loss_fraction))},'
+        f'"goodput_loss_fraction":{j(_finite(loss))},'
         f'"checkpoint_interval_s":{j(a.checkpoint_interval_s)}',
-        f'"energy_kwh":{j(str(a.energy_kwh))},"co2e_kg":{j(str(a.co2e_kg))}',
-        f'"uncertainty":{{"wall_clock_s":{{"p10":{j(float(w.p10))},'
-        f'"p50":{j(float(w.p50))},"p90":{j(float(w.p90))}}},'
-        f'"job_cost_total":{{"p10":{band(job.p10, job_cost, job_text)},'
-        f'"p50":{band(job.p50, job_cost, job_text)},"p90":{band(job.p90, job_cost, job_text)}}},'
-        f'"commitment_total":{{"p10":{band(commit.p10, commitment, commitment_text)},'
-        f'"p50":{band(commit.p50, commitment, commitment_text)},'
-        f'"p90":{band(commit.p90, commitment, commitment_text)}}},'
+        f'"energy_kwh":"{a.energy_kwh!s}","co2e_kg":"{a.co2e_kg!s}"',
+        f'"uncertainty":{{"wall_clock_s":{{"p10":{f(float(w.p10))},'
+        f'"p50":{f(float(w.p50))},"p90":{f(float(w.p90))}}},'
+        f'"job_cost_total":{{{job_band}}},'
+        f'"commitment_total":{{{commit_band}}},'
         f'"deadline_probability":{j(a.deadline_probability)},'
         f'"basis":{j(basis)}}}',
         reserved)
 
 
+_PASS = core_quote.Outcome.PASS
+"""A global, not ``Outcome.PASS`` (an enum metaclass lookup) in the per-line filter."""
 _CACHE_ENTRIES = 20_000
 """Entries per cache of line text runs (offers, amounts, rules): a few catalogue versions'
 offers; each entry is a few hundred bytes to a few KB."""
@@ -887,7 +909,7 @@ class LineTexts:
         if hit is not None and hit[0] is rules:
             return hit[1]
         text = "[" + ",".join([_rule_text(r) for r in rules
-                               if r.outcome is not core_quote.Outcome.PASS]) + "]"
+                               if r.outcome is not _PASS]) + "]"
         remember(_rules_texts, id(rules), (rules, text), _CACHE_ENTRIES)
         return text
 

@@ -14,8 +14,8 @@ filtered page, warm page cache), ``offers-cold`` (the same page built every time
 ``quotes`` (the load benchmark's quote, unique Idempotency-Keys), ``quotes-varied`` (the
 same quote with a different ``gpu_hours`` on every request, so that no line's figures repeat
 and the caches of repeated work miss), and ``quotes-whole`` and ``quotes-whole-varied`` (the
-same two over the whole catalogue: no provider or term filter). All run on a fresh SQLite database, or on PostgreSQL
-with ``--database-url`` (an empty database).
+same two over the whole catalogue: no provider or term filter). All run on a fresh SQLite
+database, or on PostgreSQL with ``--database-url`` (an empty database).
 """
 
 from __future__ import annotations

@@ -832,18 +832,24 @@ _offer_texts: dict[tuple[int, int], tuple[PriceOffer, tuple[str, str, str]]] = {
 _amounts_texts: dict[tuple[int, str, str], tuple[object, tuple[str, ...]]] = {}
 _rules_texts: dict[int, tuple[tuple[RuleResult, ...], str]] = {}
 _flags_texts: dict[tuple[str, ...], str] = {}
-_rule_texts: dict[RuleResult, str] = {}
 _labels_texts: dict[tuple[object, ...], tuple[str, ...]] = {}
 _ids_texts: dict[tuple[str | None, str], str] = {}
 
 
+_RULE_RUNS = {outcome: (f',"outcome":"{outcome.value}","code":',
+                        f',"severity":"{core_quote.SEVERITY[outcome]}","message":')
+              for outcome in core_quote.Outcome}
+"""The runs of a rule's JSON text that its outcome decides (plain ASCII words)."""
+
+
 def _rule_text(rule: RuleResult) -> str:
-    """``_dumps(rule_json(rule))``, kept by the rule's value (a rule's message names the
-    offer, and often nothing of the job's figures, so it recurs across quotes)."""
-    text = _rule_texts.get(rule)
-    if text is None:
-        text = remember(_rule_texts, rule, _dumps(rule_json(rule)), _CACHE_ENTRIES)
-    return text
+    """``_dumps(rule_json(rule))``, written directly: the C encoder writes each string with
+    ``encode_basestring_ascii``, and so does this, in ``rule_json``'s key order. Not cached:
+    writing it costs about what hashing the rule to look it up did, and a rule whose message
+    holds a line's money (over budget, say) is new in every quote of new figures (issue 16)."""
+    outcome, severity = _RULE_RUNS[rule.outcome]
+    return "".join(('{"rule":', _str_text(rule.rule), outcome, _str_text(rule.code), severity,
+                    _str_text(rule.message), "}"))
 
 
 class LineTexts:

@@ -297,3 +297,21 @@ def test_scalar_text_is_the_encoders() -> None:
     for value in values:
         assert quoting._json(value) == json.dumps(value, separators=(",", ":")), value
         assert quoting._json(value).isascii()  # decision 169: the stored text is ASCII
+
+
+def test_a_rules_text_is_the_encoders() -> None:
+    """A rule's stored text (``quoting._rule_text``, written without the encoder) is what
+    ``json.dumps`` writes of ``rule_json``, for every outcome and for messages that need
+    escaping; and a float written by ``_float_json`` is ``_json``'s."""
+    from service.api import quoting
+    from service.core.quote import Outcome, RuleResult
+
+    for outcome in Outcome:
+        for message in ("plain", 'quote " and \\ and \n\t\x01', "Λ·R = 1.20 ≥ 1 €",
+                        "\u2028", ""):
+            rule = RuleResult(rule="budget", outcome=outcome, code="within_budget",
+                              message=message)
+            assert quoting._rule_text(rule) == json.dumps(
+                quoting.rule_json(rule), separators=(",", ":")), (outcome, message)
+    for value in (0.0, -0.0, 1e-7, 3600.0, 1e300, float("inf"), float("nan")):
+        assert quoting._float_json(value) == quoting._json(value), value

@@ -605,9 +605,10 @@ def _flags(offer: PriceOffer, instances: int) -> tuple[str, ...]:
 
 _OfferFacts = tuple[PriceOffer, pricing.Goodput, str, tuple[str, ...], float | None,
                     tuple[Term, float, Decimal, int | str, float, float | None, float,
-                          Decimal | None, int | str | None] | None]
+                          Decimal | None, int | str | None] | None, dict[str, object]]
 """(offer, goodput, goodput basis, flags, carbon intensity, the offer's part of
-``_price_amounts``' arguments or None when infeasible): ``_offer_facts``."""
+``_price_amounts``' arguments or None when infeasible, the line's fields these decide):
+``_offer_facts``."""
 
 
 def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFacts:
@@ -645,7 +646,28 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
                   None if loss.interval_s is None else loss.interval_s + 0.0,
                   (carbon if carbon is not None else options.grid_gco2e_per_kwh) + 0.0,
                   on_demand, None if on_demand is None else on_demand.as_tuple().exponent)
-    return offer, loss, basis, _flags(offer, instances), carbon, priced
+    flags = _flags(offer, instances)
+    fabric = offer.fabric
+    # The line's fields that the offer and these facts decide, in ``cloud_line``'s order
+    # (``cloud_line`` adds the job's, the timing basis and the amounts): one ``dict.update``
+    # per line instead of a 40-entry dict built from attributes (issue 16).
+    fields_of_offer: dict[str, object] = {
+        "provider": offer.provider, "region": offer.region, "zone": offer.zone,
+        "instance_type": offer.instance_type, "term": offer.term,
+        "payment_option": offer.payment_option, "gpus_per_instance": fabric.gpus_per_instance,
+        "nvlink_domain": fabric.nvlink_domain, "inter_node_gbps": fabric.inter_node_gbps,
+        "fabric_source": offer.fabric_source, "currency": offer.currency,
+        "unit_price": offer.price_per_instance_hour, "unit": "instance-hour",
+        "offer_id": offer.offer_id, "flags": flags, "goodput_basis": basis,
+        # Amounts exist exactly when the loss is feasible (``priced`` is not None).
+        "carbon_basis": (None if carbon is None and priced is None
+                         else "region" if carbon is not None else "request default"),
+        "infeasible_reason": loss.reason, "onprem": None,
+        "price_as_of": offer.as_of, "price_as_of_day": offer.as_of_day,
+        "list_unit_price": offer.list_price_per_instance_hour, "discount": offer.discount,
+        "offer": offer,
+    }
+    return offer, loss, basis, flags, carbon, priced, fields_of_offer
 
 
 def facts_context(job: SizedJob, options: Options) -> str:
@@ -724,42 +746,43 @@ def _fits_memo(job: SizedJob) -> dict[int, _Fit]:
 
 
 def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Options,
-               version_id: str, *, facts: dict[int, _OfferFacts] | None = None) -> QuoteLine:
+               version_id: str, *, facts: dict[int, _OfferFacts] | None = None,
+               job_fields: dict[str, object] | None = None) -> QuoteLine:
     """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7). ``facts`` is
     ``price_all``'s memo of ``_offer_facts`` for this job and request, by the offer's identity
-    (the entry holds the offer, so its id is not reused while it lives)."""
+    (the entry holds the offer, so its id is not reused while it lives); ``job_fields`` the
+    line's fields the job, the request and the version decide (``line_fields_of_job``), made
+    once per job by ``price_all``."""
     known = None if facts is None else facts.get(id(offer))
     if known is None or known[0] is not offer:  # by identity; the entry holds the offer
         known = _offer_facts(job, offer, options)
         if facts is not None:
             remember(facts, id(offer), known, _facts_memo_size)
-    _, loss, basis, flags, carbon, priced = known
+    priced, fields_of_offer = known[5], known[6]
     amounts = None
     if priced is not None:
         term, gpus, price, exponent, lost, interval, intensity, on_demand, od_exponent = priced
         amounts = _price_amounts(
             job.num_gpus, job.power_w_per_gpu + 0.0, timing, term, gpus, price, exponent, lost,
             interval, options, intensity, options.pue + 0.0, on_demand, od_exponent)
-    fabric = offer.fabric
-    return _new_line({
-        "provider": offer.provider, "region": offer.region, "zone": offer.zone,
-        "instance_type": offer.instance_type, "term": offer.term,
-        "payment_option": offer.payment_option, "accelerator": job.accelerator,
-        "num_gpus": job.num_gpus, "gpus_per_instance": fabric.gpus_per_instance,
-        "nvlink_domain": fabric.nvlink_domain, "inter_node_gbps": fabric.inter_node_gbps,
-        "fabric_source": offer.fabric_source, "currency": offer.currency,
-        "unit_price": offer.price_per_instance_hour, "unit": "instance-hour",
-        "offer_id": offer.offer_id, "catalog_version": version_id, "flags": flags,
-        "goodput_basis": basis, "timing_basis": timing.basis,
-        "carbon_basis": (None if carbon is None and amounts is None
-                         else "region" if carbon is not None else "request default"),
-        "plan": job.plan, "serving": job.serving,
-        "global_batch_seqs": job.global_batch_seqs, "accounting": options.accounting,
-        "amounts": amounts, "infeasible_reason": loss.reason, "onprem": None,
-        "price_as_of": offer.as_of, "price_as_of_day": offer.as_of_day,
-        "list_unit_price": offer.list_price_per_instance_hour, "discount": offer.discount,
-        "offer": offer,
-    })
+    # ``_new_line``, its fields from three parts: the offer's, the job's and this line's.
+    line = object.__new__(QuoteLine)
+    filled = line.__dict__
+    filled.update(_LINE_DEFAULTS)
+    filled.update(fields_of_offer)
+    filled.update(job_fields if job_fields is not None
+                  else line_fields_of_job(job, options, version_id))
+    filled["timing_basis"] = timing.basis
+    filled["amounts"] = amounts
+    return line
+
+
+def line_fields_of_job(job: SizedJob, options: Options, version_id: str) -> dict[str, object]:
+    """A cloud line's fields that the job, the request's accounting and the catalogue version
+    decide (the same for every offer ``price_all`` prices for the job)."""
+    return {"accelerator": job.accelerator, "num_gpus": job.num_gpus,
+            "catalog_version": version_id, "plan": job.plan, "serving": job.serving,
+            "global_batch_seqs": job.global_batch_seqs, "accounting": options.accounting}
 
 
 def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
@@ -1200,6 +1223,7 @@ def price_all(
         first = len(lines)
         facts = _facts_memo(job, options)
         fits = _fits_memo(job)
+        job_fields = line_fields_of_job(job, options, version_id)
         for offer in offers:
             if offer.accelerator != job.accelerator:
                 continue
@@ -1214,7 +1238,7 @@ def price_all(
                 misfits[len(lines)] = misfit[1]
             timing = timings.get((index, offer.fabric), job.timing) if timings else job.timing
             lines.append(cloud_line(job, timing, offer, options, version_id,
-                                    facts=facts))
+                                    facts=facts, job_fields=job_fields))
         if job.accelerator in onprem:
             owned = onprem_line(job, onprem[job.accelerator], options, version_id)
             lines.append(with_break_even(owned, lines[first:], options))  # this job's lines

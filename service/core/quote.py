@@ -502,12 +502,34 @@ def deadline_probability(band: JobTiming, factor: float, deadline_s: float) -> f
     """P(wall-clock ≤ deadline), the wall-clock taken as log-normal with median ``wall_s`` and
     the 80 % band as its 10th and 90th percentiles (σ = ln(p90/p10) / (2 × 1.2816)). A job with
     no band (GPU-hours given by the caller) is certain either way."""
-    median = band.wall_s * factor
-    if band.wall_s_p90 <= band.wall_s_p10:
+    return _deadline_probability(band.wall_s, band.wall_s_p10, band.wall_s_p90, factor,
+                                 deadline_s)
+
+
+def _deadline_probability(wall_s: float, wall_s_p10: float, wall_s_p90: float, factor: float,
+                          deadline_s: float) -> float:
+    """``deadline_probability`` of a band given by its three wall-clocks."""
+    median = wall_s * factor
+    if wall_s_p90 <= wall_s_p10:
         return 1.0 if median <= deadline_s else 0.0
-    sigma = math.log(band.wall_s_p90 / band.wall_s_p10) / (2 * Z_90)
+    sigma = math.log(wall_s_p90 / wall_s_p10) / (2 * Z_90)
     z = (math.log(deadline_s) - math.log(median)) / sigma
     return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+_AmountsContext = tuple[float, float, float, Accounting, Decimal, float | None]
+"""What ``_price_amounts`` reads of the timing and of the request's options: (wall-clock,
+its 10th and 90th percentiles, accounting, utilisation, deadline)."""
+
+
+def _amounts_context(timing: JobTiming, options: Options) -> _AmountsContext:
+    """``_price_amounts``' key part for the timing and the options: the fields it reads, as
+    plain values. Hashed and compared in C, where the two dataclasses were hashed and compared
+    field by field in Python on every line (issue 16). Equal as the dataclasses were equal:
+    their equality is that of these fields' values (the timing's basis and the other options
+    are not read)."""
+    return (timing.wall_s, timing.wall_s_p10, timing.wall_s_p90, options.accounting,
+            options.utilisation_fraction, options.deadline_s)
 
 
 def price_amounts(
@@ -522,20 +544,22 @@ def price_amounts(
     # Equal keys must give identical text: a Decimal's exponent and a float's sign of zero
     # take part in the key (2.5 == 2.50 and 0.0 == -0.0, but they print differently).
     return _price_amounts(
-        job.num_gpus, job.power_w_per_gpu + 0.0, timing, term, gpus_per_instance + 0.0, rate,
+        job.num_gpus, job.power_w_per_gpu + 0.0, _amounts_context(timing, options), term,
+        gpus_per_instance + 0.0, rate,
         rate.as_tuple().exponent, lost_fraction + 0.0,
-        None if interval_s is None else interval_s + 0.0, options, carbon_g_per_kwh + 0.0,
+        None if interval_s is None else interval_s + 0.0, carbon_g_per_kwh + 0.0,
         pue + 0.0, on_demand_rate,
         None if on_demand_rate is None else on_demand_rate.as_tuple().exponent)
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
 def _price_amounts(
-    num_gpus: int, power_w_per_gpu: float, timing: JobTiming, term: Term,
+    num_gpus: int, power_w_per_gpu: float, context: _AmountsContext, term: Term,
     gpus_per_instance: float, rate: Decimal, _rate_exponent: int | str, lost_fraction: float,
-    interval_s: float | None, options: Options, carbon_g_per_kwh: float, pue: float,
+    interval_s: float | None, carbon_g_per_kwh: float, pue: float,
     on_demand_rate: Decimal | None, _on_demand_exponent: int | str | None,
 ) -> Amounts:
+    wall_s, wall_s_p10, wall_s_p90, accounting, utilisation_fraction, deadline_s = context
 
     instances, rounded_up = pricing.instances_for(num_gpus, gpus_per_instance)
     factor_decimal = 1 + pricing.exact(lost_fraction)
@@ -549,13 +573,13 @@ def _price_amounts(
         return hours, job_cost, commitment, term_s, terms, hours_s
 
     # A band without width (GPU-hours given by the caller) prices one wall-clock once.
-    mid = at(timing.wall_s)
+    mid = at(wall_s)
     hours, job_cost, commitment, term_s, terms, hours_s = mid
-    low = mid if _same(timing.wall_s_p10, timing.wall_s) else at(timing.wall_s_p10)
-    high = mid if _same(timing.wall_s_p90, timing.wall_s) else at(timing.wall_s_p90)
+    low = mid if _same(wall_s_p10, wall_s) else at(wall_s_p10)
+    high = mid if _same(wall_s_p90, wall_s) else at(wall_s_p90)
     owned = term in RESERVED_YEARS or term is Term.ONPREM
-    if options.accounting is Accounting.AMORTISED:
-        total = pricing.cents(job_cost / options.utilisation_fraction) if owned else job_cost
+    if accounting is Accounting.AMORTISED:
+        total = pricing.cents(job_cost / utilisation_fraction) if owned else job_cost
     else:
         total = commitment
     gpu_hours = hours * instances * pricing.exact(gpus_per_instance)
@@ -566,7 +590,7 @@ def _price_amounts(
         reserved = pricing.reservation(
             instances=instances, billed_hours=hours, years=RESERVED_YEARS[term],
             effective_rate=rate, on_demand_rate=on_demand_rate,
-            utilisation_fraction=options.utilisation_fraction)
+            utilisation_fraction=utilisation_fraction)
     factor = 1 + lost_fraction
     return Amounts(
         instances=instances, rounded_up=rounded_up, wall_clock_s=hours_s,
@@ -577,8 +601,8 @@ def _price_amounts(
         wall_clock_band_s=Band(p10=low[5], p50=hours_s, p90=high[5]),
         job_cost_band=Band(p10=low[1], p50=job_cost, p90=high[1]),
         commitment_band=Band(p10=low[2], p50=commitment, p90=high[2]),
-        deadline_probability=(None if options.deadline_s is None else round(
-            deadline_probability(timing, factor, options.deadline_s), 6)),
+        deadline_probability=(None if deadline_s is None else round(
+            _deadline_probability(wall_s, wall_s_p10, wall_s_p90, factor, deadline_s), 6)),
         reserved=reserved, terms_bought=terms,
     )
 
@@ -763,8 +787,9 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
     if priced is not None:
         term, gpus, price, exponent, lost, interval, intensity, on_demand, od_exponent = priced
         amounts = _price_amounts(
-            job.num_gpus, job.power_w_per_gpu + 0.0, timing, term, gpus, price, exponent, lost,
-            interval, options, intensity, options.pue + 0.0, on_demand, od_exponent)
+            job.num_gpus, job.power_w_per_gpu + 0.0, _amounts_context(timing, options), term,
+            gpus, price, exponent, lost, interval, intensity, options.pue + 0.0, on_demand,
+            od_exponent)
     # ``_new_line``, its fields from three parts: the offer's, the job's and this line's.
     line = object.__new__(QuoteLine)
     filled = line.__dict__

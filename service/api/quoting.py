@@ -825,6 +825,8 @@ def _amounts_runs(a: Amounts, basis: str, legacy_fraction: Decimal, legacy_text:
 
 _PASS = core_quote.Outcome.PASS
 """A global, not ``Outcome.PASS`` (an enum metaclass lookup) in the per-line filter."""
+_OUTCOME_VALUES = {outcome: outcome.value for outcome in core_quote.Outcome}
+"""Each outcome's value, looked up: ``Enum.value`` is a Python property (issue 16)."""
 _CACHE_ENTRIES = 20_000
 """Entries per cache of line text runs (offers, amounts, rules): a few catalogue versions'
 offers; each entry is a few hundred bytes to a few KB."""
@@ -946,7 +948,7 @@ class LineTexts:
                    f'"infeasible_reason":{_scalar(line.infeasible_reason)},'
                    f'"within_budget":{_scalar(line.within_budget)},'
                    f'"meets_deadline":{_scalar(line.meets_deadline)},'
-                   f'"policy_outcome":"{line.outcome.value}",'
+                   f'"policy_outcome":"{_OUTCOME_VALUES[line.outcome]}",'
                    f'"rules":{self._rules(line.rules)}')
         converted = _in_budget_currency(line, self.conversion)
         return "".join((
@@ -983,7 +985,7 @@ def best_per_provider_term(lines: Sequence[QuoteLine]) -> list[QuoteLine]:
     seen: set[tuple[str, str]] = set()
     best: list[QuoteLine] = []
     for line in lines:
-        key = (line.provider, line.term.value)
+        key = (line.provider, line.term)
         if key not in seen:
             seen.add(key)
             best.append(line)

@@ -57,6 +57,8 @@ class Outcome(StrEnum):
 
 
 OUTCOME_RANK = {Outcome.PASS: 0, Outcome.WARN: 1, Outcome.FAIL: 2}
+_TERM_VALUES = {term: term.value for term in Term}
+"""Each term's value, looked up: ``Enum.value`` is a Python property (issue 16)."""
 _PASS, _WARN, _FAIL = Outcome.PASS, Outcome.WARN, Outcome.FAIL
 """The outcomes under module names, for the loops that run per line: reading
 ``Outcome.FAIL`` goes through the enum's metaclass (about 50 ns on CPython 3.11, against 6
@@ -378,7 +380,7 @@ class QuoteLine:
         a = self.amounts
         return (a is None, a.total if a else Decimal(0), a.wall_clock_s if a else 0.0,
                 self.provider, self.region or "", self.zone or "", self.instance_type or "",
-                self.term.value, self.payment_option or "", self.num_gpus, self.accelerator)
+                self.term, self.payment_option or "", self.num_gpus, self.accelerator)
 
     def carbon_key(self) -> tuple[object, ...]:
         """Lowest CO2e first, then as ``sort_key`` (``RankBy.CO2E``)."""
@@ -1140,7 +1142,7 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
     cheapest = feasible[0] if feasible else None
     per_term: dict[str, QuoteLine] = {}
     for line in feasible:
-        per_term.setdefault(line.term.value, line)
+        per_term.setdefault(_TERM_VALUES[line.term], line)
     recommended: QuoteLine | None = None
     fastest: QuoteLine | None = None
     if feasible:

@@ -631,10 +631,9 @@ def _flags(offer: PriceOffer, instances: int) -> tuple[str, ...]:
 
 _OfferFacts = tuple[PriceOffer, pricing.Goodput, str, tuple[str, ...], float | None,
                     tuple[Term, float, Decimal, int | str, float, float | None, float,
-                          Decimal | None, int | str | None] | None, dict[str, object]]
+                          Decimal | None, int | str | None] | None]
 """(offer, goodput, goodput basis, flags, carbon intensity, the offer's part of
-``_price_amounts``' arguments or None when infeasible, the line's fields these decide):
-``_offer_facts``."""
+``_price_amounts``' arguments or None when infeasible): ``_offer_facts``."""
 
 
 def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFacts:
@@ -672,28 +671,32 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
                   None if loss.interval_s is None else loss.interval_s + 0.0,
                   (carbon if carbon is not None else options.grid_gco2e_per_kwh) + 0.0,
                   on_demand, None if on_demand is None else on_demand.as_tuple().exponent)
-    flags = _flags(offer, instances)
+    return offer, loss, basis, _flags(offer, instances), carbon, priced
+
+
+def _line_fields_of_offer(offer: PriceOffer) -> dict[str, object]:
+    """A cloud line's fields that the offer alone decides (``cloud_line`` adds the facts',
+    the job's, the timing basis and the amounts): kept per offer across quotes, so that a
+    line is a few ``dict.update`` calls instead of a 40-entry dict built from attributes
+    (issue 16)."""
     fabric = offer.fabric
-    # The line's fields that the offer and these facts decide, in ``cloud_line``'s order
-    # (``cloud_line`` adds the job's, the timing basis and the amounts): one ``dict.update``
-    # per line instead of a 40-entry dict built from attributes (issue 16).
-    fields_of_offer: dict[str, object] = {
+    return {
         "provider": offer.provider, "region": offer.region, "zone": offer.zone,
         "instance_type": offer.instance_type, "term": offer.term,
         "payment_option": offer.payment_option, "gpus_per_instance": fabric.gpus_per_instance,
         "nvlink_domain": fabric.nvlink_domain, "inter_node_gbps": fabric.inter_node_gbps,
         "fabric_source": offer.fabric_source, "currency": offer.currency,
         "unit_price": offer.price_per_instance_hour, "unit": "instance-hour",
-        "offer_id": offer.offer_id, "flags": flags, "goodput_basis": basis,
-        # Amounts exist exactly when the loss is feasible (``priced`` is not None).
-        "carbon_basis": (None if carbon is None and priced is None
-                         else "region" if carbon is not None else "request default"),
-        "infeasible_reason": loss.reason, "onprem": None,
-        "price_as_of": offer.as_of, "price_as_of_day": offer.as_of_day,
+        "offer_id": offer.offer_id, "onprem": None, "price_as_of": offer.as_of,
+        "price_as_of_day": offer.as_of_day,
         "list_unit_price": offer.list_price_per_instance_hour, "discount": offer.discount,
         "offer": offer,
     }
-    return offer, loss, basis, flags, carbon, priced, fields_of_offer
+
+
+_offer_line_fields: dict[int, tuple[PriceOffer, dict[str, object]]] = {}
+"""``_line_fields_of_offer`` by the offer's identity (the entry holds the offer): one memo
+for every job and request, bounded like a context of ``_facts_memos``."""
 
 
 def facts_context(job: SizedJob, options: Options) -> str:
@@ -784,7 +787,11 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
         known = _offer_facts(job, offer, options)
         if facts is not None:
             remember(facts, id(offer), known, _facts_memo_size)
-    priced, fields_of_offer = known[5], known[6]
+    _, loss, basis, flags, carbon, priced = known
+    kept = _offer_line_fields.get(id(offer))
+    if kept is None or kept[0] is not offer:  # by identity; the entry holds the offer
+        kept = remember(_offer_line_fields, id(offer), (offer, _line_fields_of_offer(offer)),
+                        _facts_memo_size)
     amounts = None
     if priced is not None:
         term, gpus, price, exponent, lost, interval, intensity, on_demand, od_exponent = priced
@@ -792,13 +799,19 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
             job.num_gpus, job.power_w_per_gpu + 0.0, _amounts_context(timing, options), term,
             gpus, price, exponent, lost, interval, intensity, options.pue + 0.0, on_demand,
             od_exponent)
-    # ``_new_line``, its fields from three parts: the offer's, the job's and this line's.
+    # ``_new_line``, its fields from four parts: the offer's, the facts', the job's and this
+    # line's own.
     line = object.__new__(QuoteLine)
     filled = line.__dict__
     filled.update(_LINE_DEFAULTS)
-    filled.update(fields_of_offer)
+    filled.update(kept[1])
     filled.update(job_fields if job_fields is not None
                   else line_fields_of_job(job, options, version_id))
+    filled["flags"] = flags
+    filled["goodput_basis"] = basis
+    filled["carbon_basis"] = (None if carbon is None and amounts is None
+                              else "region" if carbon is not None else "request default")
+    filled["infeasible_reason"] = loss.reason
     filled["timing_basis"] = timing.basis
     filled["amounts"] = amounts
     return line

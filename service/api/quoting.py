@@ -769,11 +769,9 @@ def _amounts_runs(a: Amounts, basis: str, legacy_fraction: Decimal, legacy_text:
     j = _json
     f = _float_json
     m = _money_json
-    cents = pricing.cents
     w, job, commit = a.wall_clock_band_s, a.job_cost_band, a.commitment_band
     job_cost, commitment = a.job_cost_total, a.commitment_total
-    job_text = f'"{cents(job_cost)!s}"'
-    commitment_text = f'"{cents(commitment)!s}"'
+    job_text, commitment_text = m(job_cost), m(commitment)
 
     def band(value: Decimal | float, same: Decimal, text: str) -> str:
         # Equal Decimals round to the same cents: a band's point is often the total itself.
@@ -783,27 +781,13 @@ def _amounts_runs(a: Amounts, basis: str, legacy_fraction: Decimal, legacy_text:
     if r is None:
         reserved = '"reserved":null'
     else:
-        amortised = cents(a.job_cost_total / legacy_fraction)
+        amortised = pricing.cents(a.job_cost_total / legacy_fraction)
         even = r.break_even_utilisation_fraction
         reserved = (
             f'"reserved":{{"dedicated_total":{m(r.dedicated_total)},'
             f'"amortised_total":{m(amortised)},"terms_bought":{j(r.terms_bought)},'
             f'"utilisation_fraction":{j(legacy_text)},'
             f'"break_even_utilisation_fraction":{"null" if even is None else j(str(even))}}}')
-    if job.p10 is job.p50 is job.p90 is job_cost:
-        job_band = f'"p10":{job_text},"p50":{job_text},"p90":{job_text}'
-    else:
-        job_band = (f'"p10":{band(job.p10, job_cost, job_text)},'
-                    f'"p50":{band(job.p50, job_cost, job_text)},'
-                    f'"p90":{band(job.p90, job_cost, job_text)}')
-    if commit.p10 is commit.p50 is commit.p90 is commitment:
-        commit_band = (f'"p10":{commitment_text},"p50":{commitment_text},'
-                       f'"p90":{commitment_text}')
-    else:
-        commit_band = (f'"p10":{band(commit.p10, commitment, commitment_text)},'
-                       f'"p50":{band(commit.p50, commitment, commitment_text)},'
-                       f'"p90":{band(commit.p90, commitment, commitment_text)}')
-    loss = a.goodput_loss_fraction
     return (
         f'"instances":{j(a.instances)},"rounded_up":{j(a.rounded_up)},'
         f'"wall_clock_s":{j(a.wall_clock_s)},'
@@ -811,13 +795,16 @@ def _amounts_runs(a: Amounts, basis: str, legacy_fraction: Decimal, legacy_text:
         f'"gpu_hours":"{a.gpu_hours.quantize(_HOURS_EXPONENT)!s}"',
         f'"commitment_total":{commitment_text},"job_cost_total":{job_text},'
         f'"total":{m(a.total)},"term_s":{j(a.term_s)},"terms_bought":{j(a.terms_bought)}',
-        f'"goodput_loss_fraction":{j(_finite(loss))},'
+        f'"goodput_loss_fraction":{j(_finite(a.goodput_loss_fraction))},'
         f'"checkpoint_interval_s":{j(a.checkpoint_interval_s)}',
         f'"energy_kwh":"{a.energy_kwh!s}","co2e_kg":"{a.co2e_kg!s}"',
         f'"uncertainty":{{"wall_clock_s":{{"p10":{f(float(w.p10))},'
         f'"p50":{f(float(w.p50))},"p90":{f(float(w.p90))}}},'
-        f'"job_cost_total":{{{job_band}}},'
-        f'"commitment_total":{{{commit_band}}},'
+        f'"job_cost_total":{{"p10":{band(job.p10, job_cost, job_text)},'
+        f'"p50":{band(job.p50, job_cost, job_text)},"p90":{band(job.p90, job_cost, job_text)}}},'
+        f'"commitment_total":{{"p10":{band(commit.p10, commitment, commitment_text)},'
+        f'"p50":{band(commit.p50, commitment, commitment_text)},'
+        f'"p90":{band(commit.p90, commitment, commitment_text)}}},'
         f'"deadline_probability":{j(a.deadline_probability)},'
         f'"basis":{j(basis)}}}',
         reserved)

@@ -25,6 +25,7 @@ migrate: venv
 run: migrate
 	$(BIN)/python -m compileall -q service migrations
 	$(BIN)/uvicorn --factory service.main:create_app --no-access-log --no-server-header \
+	  --http service.api.connections:HttpProtocol \
 	  --log-config service/api/uvicorn-logging.json --host $(HOST) --port $(PORT)
 
 lint: venv lint-docker lint-openapi

@@ -124,6 +124,20 @@ class Settings(BaseSettings):
         default=10.0, gt=0, le=600,
         description="Seconds a request body may take to arrive (408 after); the body is read "
                     "before the request takes an in-flight slot.")
+    head_timeout_s: float = Field(
+        default=10.0, gt=0, le=600,
+        description="Seconds a request head (request line and headers) may take to arrive, "
+                    "from the connection opening or from the first byte of the next request "
+                    "on a kept-alive connection; then 408 and the connection closes (a "
+                    "connection that sent nothing is closed silently). Enforced by the server "
+                    "protocol service.api.connections:HttpProtocol (uvicorn --http).")
+    max_connections_per_client: int = Field(
+        default=128, ge=0, le=1_000_000,
+        description="Open connections one client address (the socket's peer) may hold; one "
+                    "more is answered 503 with Retry-After and closed (0: no limit). Behind "
+                    "a proxy the peer is the proxy: set this above the proxy's connections "
+                    "to one replica (or 0) and limit per client at the proxy "
+                    "(deploy/README.md).")
     default_policy: str | None = Field(
         default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
         description="The stored policy (its newest revision) that judges quotes naming none; "

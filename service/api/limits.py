@@ -7,8 +7,8 @@ the outermost layer).
 - Time: the whole body must arrive within ``body_timeout_s`` or the answer is a 408 problem
   and the connection closes. The body is read here, before the load shedder, so a client
   trickling a body holds no in-flight slot (issue 14: 32 clients sending 1 byte/s took every
-  slot of a replica). Headers are not bounded here (uvicorn reads them before the app runs):
-  the ingress must bound them (deploy/README.md).
+  slot of a replica). The head is not bounded here (uvicorn reads it before the app runs):
+  the server protocol bounds it (``CQ_HEAD_TIMEOUT_S``, service/api/connections.py).
 """
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from service.api.ui import charts
+from service.api.ui import charts, latency_chart
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -92,3 +94,95 @@ def test_the_narrow_drawing_stacks_its_legend_and_wraps_its_title() -> None:
     both = charts.responsive("<svg/>", "<svg/>")
     assert 'class="chart-wide"' in both
     assert 'class="chart-narrow"' in both
+
+
+EXTREMES = [1e-300, 1.05e-300, 5e-324, 1e-310, 2.2e-308, 1e-12, 4.9e-13, 0.30000000000000004,
+            1.0, 87.0, 1e15, 1e300, 1e308, 1.7976931348623157e308]
+
+
+def _covers(ticks: list[float], lower: float, upper: float) -> bool:
+    return ticks[0] <= lower and ticks[-1] >= upper * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("upper", EXTREMES)
+@pytest.mark.parametrize("count", [1, 4, 5, 6, 1000])
+def test_nice_ticks_are_few_finite_increasing_and_cover_any_value(upper: float,
+                                                                   count: int) -> None:
+    """Issue 36: ``round(tick + step, 12)`` never advanced once the step fell below 5e-13
+    (tokens=1e-300 froze the replica); ticks are ``i * step`` now, at most MAX_TICKS."""
+    ticks = charts.nice_ticks(upper, count)
+    assert 2 <= len(ticks) <= charts.MAX_TICKS
+    assert all(math.isfinite(t) for t in ticks)
+    assert all(a < b for a, b in itertools.pairwise(ticks))
+    assert math.isfinite(ticks[-1] - ticks[0])
+    assert _covers(ticks, 0.0, upper)
+
+
+@pytest.mark.parametrize("upper", [0.0, -1.0, -1e308, math.inf, -math.inf, math.nan])
+def test_nothing_to_show_is_an_axis_from_0_to_1(upper: float) -> None:
+    assert charts.nice_ticks(upper) == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(("lower", "upper"), [
+    (1e-300, 1.1e-300), (5e-324, 1e-323), (0.0, 5e-324), (1e300, 1.0001e300),
+    (-1e308, 1e308), (461_000.0, 479_000.0), (1e-13, 2e-13), (1e308, 1.7e308)])
+def test_nice_range_is_bounded_and_covers_any_span(lower: float, upper: float) -> None:
+    ticks = charts.nice_range(lower, upper)
+    assert 2 <= len(ticks) <= charts.MAX_TICKS
+    assert all(math.isfinite(t) for t in ticks)
+    assert all(a < b for a, b in itertools.pairwise(ticks))
+    assert _covers(ticks, lower, upper)
+
+
+@pytest.mark.parametrize(("lower", "upper"), [
+    (math.nan, 1.0), (1.0, math.inf), (-math.inf, 1.0), (2.0, 1.0), (1e-300, 1e-300)])
+def test_nice_range_of_no_span_falls_back_to_ticks_from_zero(lower: float,
+                                                              upper: float) -> None:
+    ticks = charts.nice_range(lower, upper)
+    assert 2 <= len(ticks) <= charts.MAX_TICKS
+    assert all(math.isfinite(t) for t in ticks)
+
+
+def test_tiny_ticks_are_exact_steps_with_short_labels() -> None:
+    assert charts.nice_ticks(1.05e-300) == [0.0, 5e-301, 1e-300, 1.5e-300]
+    assert [charts.tick_text(t) for t in charts.nice_ticks(1.05e-300)] == [
+        "0", "5e-301", "1e-300", "1.5e-300"]
+    assert charts.nice_ticks(0.30000000000000004) == [0.0, 0.1, 0.2, 0.3]  # not 0.4
+    assert charts.tick_text(2e15) == "2e+15"
+    assert charts.tick_text(3e6) == "3M"
+    assert charts.tick_text(4e4) == "40k"
+    assert charts.tick_text(0.05) == "0.05"
+
+
+def _numbers_in(svg: str) -> list[str]:
+    """Every attribute value of the drawing: coordinates and widths."""
+    root = ET.fromstring(svg)  # noqa: S314 - our own output
+    return [value for element in root.iter() for key, value in element.attrib.items()
+            if key in ("x", "y", "x1", "x2", "y1", "y2", "cx", "cy", "width", "points")]
+
+
+@pytest.mark.parametrize("value", [1e-300, 5e-324, 1e308, 1.7e308, math.inf, math.nan, 0.0])
+def test_every_chart_draws_extreme_values_with_finite_coordinates(value: float) -> None:
+    """The scatter, the stacked bar and the latency curve, given tiny, huge and non-finite
+    values, answer at once with valid SVG whose coordinates are all numbers."""
+    points = [charts.Point(value * (1 + i), value * (2 + i), f"plan {i}") for i in range(4)]
+    points.append(charts.Point(1.0, 1.0, "ordinary"))
+    drawings = [
+        charts.scatter("p", "t", points, points[:2], points[0], x_unit="GPU-hours",
+                       y_unit="days"),
+        charts.scatter("q", "t", points[:4], points[:4], None, x_unit="USD", y_unit="days",
+                       width=charts.NARROW_W),
+        charts.stacked_bar("m", "t", [charts.Part("a", value), charts.Part("b", value)],
+                           unit="GiB", scale=1e-3, limit=value),
+        latency_chart.latency_curve(
+            "c", "t", [latency_chart.CurvePoint(value * i, value, f"l{i}") for i in range(5)],
+            marked=latency_chart.CurvePoint(value, value, "asked"), limit=value,
+            limit_label="SLO", series="p99", x_unit="tokens/s", y_label="p99 (s)",
+            y_unit="s"),
+    ]
+    for svg in drawings:
+        for text in _numbers_in(svg):
+            assert "nan" not in text.lower(), text
+            assert "inf" not in text.lower(), text
+        lines = list(ET.fromstring(svg).iter(f"{SVG}line"))  # noqa: S314 - our own output
+        assert len(lines) <= 2 * charts.MAX_TICKS + 4

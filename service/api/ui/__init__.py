@@ -9,23 +9,31 @@ No script, no build step, no CDN: HTML, one stylesheet from ``/static`` and inli
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import math
 import re
+import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from html import escape
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from service.api import presentation as fmt
 from service.api.deps import SessionDep
+from service.api.schemas.prices import DecimalString
 from service.api.schemas.quotes import ALL_TERM_NAMES, MAX_SERVING_DURATION_S
 from service.api.tracing import traced_client
 from service.api.ui import charts, latency_chart
@@ -85,6 +93,7 @@ FIELD_OF: dict[str, str] = {
     "parallelism.micro_batch": "micro_batch", "parallelism.zero_stage": "zero_stage",
     "parallelism.recompute": "recompute", "budget.amount": "budget",
     "budget.currency": "currency", "budget": "budget", "deadline_s": "deadline_days",
+    "constraints.max_train_s": "deadline_days",
     "providers": "providers", "providers.0": "providers",
     "constraints.price_per_gpu_hour_usd": "price_per_gpu_hour", "authorization": "api_key",
     "tokens_per_param": "tokens_per_param", "candidate_models": "candidate_models",
@@ -105,6 +114,8 @@ class Outcome:
     result: dict[str, Any] | None = None
     charts: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    drawings: list[Callable[[], dict[str, str]]] = field(default_factory=list)
+    """Charts still to draw: drawn with the page, off the event loop (``_rendered``)."""
 
     def summary(self) -> list[tuple[str | None, str]]:
         """Every error for the summary at the top of the page (the GOV.UK error-summary
@@ -118,25 +129,66 @@ class Outcome:
 
 
 def _number(text: str) -> Any:
-    """A number for the API, or the text itself, so the API names the field and the rule."""
+    """A number for the API, or the text itself, so the API names the field and the rule.
+
+    NaN, inf and 1e400 cannot travel as JSON (a 500, issue 14). NaN goes as its text (the API
+    refuses it as not a number); ±inf, and numbers beyond a float (1e400, 400 nines), go as
+    the largest float of their sign, so the API refuses them naming the field and its limit
+    (issue 36)."""
     cleaned = text.strip().replace(",", "").replace("_", "")
     try:
         value = float(cleaned)
     except ValueError:
         return text
-    if not math.isfinite(value):
-        # NaN, inf and 1e400 cannot travel as JSON (a 500, issue 14): the text goes, and the
-        # API refuses it naming the field.
+    if math.isnan(value):
         return text
+    if math.isinf(value):
+        return math.copysign(sys.float_info.max, value)
     if value == int(value) and "e" not in cleaned.lower() and "." not in cleaned:
         return int(value)
     return value
 
 
+def _scaled(value: Any, factor: float) -> Any:
+    """A number from the form times a unit's ``factor``, kept finite: a product that would
+    overflow (1e308 days) is sent as the largest float of its sign, which the API refuses
+    naming the field and its limit (an infinity cannot travel as JSON: a 500, issue 36)."""
+    if not isinstance(value, int | float):
+        return value
+    product = float(value) * factor
+    return product if math.isfinite(product) else math.copysign(sys.float_info.max, value)
+
+
 def _days_as_s(text: str) -> Any:
     """Days from the form as seconds for the API, or the text itself for the API to refuse."""
-    days = _number(text)
-    return days * fmt.DAY_S if isinstance(days, int | float) else days
+    return _scaled(_number(text), fmt.DAY_S)
+
+
+AMOUNT_RULE = TypeAdapter(DecimalString)
+"""The API's rule for money (``DecimalString``), checked on the form before any arithmetic."""
+AMOUNT_LIMIT = "of at most 9999999999999.999999 (up to 13 digits, then up to 6 decimal places)"
+AMOUNT_MESSAGES = {"price_per_gpu_hour": f"Enter a price in USD {AMOUNT_LIMIT}, such as 2.50",
+                   "budget": f"Enter an amount {AMOUNT_LIMIT}, such as 5000000.00"}
+"""The money fields of both forms, with the rule each breaks (the same class on each)."""
+
+
+def _amount(text: str) -> Decimal | None:
+    """A money field (commas allowed) as the API reads it, or None when the API's rule
+    refuses it (NaN, ±inf, 1e308, 400 nines, a negative): bounded before any quantize."""
+    try:
+        return Decimal(AMOUNT_RULE.validate_python(text.replace(",", "")))
+    except ValidationError:
+        return None
+
+
+def _check_amounts(outcome: Outcome, *names: str) -> bool:
+    """False, with the rule next to each field, when a money field holds a value the API
+    would refuse; an empty field is fine (none given)."""
+    refused = [name for name in names if outcome.values[name]
+               and _amount(outcome.values[name]) is None]
+    for name in refused:
+        outcome.errors.setdefault(name, []).append(AMOUNT_MESSAGES[name])
+    return not refused
 
 
 def _values(form: dict[str, str]) -> dict[str, str]:
@@ -186,7 +238,7 @@ def optimise_body(v: dict[str, str]) -> dict[str, Any]:
                             "objective": ("cost" if v["price_per_gpu_hour"] else "gpu_hours")
                             if by_cost else "time"}
     if v["price_per_gpu_hour"]:
-        body["constraints"] = {"price_per_gpu_hour_usd": v["price_per_gpu_hour"]}
+        body["constraints"] = {"price_per_gpu_hour_usd": v["price_per_gpu_hour"].replace(",", "")}
     deadline = v["deadline_days"] or (
         str(DEFAULT_DEADLINE_DAYS) if v["objective"] == "cost_deadline" else "")
     if deadline:
@@ -235,6 +287,22 @@ def budget_plan_body(v: dict[str, str], largest: bool = False) -> dict[str, Any]
     return {**body, **_purchase(v)}
 
 
+SECONDS_LIMIT = re.compile(r"(less|greater) than (or equal to )?([0-9.e+]+)$")
+
+
+def _in_days(message: str) -> str:
+    """An API limit in seconds, as the form's field (in days) reads it: '... equal to
+    10000000000' gains ' s (115,741 days)'."""
+    match = SECONDS_LIMIT.search(message)
+    if match is None:
+        return message
+    try:
+        limit_s = float(match.group(3))
+    except ValueError:
+        return message
+    return f"{message} s ({limit_s / fmt.DAY_S:,.0f} days)" if limit_s > 0 else message
+
+
 def _place_errors(outcome: Outcome, problem: dict[str, Any], prefix: str = "") -> None:
     placed = False
     for error in problem.get("errors") or []:
@@ -247,7 +315,10 @@ def _place_errors(outcome: Outcome, problem: dict[str, Any], prefix: str = "") -
         if name is None and path.startswith(("providers.", "candidate_models.")):
             name = path.split(".")[0]
         if name is not None:
-            outcome.errors.setdefault(name, []).append(str(error.get("message", "invalid")))
+            message = str(error.get("message", "invalid"))
+            if name == "deadline_days":
+                message = _in_days(message)
+            outcome.errors.setdefault(name, []).append(message)
             placed = True
         else:
             outcome.general_errors.append(f"{path}: {error.get('message', 'invalid')}")
@@ -305,7 +376,28 @@ async def _cheapest_on_demand(client: httpx.AsyncClient,
     return items[0] if items else None
 
 
+MAX_SHOWN_COST_USD = Decimal(10) ** 24
+"""The largest cost the Estimate page works out and shows to the cent (27 digits, within
+``Decimal``'s 28): a larger one (1e18 tokens at the largest price) is shown as above it."""
+_COST_CONTEXT = decimal.Context(prec=400, Emax=999_999, Emin=-999_999)
+"""Wide enough for any finite GPU-hours (a float, below 1.8e308) times a price that passed
+``PRICE_RULE`` (below 1e13), to the cent: the product is exact, then compared to the cap."""
+
+
+def _cost(gpu_hours: float, price: Decimal) -> dict[str, str]:
+    """The page's cost figure: ``cost`` to the cent, or ``cost_over`` (the cap) when the
+    cost is above ``MAX_SHOWN_COST_USD``; nothing for GPU-hours that are not a number."""
+    if not math.isfinite(gpu_hours):
+        return {}
+    cost = _COST_CONTEXT.multiply(Decimal(str(gpu_hours)), price)
+    if cost > MAX_SHOWN_COST_USD:
+        return {"cost_over": str(MAX_SHOWN_COST_USD)}
+    return {"cost": str(cost.quantize(Decimal("0.01"), context=_COST_CONTEXT))}
+
+
 async def run_estimate(request: Request, outcome: Outcome) -> None:
+    if not _check_amounts(outcome, "price_per_gpu_hour"):
+        return
     async with _api(request) as client:
         response = await client.post("/v1/estimates", json=estimate_body(outcome.values))
         if response.status_code != 200:
@@ -313,16 +405,13 @@ async def run_estimate(request: Request, outcome: Outcome) -> None:
             return
         answer = response.json()
         outcome.result = answer
-        outcome.charts = _estimate_charts(answer, "estimate")
+        outcome.drawings.append(lambda: _estimate_charts(answer, "estimate"))
         price_text = outcome.values["price_per_gpu_hour"]
         offer = None if price_text else await _cheapest_on_demand(
             client, outcome.values["accelerator"])
-    if price_text:
-        try:
-            price = Decimal(price_text)
-        except InvalidOperation:
-            outcome.errors.setdefault("price_per_gpu_hour", []).append("not a decimal number")
-            return
+    given = _amount(price_text) if price_text else None
+    if given is not None:
+        price = given
         basis = f"{price} USD per GPU-hour as given"
     elif offer is not None:
         price = Decimal(offer["price_per_gpu_hour"])
@@ -335,8 +424,7 @@ async def run_estimate(request: Request, outcome: Outcome) -> None:
             basis += f" (stale: {age}; re-check the price before relying on it)"
     else:
         return  # no price given and no on-demand offer for this accelerator: no cost shown
-    gpu_hours = Decimal(str(answer["time"]["gpu_hours"]))
-    outcome.extra["cost"] = str((gpu_hours * price).quantize(Decimal("0.01")))
+    outcome.extra.update(_cost(float(answer["time"]["gpu_hours"]), price))
     outcome.extra["cost_basis"] = basis
 
 
@@ -346,6 +434,8 @@ async def run_optimise(request: Request, outcome: Outcome) -> None:
         return
     if outcome.values["objective"] == "cost_deadline" and not outcome.values["deadline_days"]:
         outcome.extra["default_deadline_days"] = DEFAULT_DEADLINE_DAYS
+    if not _check_amounts(outcome, "price_per_gpu_hour"):
+        return
     async with _api(request) as client:
         response = await client.post("/v1/parallelism-plans", json=optimise_body(outcome.values))
     if response.status_code != 200:
@@ -363,12 +453,16 @@ async def run_optimise(request: Request, outcome: Outcome) -> None:
                  f"{fmt.layout(plan['parallelism'], short=True)}")
         return charts.Point(x=x, y=plan["time"]["train_s"] / fmt.DAY_S, label=label)
 
-    outcome.charts["pareto"] = _both(
-        charts.scatter, "pareto", "Training time against cost: ranked plans and the Pareto front",
-        [point(p) for p in answer["plans"]], [point(p) for p in answer["pareto"]],
-        point(answer["plans"][0]),
-        x_unit="cost (USD)" if by_cost else "cost (GPU-hours)", y_unit="training time (days)")
-    outcome.charts.update(_estimate_charts(answer["plans"][0], "best"))
+    def draw() -> dict[str, str]:
+        pareto = _both(
+            charts.scatter, "pareto",
+            "Training time against cost: ranked plans and the Pareto front",
+            [point(p) for p in answer["plans"]], [point(p) for p in answer["pareto"]],
+            point(answer["plans"][0]), x_unit="cost (USD)" if by_cost else "cost (GPU-hours)",
+            y_unit="training time (days)")
+        return {"pareto": pareto, **_estimate_charts(answer["plans"][0], "best")}
+
+    outcome.drawings.append(draw)
 
 
 async def _store_quote(request: Request, outcome: Outcome, body: dict[str, Any],
@@ -388,6 +482,8 @@ async def run_quote(request: Request, outcome: Outcome) -> None:
     if not key:
         outcome.errors["api_key"] = ["Quote stores a quote: give an API key with quotes:write"]
         return
+    if not _check_amounts(outcome, "budget"):
+        return
     response = await _store_quote(request, outcome, quote_body(outcome.values), "ui-")
     if response.status_code != 201:
         _place_errors(outcome, _problem(response), prefix="workload.optimise.")
@@ -398,6 +494,8 @@ async def run_quote(request: Request, outcome: Outcome) -> None:
 async def run_budget_plan(request: Request, outcome: Outcome) -> None:
     """Budget plan and Largest model: a read, so no key is needed (one given is sent, for a
     server that requires keys for reads)."""
+    if not _check_amounts(outcome, "budget"):
+        return
     key = outcome.values["api_key"]
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = budget_plan_body(outcome.values, largest=outcome.action == "largest_model")
@@ -421,12 +519,48 @@ async def _choices(request: Request) -> dict[str, list[str]]:
             "accelerators": [a["id"] for a in accelerators.get("items", [])]}
 
 
-def _page(outcome: Outcome, choices: dict[str, list[str]], status: int = 200) -> HTMLResponse:
-    outcome.values["nonce"] = uuid.uuid4().hex  # a fresh page is a fresh quote
-    html = templates.get_template("portal.html").render(
-        o=outcome, choices=choices, actions=ACTION_LABELS, labels=FIELD_LABELS,
-        objectives=OBJECTIVES, default_deadline_days=DEFAULT_DEADLINE_DAYS)
+TOO_SLOW_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>The page took too long to draw</title>
+<link rel="stylesheet" href="/static/ui.css"></head><body><main>
+<h1>The page took too long to draw</h1>
+<p>This page was not drawn within {limit_s} s (CQ_SEARCH_DEADLINE_S), so it was given up.
+Nothing was stored. <a href="{back}">Back to the form</a>.</p></main></body></html>
+"""
+"""The answer when drawing a page's charts and template overran its time (503)."""
+
+
+async def _rendered(request: Request, template: str, status: int,
+                    outcome: Outcome | None = None, **context: Any) -> HTMLResponse:
+    """A page drawn off the event loop: ``outcome``'s pending charts, then ``template``, in
+    a worker thread, within ``CQ_SEARCH_DEADLINE_S``; past it, 503 with ``Retry-After``.
+
+    Drawing is bounded by construction (at most ``charts.MAX_TICKS`` ticks an axis, the
+    API's bounded lists of plans and loads), so the deadline is a backstop that keeps a
+    replica answering if that ever breaks (issue 36: an axis loop froze the event loop): the
+    event loop stays free meanwhile, and a thread that overruns is abandoned, not waited for."""
+    def render() -> str:
+        if outcome is not None:
+            for draw in outcome.drawings:
+                outcome.charts.update(draw())
+            outcome.drawings.clear()
+        return templates.get_template(template).render(o=outcome, **context)
+
+    limit_s = float(request.app.state.settings.search_deadline_s)
+    html: str | None = None
+    with anyio.move_on_after(limit_s):
+        html = await anyio.to_thread.run_sync(render, abandon_on_cancel=True)
+    if html is None:
+        page = TOO_SLOW_PAGE.format(limit_s=f"{limit_s:g}", back=escape(request.url.path))
+        return HTMLResponse(page, status_code=503, headers={"Retry-After": "1"})
     return HTMLResponse(html, status_code=status)
+
+
+async def _page(request: Request, outcome: Outcome, status: int = 200) -> HTMLResponse:
+    outcome.values["nonce"] = uuid.uuid4().hex  # a fresh page is a fresh quote
+    return await _rendered(
+        request, "portal.html", status, outcome, choices=await _choices(request),
+        actions=ACTION_LABELS, labels=FIELD_LABELS, objectives=OBJECTIVES,
+        default_deadline_days=DEFAULT_DEADLINE_DAYS)
 
 
 @router.get("/ui", response_class=HTMLResponse)
@@ -434,7 +568,7 @@ async def portal(request: Request) -> HTMLResponse:
     """The empty form (query parameters pre-fill it)."""
     values = _values(dict(request.query_params))
     values["api_key"] = ""  # never from a URL
-    return _page(Outcome(values=values), await _choices(request))
+    return await _page(request, Outcome(values=values))
 
 
 @router.post("/ui", response_class=HTMLResponse)
@@ -445,11 +579,11 @@ async def portal_submit(request: Request) -> HTMLResponse:
     if outcome.action not in RUNNERS:
         outcome.general_errors.append("choose " + ", ".join(
             list(ACTION_LABELS.values())[:-1]) + " or " + list(ACTION_LABELS.values())[-1])
-        return _page(outcome, await _choices(request), status=400)
+        return await _page(request, outcome, status=400)
     await RUNNERS[outcome.action](request, outcome)
     outcome.values["api_key"] = ""  # never echoed back into the page
     failed = bool(outcome.errors or outcome.general_errors) and outcome.result is None
-    return _page(outcome, await _choices(request), status=422 if failed else 200)
+    return await _page(request, outcome, status=422 if failed else 200)
 
 
 # -- the Serve tab (issue 19): POST /v1/serving-estimates, with latency against throughput ----
@@ -647,6 +781,8 @@ def _serve_charts(answer: dict[str, Any], sweep: list[dict[str, Any]],
 
 async def run_serve(request: Request, outcome: Outcome) -> None:
     """The estimate, then (when it fits) the sweep for the chart, through the API."""
+    if not _check_amounts(outcome, "price_per_gpu_hour"):
+        return
     body = serving_body(outcome.values)
     async with _api(request) as client:
         response = await client.post("/v1/serving-estimates", json=body)
@@ -666,15 +802,14 @@ async def run_serve(request: Request, outcome: Outcome) -> None:
     outcome.extra["sweep"] = sweep
     if not sweep:
         return
-    outcome.charts = _serve_charts(answer, sweep, outcome.values,
-                                   online=outcome.values["mode"] == "online")
+    online = outcome.values["mode"] == "online"
+    outcome.drawings.append(lambda: _serve_charts(answer, sweep, outcome.values, online))
 
 
 def _months_as_s(text: str) -> Any:
     """Months from the form as seconds (``MONTH_S`` each), or the text for the API to
     refuse naming ``workload.serving.duration_s``."""
-    months = _number(text)
-    return months * MONTH_S if isinstance(months, int | float) else text
+    return _scaled(_number(text), MONTH_S)
 
 
 def serving_quote_body(v: dict[str, str]) -> dict[str, Any]:
@@ -697,6 +832,8 @@ async def run_serve_quote(request: Request, outcome: Outcome) -> None:
     if not key:
         outcome.errors["api_key"] = ["a quote is stored: give an API key with quotes:write"]
         return
+    if not _check_amounts(outcome, "budget"):
+        return
     response = await _store_quote(request, outcome, serving_quote_body(outcome.values),
                                   "ui-serve-")
     if response.status_code not in (200, 201):
@@ -709,22 +846,21 @@ SERVE_RUNNERS = {"serve": run_serve, "quote": run_serve_quote}
 SERVE_ACTION_LABELS = {"serve": "Estimate serving", "quote": "Quote this fleet"}
 
 
-def _serve_page(outcome: Outcome, choices: dict[str, list[str]],
-                status: int = 200) -> HTMLResponse:
+async def _serve_page(request: Request, outcome: Outcome, status: int = 200) -> HTMLResponse:
     outcome.values["api_key"] = ""  # never echoed back into the page, nor taken from a URL
     outcome.values["nonce"] = uuid.uuid4().hex  # a fresh page is a fresh quote
-    html = templates.get_template("serve.html").render(
-        o=outcome, choices=choices, labels=SERVE_LABELS, weight_precisions=WEIGHT_PRECISIONS,
-        kv_precisions=KV_PRECISIONS, engines=ENGINES, modes=TRAFFIC_MODES,
-        actions=SERVE_ACTION_LABELS, all_terms=ALL_TERM_NAMES)
-    return HTMLResponse(html, status_code=status)
+    return await _rendered(
+        request, "serve.html", status, outcome, choices=await _choices(request),
+        labels=SERVE_LABELS, weight_precisions=WEIGHT_PRECISIONS, kv_precisions=KV_PRECISIONS,
+        engines=ENGINES, modes=TRAFFIC_MODES, actions=SERVE_ACTION_LABELS,
+        all_terms=ALL_TERM_NAMES)
 
 
 @router.get("/ui/serve", response_class=HTMLResponse)
 async def portal_serve(request: Request) -> HTMLResponse:
     """The Serve tab's form (query parameters pre-fill it)."""
     outcome = ServeOutcome(values=_serve_values(dict(request.query_params)))
-    return _serve_page(outcome, await _choices(request))
+    return await _serve_page(request, outcome)
 
 
 @router.post("/ui/serve", response_class=HTMLResponse)
@@ -736,10 +872,10 @@ async def portal_serve_submit(request: Request) -> HTMLResponse:
     outcome = ServeOutcome(values=_serve_values(raw), action=raw.get("action") or "serve")
     if outcome.action not in SERVE_RUNNERS:
         outcome.general_errors.append("choose " + " or ".join(SERVE_ACTION_LABELS.values()))
-        return _serve_page(outcome, await _choices(request), status=400)
+        return await _serve_page(request, outcome, status=400)
     await SERVE_RUNNERS[outcome.action](request, outcome)
     failed = bool(outcome.errors or outcome.general_errors) and outcome.result is None
-    return _serve_page(outcome, await _choices(request), status=422 if failed else 200)
+    return await _serve_page(request, outcome, status=422 if failed else 200)
 
 
 QUOTE_ID = re.compile(r"^q_[0-9a-f]{32}$")
@@ -924,17 +1060,17 @@ def budget_view(quote: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def _quote_page(status: int = 200, **context: Any) -> HTMLResponse:
+async def _quote_page(request: Request, status: int = 200, **context: Any) -> HTMLResponse:
     context.setdefault("r", None)
-    html = templates.get_template("quote.html").render(**context)
-    return HTMLResponse(html, status_code=status)
+    return await _rendered(request, "quote.html", status, **context)
 
 
-def _quote_error(status: int, detail: str, quote_id: str | None = None) -> HTMLResponse:
+async def _quote_error(request: Request, status: int, detail: str,
+                       quote_id: str | None = None) -> HTMLResponse:
     """The error page; with a ``quote_id`` it offers the key form (401, 403, 404)."""
     title = PROBLEM_TITLES.get(status, "The quote could not be shown")
-    return _quote_page(status, quote_id=quote_id,
-                       error={"status": status, "title": title, "detail": detail})
+    return await _quote_page(request, status, quote_id=quote_id,
+                             error={"status": status, "title": title, "detail": detail})
 
 
 async def _form_key(request: Request) -> str | None:
@@ -950,17 +1086,18 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
     caller's key, from the Authorization header or the page's key form, so the API decides
     who may see it. Without a key the page asks for one."""
     if not QUOTE_ID.match(quote_id):
-        return _quote_error(404, "No quote with this id: a quote id is q_ followed by 32 "
-                                 "hexadecimal digits.")
+        return await _quote_error(request, 404, "No quote with this id: a quote id is q_ "
+                                                "followed by 32 hexadecimal digits.")
     headers = {}
     if key:
         headers["Authorization"] = f"Bearer {key}"
     elif auth := request.headers.get("authorization"):
         headers["Authorization"] = auth
     else:
-        return _quote_error(401, "A stored quote can be read by the key that made it, keys of "
-                                 "its team and quotes:admin keys. Give a key with quotes:read "
-                                 "to open it.", quote_id)
+        return await _quote_error(request, 401, "A stored quote can be read by the key that "
+                                                "made it, keys of its team and quotes:admin "
+                                                "keys. Give a key with quotes:read to open it.",
+                                  quote_id)
     verified: dict[str, Any] | None = None
     verify_error = None
     async with _api(request) as client:
@@ -971,7 +1108,7 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
             if response.status_code == 404:
                 detail = (f"No quote with this id ({quote_id}) that this key may read: it "
                           "may not exist, or belong to another principal.")
-            return _quote_error(response.status_code, detail, quote_id)
+            return await _quote_error(request, response.status_code, detail, quote_id)
         if verify:
             answer = await client.post(f"/v1/quotes/{quote_id}/verify", headers=headers)
             if answer.status_code == 200:
@@ -984,7 +1121,7 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
     # The API has let this caller read the quote; its stored request says what was quoted.
     row = await run_in_threadpool(session.get, Quote, quote_id)
     stored = row.request if row is not None and isinstance(row.request, dict) else None
-    return _quote_page(r=quote, req=stored, workload=workload_rows(stored, quote),
+    return await _quote_page(request, r=quote, req=stored, workload=workload_rows(stored, quote),
                        budget=budget_view(quote), verify=verified, verify_error=verify_error)
 
 

@@ -11,6 +11,8 @@ colour-blind-safe palette (Okabe & Ito 2008, "Color Universal Design").
 
 from __future__ import annotations
 
+import decimal
+import itertools
 import math
 import textwrap
 from collections.abc import Callable, Sequence
@@ -29,40 +31,87 @@ narrow drawing is shown from 600 px down, where it is drawn at about scale 1).""
 MIN_LEGEND_PX = 11
 
 
+MAX_TICKS = 12
+"""The most ticks an axis has (``count`` is clamped to ``MAX_TICKS - 2``: the ticks are
+``count + 2`` at most, the first at or below the lowest value and the last at or above the
+highest), so drawing an axis is bounded work whatever values the chart is given (issue 36:
+an accumulating loop never advanced once its step fell below 5e-13)."""
+VALUE_CAP = 1e300
+"""Values are drawn clipped to ±this (their labels and descriptions keep the true value), so
+every sum, tick and coordinate a chart computes stays a finite float."""
+_DECIMAL = decimal.Context(prec=28, Emin=-999_999, Emax=999_999, traps=[])
+"""Tick arithmetic in decimal: exact for any float's exponent (1e-300 and denormals
+included), so ticks are exact multiples of the step, not accumulated float error."""
+_TOLERANCE = decimal.Decimal("1e-9")
+
+
+def drawable(value: float) -> float | None:
+    """``value`` clipped to ±``VALUE_CAP`` for drawing, or None when it is not a number (NaN,
+    ±inf): such a value is left out of the drawing."""
+    if not math.isfinite(value):
+        return None
+    return min(max(value, -VALUE_CAP), VALUE_CAP)
+
+
+def _step(span: decimal.Decimal, count: int) -> decimal.Decimal:
+    """The 1, 2 or 5 × 10^k step that covers ``span`` in at most ``count`` steps."""
+    raw = _DECIMAL.divide(span, count)
+    magnitude = _DECIMAL.scaleb(decimal.Decimal(1), raw.adjusted())
+    return next(step for step in (_DECIMAL.multiply(m, magnitude) for m in (1, 2, 5, 10))
+                if step >= raw)
+
+
+def _ticks(lower: float, upper: float, count: int) -> list[float]:
+    """At most ``count + 2`` ticks ``first + i * step`` (``first`` the step's multiple at or
+    below ``lower``) up to the first at or above ``upper``: each computed from ``i``, never
+    accumulated. When they cannot be told apart as floats (near the denormals) or overflow
+    (near the largest float), the two ends themselves."""
+    count = min(max(int(count), 1), MAX_TICKS - 2)
+    low, high = decimal.Decimal(lower), decimal.Decimal(upper)
+    step = _step(_DECIMAL.subtract(high, low), count)
+    first = _DECIMAL.multiply(
+        _DECIMAL.divide(low, step).to_integral_value(rounding=decimal.ROUND_FLOOR), step)
+    steps = _DECIMAL.divide(_DECIMAL.subtract(high, first), step)
+    # A float just past a tick (0.1 + 0.2) does not earn another tick: a 1e-9 step tolerance.
+    n = min(max(math.ceil(_DECIMAL.subtract(steps, _TOLERANCE)), 1), MAX_TICKS - 1)
+    ticks = [float(_DECIMAL.add(first, _DECIMAL.multiply(i, step))) for i in range(n + 1)]
+    span = ticks[-1] - ticks[0]
+    if (all(math.isfinite(t) for t in ticks) and math.isfinite(span) and span > 0
+            and all(a < b for a, b in itertools.pairwise(ticks))):
+        return ticks
+    return [lower, upper]
+
+
 def nice_ticks(upper: float, count: int = 5) -> list[float]:
     """0 .. >= upper in 1, 2 or 5 x 10^k steps (Heckbert 1990, "Nice numbers for graph
-    labels", Graphics Gems)."""
-    if upper <= 0 or not math.isfinite(upper):
+    labels", Graphics Gems); at most ``MAX_TICKS``. [0, 1] when there is nothing to show
+    (``upper`` zero, negative or not a number); [0, ``upper``] when nice ticks cannot be told
+    apart as floats (``upper`` a denormal) or would overflow (``upper`` near the largest
+    float)."""
+    if not math.isfinite(upper) or upper <= 0:
         return [0.0, 1.0]
-    raw = upper / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    ticks = [0.0]
-    while ticks[-1] < upper - 1e-12 * upper:
-        ticks.append(round(ticks[-1] + step, 12))
-    return ticks
+    return _ticks(0.0, upper, count)
 
 
 def nice_range(lower: float, upper: float, count: int = 5) -> list[float]:
     """Nice ticks spanning [lower, upper] that need not start at 0 (for a scatter whose
-    points sit far from the origin)."""
+    points sit far from the origin); at most ``MAX_TICKS``."""
     if not (math.isfinite(lower) and math.isfinite(upper)) or upper <= lower:
         return nice_ticks(max(upper, 1.0), count)
-    raw = (upper - lower) / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    ticks = [math.floor(lower / step) * step]
-    while ticks[-1] < upper - 1e-12 * abs(upper):
-        ticks.append(round(ticks[-1] + step, 12))
-    return ticks
+    return _ticks(lower, upper, count)
 
 
 def tick_text(value: float) -> str:
+    """A tick's label: 0, 0.05, 12.5, 40k, 3M; from a trillion up, and below a
+    ten-thousandth, in scientific notation (2e+15, 5e-301), so it stays short for any value."""
     if value == 0:
         return "0"
-    if abs(value) >= 1e6:
+    size = abs(value)
+    if size >= 1e12:
+        return f"{value:g}"
+    if size >= 1e6:
         return f"{value / 1e6:g}M"
-    if abs(value) >= 1e4:
+    if size >= 1e4:
         return f"{value / 1e3:g}k"
     return f"{value:g}"
 
@@ -112,15 +161,19 @@ def stacked_bar(ident: str, title: str, parts: Sequence[Part], *, unit: str,
     left, right = 16, 24
     columns = 2 if width >= 2 * NARROW_W else 1
     bar_y, bar_h = 44, 34
-    shown = [Part(p.label, p.value / scale) for p in parts if p.value > 0]
+    shown = [Part(p.label, p.value / scale) for p in parts if p.value / scale > 0]
+    # Drawn lengths: each part clipped to VALUE_CAP (an infinite one too), so their sum, the
+    # ticks and every coordinate stay finite; the labels keep the true values.
+    lengths = [min(p.value, VALUE_CAP) for p in shown]
     total = sum(p.value for p in shown)
     cap = limit / scale if limit is not None else None
-    ticks = nice_ticks(max(total, cap or 0.0) * 1.02, 5 if columns == 2 else 4)
+    drawn_cap = drawable(cap) if cap is not None else None
+    ticks = nice_ticks(max(sum(lengths), drawn_cap or 0.0) * 1.02, 5 if columns == 2 else 4)
     top = ticks[-1]
     plot_w = width - left - right
 
     def x(value: float) -> float:
-        return left + plot_w * value / top
+        return left + plot_w * min(value, top) / top
 
     legend_rows = math.ceil(len(shown) / columns)
     height = bar_y + bar_h + 48 + 22 * legend_rows
@@ -137,20 +190,20 @@ def stacked_bar(ident: str, title: str, parts: Sequence[Part], *, unit: str,
     svg.append(f'<text x="{left + plot_w / 2:.1f}" y="{bar_y + bar_h + 38}" font-size="12" '
                f'text-anchor="middle" fill="{INK}">{escape(unit)}</text>')
     start = 0.0
-    for i, part in enumerate(shown):
+    for i, (part, length) in enumerate(zip(shown, lengths, strict=True)):
         colour = PALETTE[i % len(PALETTE)]
-        bar_w = x(start + part.value) - x(start)
+        bar_w = x(start + length) - x(start)
         svg.append(f'<rect x="{x(start):.1f}" y="{bar_y}" width="{bar_w:.2f}" '
                    f'height="{bar_h}" fill="{colour}"><title>{escape(part.label)}: '
                    f'{part.value:,.2f} {escape(unit)}</title></rect>')
-        start += part.value
-    if cap is not None:
-        svg.append(f'<line x1="{x(cap):.1f}" x2="{x(cap):.1f}" y1="{bar_y - 10}" '
+        start += length
+    if cap is not None and drawn_cap is not None:
+        svg.append(f'<line x1="{x(drawn_cap):.1f}" x2="{x(drawn_cap):.1f}" y1="{bar_y - 10}" '
                    f'y2="{bar_y + bar_h + 6}" stroke="{INK}" stroke-width="2.5" '
                    f'stroke-dasharray="5 3"/>')
-        anchor = "end" if x(cap) > width - min(140, width / 2) else "start"
+        anchor = "end" if x(drawn_cap) > width - min(140, width / 2) else "start"
         dx = -4 if anchor == "end" else 4
-        svg.append(f'<text x="{x(cap) + dx:.1f}" y="{bar_y - 12}" font-size="12" '
+        svg.append(f'<text x="{x(drawn_cap) + dx:.1f}" y="{bar_y - 12}" font-size="12" '
                    f'text-anchor="{anchor}" fill="{INK}">{escape(limit_label)} '
                    f'{cap:,.1f} {escape(unit)}</text>')
     legend_y = bar_y + bar_h + 58
@@ -193,6 +246,16 @@ def grid_lines(x_ticks: Sequence[float], y_ticks: Sequence[float],
     return out
 
 
+def _drawable_points(points: Sequence[Point]) -> list[Point]:
+    """``points`` whose coordinates are numbers, clipped to ±``VALUE_CAP`` (``drawable``)."""
+    out = []
+    for p in points:
+        x, y = drawable(p.x), drawable(p.y)
+        if x is not None and y is not None:
+            out.append(Point(x, y, p.label))
+    return out
+
+
 def scatter(ident: str, title: str, points: Sequence[Point], front: Sequence[Point],
             marked: Point | None, *, x_unit: str, y_unit: str,
             x_format: Callable[[float], str] = tick_text, width: int = WIDE_W) -> str:
@@ -204,9 +267,13 @@ def scatter(ident: str, title: str, points: Sequence[Point], front: Sequence[Poi
     narrow = width < 2 * NARROW_W
     height = 300 if narrow else 420
     left, right, top_pad, bottom = (56 if narrow else 78), 16 if narrow else 24, 40, 64
+    # Points that are not numbers are left out; the rest are drawn clipped to VALUE_CAP.
+    points, front = _drawable_points(points), _drawable_points(front)
+    marked = next(iter(_drawable_points([marked] if marked else [])), None)
     every = [*points, *front, *([marked] if marked else [])]
     xs = [p.x for p in every] or [0.0, 1.0]
-    spread = (max(xs) - min(xs)) or max(abs(max(xs)) * 0.1, 1.0)
+    # Equal costs: a tenth of the cost either side (a cost of 1e-300 keeps its own scale).
+    spread = (max(xs) - min(xs)) or abs(max(xs)) * 0.1 or 1.0
     count = 4 if narrow else 5
     if min(xs) <= 0.2 * max(xs):
         x_ticks = nice_ticks(max(xs) * 1.05, count)

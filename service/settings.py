@@ -61,7 +61,9 @@ class Settings(BaseSettings):
         description="Wall-clock limit of one parallelism search (it then answers with what it "
                     "has, marked truncated), and of all the searches of one quote, verify, "
                     "requote or budget plan (refused with 503 search-deadline: a quote is "
-                    "never built from a partial search).",
+                    "never built from a partial search). The wait for a free search worker "
+                    "counts against it: past it the request is refused with 503 "
+                    "search-queue-timeout and Retry-After.",
     )
     search_workers: int = Field(
         default=2, ge=0, le=64,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope, Send
 
-from service.api.work import ClientGoneError, SearchDeadlineError
+from service.api.work import ClientGoneError, SearchDeadlineError, SearchQueueTimeoutError
 from service.catalog.errors import (
     AuthError,
     CommitFailedError,
@@ -233,6 +234,15 @@ def install_problem_handlers(app: FastAPI) -> None:
             headers={"Retry-After": "1"},
         )
 
+    @app.exception_handler(SearchQueueTimeoutError)
+    async def _queued_too_long(request: Request, exc: SearchQueueTimeoutError) -> JSONResponse:
+        retry_after = search_retry_after_s(request.app.state.settings.search_deadline_s)
+        return problem_response(
+            request, status=503, slug="search-queue-timeout",
+            title="No search worker was free in time", detail=str(exc),
+            headers={"Retry-After": str(retry_after)}, waited_s=round(exc.waited_s, 3),
+            retry_after_s=retry_after)
+
     app.add_exception_handler(OperationalError, _database_unavailable)
     app.add_exception_handler(CommitFailedError, _database_unavailable)
     app.add_exception_handler(PoolTimeoutError, _database_unavailable)
@@ -260,6 +270,32 @@ def install_problem_handlers(app: FastAPI) -> None:
             detail="The server failed to handle this request; it has been logged.",
             headers={"Connection": "close"},
         )
+
+
+def search_retry_after_s(deadline_s: float) -> int:
+    """``Retry-After`` of a search refused for want of a worker: one deadline, the longest
+    any search ahead of it may still run (at least 1 s)."""
+    return max(1, math.ceil(deadline_s))
+
+
+SEARCH_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    503: {
+        "description": "The request's searches could not be done within CQ_SEARCH_DEADLINE_S. "
+                       "Type search-queue-timeout: every search worker stayed busy until the "
+                       "deadline, which counts the wait for a worker, so no search started; "
+                       "retry after Retry-After seconds. Type search-deadline: the searches "
+                       "themselves ran out of time; narrow the request. Type search-memory: "
+                       "a search needed more than CQ_SEARCH_MEMORY_BYTES. Also: the database "
+                       "is unavailable, or the replica is overloaded (retry after "
+                       "Retry-After). Nothing is stored.",
+        "headers": {"Retry-After": {
+            "description": "Seconds to wait before retrying (search-queue-timeout: one "
+                           "CQ_SEARCH_DEADLINE_S; overloaded or database: 1).",
+            "schema": {"type": "integer", "minimum": 1}}},
+        "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    },
+}
+"""The 503 of every route that runs searches (plans, quotes, verify, requote, budget plans)."""
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

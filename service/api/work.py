@@ -8,13 +8,18 @@ for ``largest_model`` per candidate model. ``WorkBudget`` holds them all togethe
   every machine and a quote still recomputes exactly;
 - **a deadline** (``CQ_SEARCH_DEADLINE_S``, the same one the plan search truncates at): a
   quote cannot be truncated, since a partial search is not reproducible, so past the deadline
-  the request is refused with 503 ``search-deadline`` and nothing is stored;
+  the request is refused with 503 ``search-deadline`` and nothing is stored. The wait for a
+  free search worker counts against it: a search no worker has started by the deadline is
+  dropped and the request refused with 503 ``search-queue-timeout`` and ``Retry-After``
+  (issue 36: queued searches waited without a bound); a plan search that starts late gets
+  only what is left of the deadline (``search_until``);
 - **the client**: once it has disconnected, no further search starts and a queued one is
   cancelled (a running one stops at the deadline).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +28,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.core.errors import InvalidSpecError
-from service.core.search import SearchTooLargeError
+from service.core.search import SearchRequest, SearchResult, SearchTooLargeError, search
 from service.settings import Settings
 
 CLIENT_GONE_KEY = "cq_client_gone"
@@ -43,6 +48,18 @@ class SearchDeadlineError(Exception):
             "was stored: fix some dimensions, or narrow the GPU counts, batches or candidate "
             "models")
         self.deadline_s = deadline_s
+
+
+class SearchQueueTimeoutError(Exception):
+    """The request's deadline passed while its search waited for a free worker; nothing ran
+    and nothing was stored (HTTP 503 with ``Retry-After``)."""
+
+    def __init__(self, waited_s: float) -> None:
+        super().__init__(
+            f"every search worker was busy for the {waited_s:.1f} s this request waited, "
+            "and its deadline (CQ_SEARCH_DEADLINE_S) passed before its search could start; "
+            "nothing was stored: retry after Retry-After seconds")
+        self.waited_s = waited_s
 
 
 class ClientGoneError(Exception):
@@ -71,6 +88,12 @@ class WorkBudget:
     def charge(self, candidates: int) -> None:
         self.remaining -= candidates
 
+    @property
+    def ends_at(self) -> float | None:
+        """The deadline as a ``clock()`` instant (None: no deadline): the time a search may
+        wait for a worker and the time it may run come out of it together."""
+        return self._ends_at
+
     def seconds_left(self) -> float | None:
         """Time left before the deadline (None: no deadline)."""
         return None if self._ends_at is None else self._ends_at - self.clock()
@@ -94,6 +117,19 @@ class WorkBudget:
             f"this request's searches together hold more than {self.limit:,} candidates "
             "(CQ_SEARCH_MAX_CANDIDATES): fix some dimensions, or narrow the GPU counts, "
             "batches or candidate models", field=field)
+
+
+MIN_SEARCH_S = 1e-3
+"""The least deadline a started search is given (it answers with what it has: truncated)."""
+
+
+def search_until(request: SearchRequest, ends_at: float) -> SearchResult:
+    """``search`` with the deadline that is left at ``ends_at`` (a ``time.monotonic()``
+    instant) when it starts: the time it waited for a worker is not given to it again. Runs
+    in the worker; a top-level function, so it pickles."""
+    left = ends_at - time.monotonic()
+    return search(dataclasses.replace(request, deadline_s=max(left, MIN_SEARCH_S)),
+                  time.monotonic)
 
 
 def request_budget(settings: Settings, gone: Callable[[], bool] = never) -> WorkBudget:

@@ -32,13 +32,17 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
 from typing import Any, TypeVar
 
-from service.api.work import ClientGoneError
+from service.api.work import ClientGoneError, SearchQueueTimeoutError
 
 T = TypeVar("T")
 logger = logging.getLogger("service.api")
 _lock = threading.Lock()
 _pool: ProcessPoolExecutor | None = None
 _size = 0
+_slots = threading.BoundedSemaphore(1)
+"""One per worker of the current pool: a call waits here, in this process, until a worker is
+free, and only then goes to the pool (whose own call queue would otherwise hold calls that
+can no longer be cancelled, and whose wait nobody could bound)."""
 _memory_limit_bytes = 0
 PARENT_POLL_S = 0.5
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -84,7 +88,11 @@ def set_memory_limit(memory_limit_bytes: int) -> None:
 
 
 def _executor(workers: int) -> ProcessPoolExecutor:
-    global _pool, _size
+    return _executor_and_slots(workers)[0]
+
+
+def _executor_and_slots(workers: int) -> tuple[ProcessPoolExecutor, threading.BoundedSemaphore]:
+    global _pool, _size, _slots
     with _lock:
         if _pool is None or _size != workers:
             if _pool is not None:
@@ -98,7 +106,8 @@ def _executor(workers: int) -> ProcessPoolExecutor:
                                         initializer=_start_worker,
                                         initargs=(os.getpid(), _memory_limit_bytes))
             _size = workers
-        return _pool
+            _slots = threading.BoundedSemaphore(workers)
+        return _pool, _slots
 
 
 def _warm() -> None:
@@ -129,45 +138,82 @@ def prestart(workers: int) -> list[Future[None]]:
 
 
 def run_cpu_bound(workers: int, function: Callable[..., T], *args: Any,
-                  timeout_s: float | None = None, stop: Callable[[], bool] | None = None,
-                  **kwargs: Any) -> T:
+                  timeout_s: float | None = None, start_by: float | None = None,
+                  stop: Callable[[], bool] | None = None, **kwargs: Any) -> T:
     """``function(*args, **kwargs)`` in a worker process (or inline when ``workers`` is 0).
     Arguments and results must pickle.
 
-    ``timeout_s`` bounds the wait (``TimeoutError``), queueing included; ``stop`` is polled
-    while waiting and, once true, abandons the call (``ClientGoneError``). Either way a call
-    still queued is cancelled; one already running finishes on its own deadline in the
-    worker, whose result is dropped."""
+    A call waits in this process until a worker is free (``_slots``), and only then goes to
+    the pool. ``start_by`` (a ``time.monotonic()`` instant; default ``timeout_s`` from now)
+    bounds that wait: a call for which no worker was free by then is dropped and
+    ``SearchQueueTimeoutError`` raised (issue 36: the 12th of 12 concurrent searches waited
+    62 s). A pool still starting up is not a busy one: a call handed to it waits for its
+    worker to come up. ``timeout_s`` bounds the whole call, the wait included
+    (``TimeoutError`` once handed on). ``stop`` is polled while waiting and, once true,
+    abandons the call (``ClientGoneError``). A call handed on finishes on its own deadline in
+    the worker, whose result is then dropped; its worker counts as busy until it has."""
     if workers <= 0:
         return function(*args, **kwargs)
+    submitted = time.monotonic()
+    if start_by is None and timeout_s is not None:
+        start_by = submitted + timeout_s
     try:
-        future = _executor(workers).submit(function, *args, **kwargs)
+        executor, slots = _executor_and_slots(workers)
     except (RuntimeError, BrokenProcessPool) as exc:
-        # No worker could start (for example a script without a __main__ guard): run inline.
-        logger.warning("worker processes unavailable (%s); running in the request thread",
-                       type(exc).__name__)
-        return function(*args, **kwargs)
+        return _inline(exc, function, args, kwargs)
+    _take_slot(slots, start_by, stop, submitted)
     try:
-        return _wait(future, timeout_s, stop)
+        future: Future[T] = executor.submit(function, *args, **kwargs)
+    except (RuntimeError, BrokenProcessPool) as exc:
+        slots.release()
+        return _inline(exc, function, args, kwargs)
+    future.add_done_callback(lambda _: slots.release())
+    ends_at = None if timeout_s is None else submitted + timeout_s
+    try:
+        result = _wait(future, ends_at, stop)
     except MemoryError:
         raise MemoryError(
             "the search needed more memory than a worker may use "
             f"({_memory_limit_bytes:,} bytes, CQ_SEARCH_MEMORY_BYTES): fix some dimensions, "
             "or narrow the GPU counts or batches") from None
+    return result
 
 
-def _wait(future: Future[T], timeout_s: float | None, stop: Callable[[], bool] | None) -> T:
-    if timeout_s is None and stop is None:
+def _inline(exc: BaseException, function: Callable[..., T], args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> T:
+    # No worker could start (for example a script without a __main__ guard): run inline.
+    logger.warning("worker processes unavailable (%s); running in the request thread",
+                   type(exc).__name__)
+    return function(*args, **kwargs)
+
+
+def _take_slot(slots: threading.BoundedSemaphore, start_by: float | None,
+               stop: Callable[[], bool] | None, submitted: float) -> None:
+    """Wait for a free worker until ``start_by``, while ``stop`` is false."""
+    while True:
+        wait_s = STOP_POLL_S if stop is not None else None
+        if start_by is not None:
+            left = start_by - time.monotonic()
+            if left <= 0:
+                raise SearchQueueTimeoutError(time.monotonic() - submitted)
+            wait_s = left if wait_s is None else min(wait_s, left)
+        if slots.acquire(timeout=wait_s) if wait_s is not None else slots.acquire():
+            return
+        if stop is not None and stop():
+            raise ClientGoneError("the client disconnected")
+
+
+def _wait(future: Future[T], ends_at: float | None, stop: Callable[[], bool] | None) -> T:
+    if ends_at is None and stop is None:
         return future.result()
-    ends_at = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         wait_s = STOP_POLL_S if stop is not None else None
         if ends_at is not None:
             left = ends_at - time.monotonic()
-            wait_s = left if wait_s is None else min(wait_s, left)
             if left <= 0:
                 future.cancel()
-                raise TimeoutError(f"the call did not finish within {timeout_s:g} s")
+                raise TimeoutError("the call did not finish within its time")
+            wait_s = left if wait_s is None else min(wait_s, left)
         try:
             return future.result(timeout=wait_s)
         except TimeoutError:

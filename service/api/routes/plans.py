@@ -10,17 +10,17 @@ from fastapi import APIRouter, Body, Request
 
 from service.api.deps import AcceleratorsDep, SettingsDep
 from service.api.observability import search_attributes, timed_search
-from service.api.problems import problem_responses
+from service.api.problems import SEARCH_UNAVAILABLE, problem_responses
 from service.api.schemas.plans import (
     PLAN_SEARCH_EXAMPLE,
     SWEEP_EXAMPLE,
     PlanSearchRequest,
     PlanSearchResponse,
 )
-from service.api.work import ClientGoneDep
+from service.api.work import ClientGoneDep, search_until
 from service.api.workers import run_cpu_bound
 from service.core.calibration import DEFAULT_CALIBRATION
-from service.core.search import SearchRequest, search
+from service.core.search import SearchRequest
 from service.core.specs import ClusterSpec
 from service.core.units import SECONDS_PER_DAY
 
@@ -29,7 +29,8 @@ router = APIRouter(tags=["plans"])
 
 @router.post(
     "/v1/parallelism-plans", summary="Find the best parallel layouts",
-    response_model=PlanSearchResponse, status_code=200, responses=problem_responses(413, 422),
+    response_model=PlanSearchResponse, status_code=200,
+    responses={**problem_responses(413, 422), **SEARCH_UNAVAILABLE},
 )
 def optimise_parallelism(
     http_request: Request,
@@ -49,7 +50,11 @@ def optimise_parallelism(
     """Enumerate every valid tp/pp/dp/cp/ep/vp, micro-batch, ZeRO stage, recomputation and
     sequence-parallel layout, evaluate them in bulk with the estimate's model, drop those that
     do not fit in memory (or miss the deadline or budget), and rank the rest. 422 with the
-    closest candidates when nothing fits; 422 before any work when the space is over the cap."""
+    closest candidates when nothing fits; 422 before any work when the space is over the cap;
+    503 with Retry-After when no search worker was free before the deadline."""
+    # One deadline for the wait for a worker and the search: a search not started by then
+    # is dropped (503 search-queue-timeout, Retry-After); one started late gets what is left.
+    ends_at = time.monotonic() + settings.search_deadline_s
     model = request.model.to_core()
     clusters: list[ClusterSpec] = []
     for index, candidate in enumerate(request.candidate_clusters()):
@@ -71,7 +76,7 @@ def optimise_parallelism(
                                     "computequote.search.clusters": len(clusters),
                                     "computequote.search.objective": str(request.objective)})
         result = run_cpu_bound(
-            settings.search_workers, search,
+            settings.search_workers, search_until,
             SearchRequest(
                 model=model, clusters=tuple(clusters), training=core_training,
                 global_batches=tuple(batches),
@@ -83,7 +88,7 @@ def optimise_parallelism(
                 max_candidates=settings.search_max_candidates,
                 deadline_s=settings.search_deadline_s,
             ),
-            time.monotonic, stop=gone,
+            ends_at, start_by=ends_at, stop=gone,
         )
         if current is not None:
             current.set_attributes(search_attributes(result))

@@ -23,7 +23,7 @@ from service.api.deps import (
     state_cache,
 )
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
-from service.api.problems import problem_responses
+from service.api.problems import SEARCH_UNAVAILABLE, problem_responses
 from service.api.quoting import (
     ESTIMATOR_VERSION,
     OfferCache,
@@ -209,7 +209,7 @@ QUOTE_RESPONSES: dict[int | str, dict[str, Any]] = {
           "headers": {"Location": {"description": "The quote's URL.",
                                    "schema": {"type": "string"}}},
           "links": QUOTE_LINKS},
-    **problem_responses(400, 401, 403, 404, 409, 413, 422),
+    **problem_responses(400, 401, 403, 404, 409, 413, 422), **SEARCH_UNAVAILABLE,
 }
 
 
@@ -378,7 +378,8 @@ def _differences(stored: dict[str, Any], stored_lines: list[dict[str, Any]],
 
 
 @router.post("/v1/quotes/{quote_id}/verify", summary="Recompute a quote and compare",
-             response_model=VerifyOut, responses=problem_responses(401, 403, 404, 422))
+             response_model=VerifyOut,
+             responses={**problem_responses(401, 403, 404, 422), **SEARCH_UNAVAILABLE})
 def verify_quote(
     session: SessionDep, reader: ReaderDep, accelerators: AcceleratorsDep,
     settings: SettingsDep, gone: ClientGoneDep, quote_id: QuoteId,
@@ -464,7 +465,8 @@ def requote_quote(
 
 
 @router.post("/v1/budget-plans", summary="Best plans within a budget or before a deadline",
-             response_model=BudgetPlanOut, responses=problem_responses(401, 403, 413, 422))
+             response_model=BudgetPlanOut,
+             responses={**problem_responses(401, 403, 413, 422), **SEARCH_UNAVAILABLE})
 def plan_budget(
     body: Annotated[BudgetPlanRequest, Body(openapi_examples={
         "70B within 3M USD": {"summary": "Llama 3.1 70B, H100 or A100, 3M USD, 60 days",

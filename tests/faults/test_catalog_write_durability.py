@@ -3,7 +3,9 @@
 - Read-your-writes: 200 consecutive edit-then-read pairs over real HTTP on each backend; the
   read right after a 200 must see the write (before the fix the session committed after the
   answer was sent, and 6-52 % of such reads missed it).
-- A failure injected at commit answers 503, never a 2xx, and stores nothing.
+- A failure injected at commit answers 503, never a 2xx, and stores nothing: offer edits,
+  imports, policies and FX imports (SQLite), and discount books, accelerators, refreshes and
+  policy revisions (issue 36, on both backends).
 - A replica killed with SIGKILL as soon as the answer's first byte arrives loses nothing
   (before the fix, 11 of 14 acknowledged writes were lost).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +23,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.api.schemas.catalog import ACCELERATOR_EXAMPLE
 from service.catalog.db import make_engine
 from service.main import create_app, dispose
 from service.settings import Settings
@@ -28,6 +32,7 @@ from tests.live_server import live_server, server_process
 
 BACKENDS = [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
 SCOPES = ["catalog:write", "policies:write"]
+IMPORTERS = Path(__file__).parents[1] / "data" / "importers"
 
 
 FX_IMPORT = b"Date,USD,\n2025-06-02,1.1444,\n"
@@ -136,6 +141,71 @@ def test_a_failure_at_commit_is_503_and_stores_nothing(failing_app: tuple[Any, s
         assert client.get("/v1/policies/lost").status_code == 404
         assert answers[3].status_code == 503, answers[3].text
         assert _fx_fixing(client) == "2025-05-09"  # the seed's last fixing: nothing stored
+
+
+def _failing_commits(app: Any) -> sessionmaker[Session]:
+    engine = make_engine(str(app.state.settings.resolved_database_url))
+    app.state.test_engines = [*getattr(app.state, "test_engines", []), engine]
+    return sessionmaker(bind=engine, class_=_FailingCommit, expire_on_commit=False)
+
+
+def _is_503(answer: httpx.Response) -> None:
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failure_at_commit_of_books_accelerators_refreshes_is_503_and_stores_nothing(
+    database_url_factory: Callable[[str], str], backend: str,
+) -> None:
+    url = database_url_factory(backend)
+    key = seeded_database_with_key(url, name="writer", scopes=[*SCOPES, "discounts:write"])
+    auth = {"Authorization": f"Bearer {key}"}
+    book = {"entries": [{"provider": "aws", "accelerator": "h100-sxm5-80gb",
+                         "percent_off": "18", "valid_from": "2026-01-01",
+                         "valid_until": "2026-12-31"}]}
+    app = create_app(Settings(database_url=url, search_workers=0))
+    try:
+        with TestClient(app) as client:
+            good = app.state.session_factory
+            made = client.post("/v1/discount-books", json={"name": "kept", **book}, headers=auth)
+            policy = client.post("/v1/policies", json={"name": "kept", "rules": {}},
+                                 headers=auth)
+            assert made.status_code == policy.status_code == 201
+            before = client.get("/v1/catalog/versions").json()["items"]
+            app.state.session_factory = _failing_commits(app)
+            answers = {
+                "book create": client.post("/v1/discount-books",
+                                           json={"name": "lost", **book}, headers=auth),
+                "book revise": client.put("/v1/discount-books/kept", json=book, headers={
+                    **auth, "If-Match": made.headers["etag"]}),
+                "policy revise": client.put("/v1/policies/kept", json={"rules": {}}, headers={
+                    **auth, "If-Match": policy.headers["etag"]}),
+                "accelerator": client.post("/v1/accelerators", json=ACCELERATOR_EXAMPLE,
+                                           headers=auth),
+                "refresh": client.post(
+                    "/v1/catalog/refreshes", params={"format": "aws"},
+                    content=(IMPORTERS / "aws_ec2_offer.json").read_bytes(),
+                    headers={**auth, "content-type": "application/json"}),
+            }
+            app.state.session_factory = good
+            for what, answer in answers.items():
+                print(f"commit fails, {what} ({backend}): {answer.status_code}")
+                _is_503(answer)
+            assert client.get("/v1/discount-books/lost").status_code == 404
+            assert client.get("/v1/discount-books/kept").headers["etag"] == made.headers["etag"]
+            assert client.get("/v1/policies/kept").headers["etag"] == policy.headers["etag"]
+            accelerator = f"/v1/accelerators/{ACCELERATOR_EXAMPLE['id']}"
+            assert client.get(accelerator).status_code == 404
+            assert client.get("/v1/catalog/versions").json()["items"] == before
+            # and the same writes, committed, are stored: the 503s were the commit's
+            assert client.post("/v1/accelerators", json=ACCELERATOR_EXAMPLE,
+                               headers=auth).status_code == 201
+    finally:
+        for engine in getattr(app.state, "test_engines", []):
+            engine.dispose()
+        dispose(app)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

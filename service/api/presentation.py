@@ -4,7 +4,7 @@ a terminal and a browser show the same numbers the same way. Pure functions of A
 from __future__ import annotations
 
 import math
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from typing import Any
 
 from service.catalog.currencies import minor_units
@@ -68,6 +68,12 @@ def percent(fraction: float) -> str:
     return f"{fraction * 100:.1f}%"
 
 
+MAX_SHOWN_DIGITS = 40
+"""Amounts of more than 40 integer digits are shown in scientific notation (an answer's
+amounts are decimal strings; none of its own is this large, but a figure for people must
+never fail to render)."""
+
+
 def money(amount: str | None, currency: str = "USD") -> str:
     """A decimal string as money in its currency's ISO 4217 minor units (JPY 0 decimals, KWD
     3, most 2), rounded half-even for display, never through float."""
@@ -77,8 +83,14 @@ def money(amount: str | None, currency: str = "USD") -> str:
         value = Decimal(amount)
     except InvalidOperation:
         return amount
+    if not value.is_finite():
+        return amount
     places = minor_units(currency)
-    shown = value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+    if value.adjusted() > MAX_SHOWN_DIGITS:
+        return f"{value:.3E} {currency}"
+    # Enough precision for every digit shown: quantize fails past the context's 28 digits.
+    shown = value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN,
+                           context=Context(prec=MAX_SHOWN_DIGITS + places + 2))
     return f"{shown:,.{places}f} {currency}"
 
 

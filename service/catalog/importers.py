@@ -49,9 +49,17 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.catalog.offers import OfferContent, parse_offers
+from service.catalog.offers import (
+    MAX_PRICE_PER_HOUR,
+    MAX_UPFRONT_FEE,
+    ImportRejectedError,
+    OfferContent,
+    OfferRowError,
+    parse_offers,
+)
 from service.catalog.prices import (
     accelerator_ids,
+    check_row_text,
     commit_version,
     current_version_id,
     lock_catalog,
@@ -122,17 +130,25 @@ def instance_gpu_counts(provider: str) -> dict[str, str]:
             for r in seed_rows(f"prices/gpu_prices_{provider}.csv")}
 
 
-def _decimal(text: Any, what: str) -> Decimal:
+def _decimal(text: Any, *, row: int, field_name: str, what: str,
+             high: Decimal = MAX_PRICE_PER_HOUR) -> Decimal:
+    """A price of the document, bounded before any arithmetic: 0 <= price <= ``high`` (the
+    import's caps, ``MAX_PRICE_PER_HOUR`` per instance-hour unless said otherwise). Anything
+    else rejects the refresh with a 422 naming the document's row and field (issue 36: a
+    SkyPilot ``Price`` of 1e308 overflowed the 6-place rounding, dry run or not)."""
     try:
         value = Decimal(str(text))
-    except InvalidOperation:
-        raise ImporterError(f"{what}: {str(text)[:40]!r} is not a number") from None
-    if not value.is_finite() or value < 0:
-        raise ImporterError(f"{what}: {value} is not a finite price >= 0")
+    except (InvalidOperation, ValueError):
+        value = Decimal("NaN")
+    if not value.is_finite() or value < 0 or value > high:
+        raise ImportRejectedError([OfferRowError(
+            row, field_name, f"{what}: must be a finite price >= 0 and <= {high:f}",
+            "out_of_range")])
     return value
 
 
 def _text(value: Decimal) -> str:
+    """Six places; ``value`` is a bounded price (``_decimal``) or made from bounded ones."""
     return f"{value.quantize(Decimal('0.000001')):f}"
 
 
@@ -156,7 +172,7 @@ def _skypilot(text: str, provider: str, as_of: str, source: str) -> Imported:
     known = instance_accelerators(provider)
     out = Imported(terms=frozenset({"on_demand", "spot"}), instance_types=frozenset(known))
     seen: set[tuple[str, str, str, str]] = set()
-    for row in reader:
+    for number, row in enumerate(reader, start=1):
         instance = row["InstanceType"]
         accelerator = known.get(instance)
         if accelerator is None:
@@ -171,20 +187,22 @@ def _skypilot(text: str, provider: str, as_of: str, source: str) -> Imported:
             key = (instance, row["Region"], "", "on_demand")
             if key not in seen:
                 seen.add(key)
-                out.rows.append({**common, "term": "on_demand",
-                                 "price_per_hour": _text(_decimal(row["Price"], instance))})
+                out.rows.append({**common, "term": "on_demand", "price_per_hour": _text(
+                    _decimal(row["Price"], row=number, field_name="Price", what=instance))})
         else:
             out.skipped["no on-demand price"] += 1
         spot = row.get("SpotPrice") or ""
         zone = row.get("AvailabilityZone") or ""
-        same = bool(spot and row["Price"]) and _decimal(spot, instance) == _decimal(
-            row["Price"], instance)
-        if spot and not same:
+        spot_price = (_decimal(spot, row=number, field_name="SpotPrice", what=instance)
+                      if spot else None)
+        same = spot_price is not None and bool(row["Price"]) and spot_price == _decimal(
+            row["Price"], row=number, field_name="Price", what=instance)
+        if spot_price is not None and not same:
             key = (instance, row["Region"], zone, "spot")
             if key not in seen:
                 seen.add(key)
                 out.rows.append({**common, "term": "spot", "zone": zone,
-                                 "price_per_hour": _text(_decimal(spot, instance))})
+                                 "price_per_hour": _text(spot_price)})
         elif spot:
             out.skipped["spot equal to on-demand (no spot price)"] += 1
     return out
@@ -204,6 +222,7 @@ def from_azure_retail(pages: Iterable[Mapping[str, Any]], *, as_of: str,
     gpus.update({"Standard_ND96isr_H100_v5": "8", "Standard_ND96is_H100_v5": "8"})
     out = Imported(terms=frozenset({"on_demand", "spot", "reserved_1y", "reserved_3y"}),
                    instance_types=frozenset(known))
+    number = 0
     for page in pages:
         if not isinstance(page, Mapping):
             raise ImporterError("not a Retail Prices API answer: a page is not an object")
@@ -211,6 +230,7 @@ def from_azure_retail(pages: Iterable[Mapping[str, Any]], *, as_of: str,
         if not isinstance(items, list):
             raise ImporterError("not a Retail Prices API answer: no Items list")
         for item in items:
+            number += 1
             if not isinstance(item, Mapping):
                 raise ImporterError("an Items entry is not an object")
             if item.get("serviceName") != "Virtual Machines":
@@ -227,8 +247,15 @@ def from_azure_retail(pages: Iterable[Mapping[str, Any]], *, as_of: str,
             if item.get("unitOfMeasure") not in ("1 Hour", "1 Hours"):
                 out.skipped["unit is not one hour"] += 1
                 continue
-            price = _decimal(item.get("retailPrice"), sku)
             kind, sku_name = item.get("type"), str(item.get("skuName", ""))
+            term_years = (AZURE_TERMS[str(item["reservationTerm"])][1]
+                          if kind == "Reservation" and item.get("reservationTerm") in AZURE_TERMS
+                          else None)
+            # A reservation's retailPrice is the whole term's: at most the hourly cap for
+            # every hour of it.
+            price = _decimal(item.get("retailPrice"), row=number, field_name="retailPrice",
+                             what=sku, high=MAX_PRICE_PER_HOUR * (
+                                 term_years * HOURS_PER_YEAR if term_years else 1))
             common = {"provider": "azure", "region": str(item.get("armRegionName", "")),
                       "instance_type": sku, "accelerator": accelerator,
                       "gpus_per_instance": gpus.get(sku, "1"),
@@ -273,7 +300,7 @@ def from_aws_offer(document: Mapping[str, Any], *, source: str) -> Imported:
     out = Imported(terms=frozenset({"on_demand", "reserved_1y", "reserved_3y"}),
                    instance_types=frozenset(known),
                    payment_options=frozenset({None, *AWS_PURCHASE.values()}))
-    for sku, product in products.items():
+    for number, (sku, product) in enumerate(products.items(), start=1):
         attributes = product.get("attributes", {}) if isinstance(product, Mapping) else {}
         instance = str(attributes.get("instanceType", ""))
         accelerator = known.get(instance)
@@ -293,7 +320,8 @@ def from_aws_offer(document: Mapping[str, Any], *, source: str) -> Imported:
         for offer in (terms.get("OnDemand", {}).get(sku) or {}).values():
             for dimension in offer.get("priceDimensions", {}).values():
                 if dimension.get("unit") == "Hrs":
-                    price = _decimal(dimension["pricePerUnit"].get("USD"), instance)
+                    price = _decimal(dimension["pricePerUnit"].get("USD"), row=number,
+                                     field_name="pricePerUnit.USD", what=f"sku {sku}")
                     if price > 0:
                         out.rows.append({**common, "term": "on_demand",
                                          "price_per_hour": _text(price)})
@@ -307,7 +335,10 @@ def from_aws_offer(document: Mapping[str, Any], *, source: str) -> Imported:
             term, _ = AWS_LEASE[attrs["LeaseContractLength"]]
             hourly, upfront = Decimal(0), Decimal(0)
             for dimension in offer.get("priceDimensions", {}).values():
-                value = _decimal(dimension["pricePerUnit"].get("USD"), instance)
+                value = _decimal(dimension["pricePerUnit"].get("USD"), row=number,
+                                 field_name="pricePerUnit.USD", what=f"sku {sku}",
+                                 high=MAX_UPFRONT_FEE if dimension.get("unit") == "Quantity"
+                                 else MAX_PRICE_PER_HOUR)
                 if dimension.get("unit") == "Hrs":
                     hourly = value
                 elif dimension.get("unit") == "Quantity":
@@ -352,7 +383,7 @@ def from_aws_savings_plans(document: Mapping[str, Any], *, source: str) -> Impor
     out = Imported(terms=frozenset(AWS_SAVINGS_PLAN_YEARS.values()),
                    instance_types=frozenset(known),
                    payment_options=frozenset(AWS_SAVINGS_PLAN_PURCHASE.values()))
-    for plan in plans_terms:
+    for number, plan in enumerate(plans_terms, start=1):
         product = by_sku.get(str(plan.get("sku"))) if isinstance(plan, Mapping) else None
         if product is None:
             out.skipped["savings plan term without its product"] += 1
@@ -386,7 +417,8 @@ def from_aws_savings_plans(document: Mapping[str, Any], *, source: str) -> Impor
             if money.get("currency") != "USD":
                 out.skipped["rate not in USD"] += 1
                 continue
-            price = _decimal(money.get("price"), instance)
+            price = _decimal(money.get("price"), row=number, field_name="discountedRate.price",
+                             what=instance)
             upfront = purchase == "All Upfront"
             out.rows.append({
                 "provider": "aws", "instance_type": instance, "accelerator": accelerator,
@@ -420,14 +452,32 @@ GCP_HOST_INCLUDED = frozenset({"a4"})
 seed/prices/README.md)."""
 
 
-def _sku_price(sku: Mapping[str, Any]) -> Decimal:
+def _is_zero(value: Any) -> bool:
+    try:
+        return Decimal(str(value)) == 0
+    except (InvalidOperation, ValueError):
+        return False
+
+
+def _sku_price(sku: Mapping[str, Any], number: int) -> Decimal:
+    """The SKU's first-tier unit price, units + nanos / 10^9 (a Money message: nanos is
+    -999,999,999 to +999,999,999), bounded by the hourly cap."""
     info = sku["pricingInfo"][0]["pricingExpression"]
-    rate = next(r for r in info["tieredRates"] if Decimal(str(r["startUsageAmount"])) == 0)
+    rate = next(r for r in info["tieredRates"] if _is_zero(r["startUsageAmount"]))
     price = rate["unitPrice"]
     if price.get("currencyCode", "USD") != "USD":
         raise ImporterError("only USD SKU prices are read (the catalogue's GCP currency)")
-    return _decimal(price.get("units", "0"), "units") + Decimal(int(price.get("nanos", 0))) / (
-        10**9)
+    nanos = price.get("nanos", 0)
+    if isinstance(nanos, str) and nanos.isascii() and nanos.isdigit() and len(nanos) < 10:
+        nanos = int(nanos)  # a proto3 JSON integer may be written as a string
+    if isinstance(nanos, bool) or not isinstance(nanos, int) or not 0 <= nanos < 10**9:
+        raise ImportRejectedError([OfferRowError(
+            number, "unitPrice.nanos", "must be a whole number from 0 to 999999999",
+            "out_of_range")])
+    units = _decimal(price.get("units", "0"), row=number, field_name="unitPrice.units",
+                     what=str(sku.get("skuId", "SKU")))
+    return _decimal(units + Decimal(nanos) / 10**9, row=number, field_name="unitPrice",
+                    what=str(sku.get("skuId", "SKU")))
 
 
 def from_gcp_billing(pages: Iterable[Mapping[str, Any]], *, as_of: str,
@@ -439,10 +489,12 @@ def from_gcp_billing(pages: Iterable[Mapping[str, Any]], *, as_of: str,
     parts: dict[tuple[str, str, str], Decimal] = {}
     accelerators = instance_accelerators("gcp")
     out = Imported(terms=frozenset(GCP_TERMS.values()), instance_types=frozenset(accelerators))
+    number = 0
     for page in pages:
         if not isinstance(page, Mapping) or not isinstance(page.get("skus"), list):
             raise ImporterError("not a Cloud Billing Catalog answer: no skus list")
         for sku in page["skus"]:
+            number += 1
             category = sku.get("category", {})
             term = GCP_TERMS.get(category.get("usageType", ""))
             if category.get("resourceFamily") != "Compute" or term is None:
@@ -458,7 +510,7 @@ def from_gcp_billing(pages: Iterable[Mapping[str, Any]], *, as_of: str,
             else:
                 out.skipped["not a GPU, or an A2/A3/A4 core or RAM SKU"] += 1
                 continue
-            price = _sku_price(sku)
+            price = _sku_price(sku, number)
             for region in sku.get("serviceRegions", []):
                 parts[(str(region), term, key)] = price
     machines = {r["InstanceType"]: r for r in seed_rows(
@@ -526,6 +578,7 @@ def refresh_provider(session: Session, provider: str, imported: Imported, *, cre
     rows in scope go too: they were derived from the old prices."""
     if not imported.rows:
         raise ImporterError("the document holds no offer the catalogue can use")
+    check_row_text(imported.rows)
     lock_catalog(session)
     offers = parse_offers(imported.rows, accelerator_ids(session))
     if any(o.provider != provider for o in offers):

@@ -52,6 +52,7 @@ from service.catalog.offers import (
     version_content_hash,
 )
 from service.catalog.quality import FLAG_CODES, check_offers
+from service.catalog.text import text_problem
 
 REPORT_IDS_SHOWN = 50
 """Offer ids listed per flag in a version's data-quality report (the count is always full)."""
@@ -347,6 +348,46 @@ def _report(
     }
 
 
+def check_row_text(rows: Sequence[Mapping[str, Any]]) -> None:
+    """The one rule for stored text (``service/catalog/text.py``) on every string of every
+    import or refresh row, its column names included: ImportRejectedError naming each row
+    and column, before anything is parsed or hashed (issue 36: a lone surrogate in ``source``
+    failed the content hash with a 500; a NUL failed PostgreSQL)."""
+    errors: list[OfferRowError] = []
+    for number, values in enumerate(rows, start=1):
+        if not isinstance(values, Mapping):
+            continue  # parse_offers names it
+        for name, value in values.items():
+            if not isinstance(name, str) or text_problem(name, max_length=64) is not None:
+                errors.append(OfferRowError(number, "row", "has a column name that is not "
+                                            "text of at most 64 characters without control "
+                                            "characters", "invalid_column_name"))
+                continue
+            problem = text_problem(value) if isinstance(value, str) else None
+            if problem is not None:
+                errors.append(OfferRowError(number, name, problem.message, problem.code))
+    if errors:
+        raise ImportRejectedError(errors)
+
+
+NUMBER_COLUMNS = ("gpus_per_instance", "vcpus", "memory_gib", "gpu_memory_gib", "nvlink_domain",
+                  "inter_node_gbps", "interruption_rate_per_hour", "region_carbon_g_per_kwh")
+"""Columns a JSON export writes as JSON numbers (``export_json``)."""
+
+
+def check_json_types(rows: Sequence[Mapping[str, Any]]) -> None:
+    """A JSON import's numeric columns are JSON numbers (or null), as its export writes them
+    and as the README says: a numeric string such as ``"8"`` is refused like everywhere else
+    in the API (CSV cells are text, so CSV imports are not checked). Money columns stay
+    decimal strings (JSON numbers there are read exactly, ``docs/catalog.md``)."""
+    errors = [OfferRowError(number, name, "must be a JSON number, not a string",
+                            "float_type")
+              for number, values in enumerate(rows, start=1) if isinstance(values, Mapping)
+              for name in NUMBER_COLUMNS if isinstance(values.get(name), str)]
+    if errors:
+        raise ImportRejectedError(errors)
+
+
 def accelerator_ids(session: Session) -> set[str]:
     return set(session.scalars(select(Accelerator.id)))
 
@@ -356,6 +397,7 @@ def import_offers(
     note: str,
 ) -> CatalogVersion:
     """Validate every row (all or nothing), then store a new current version."""
+    check_row_text(rows)
     lock_catalog(session)
     offers = parse_offers(rows, accelerator_ids(session))
     if mode is ImportMode.PATCH:

@@ -130,7 +130,7 @@ def test_the_chart_sweeps_load_up_to_one_replicas_capacity(client: TestClient) -
 @pytest.mark.parametrize(("form", "field", "message"), [
     ({"tp": "0"}, "tp", "Tensor parallel (TP): Input should be greater than or equal to 1"),
     ({"requests_per_s": "-1"}, "requests_per_s",
-     "Requests per second: Input should be greater than 0"),
+     "Requests per second: Input should be greater than or equal to 0.000001"),
     ({"requests_per_s": ""}, "requests_per_s", "Requests per second: online traffic needs "
                                                "exactly one of requests_per_s and concurrency"),
     ({"tp": "8"}, "gpus_per_replica",

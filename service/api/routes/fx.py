@@ -11,6 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from service.api.auth import Principal, read_access, require
 from service.api.deps import SessionDep, commit_before_answer
 from service.api.problems import problem_responses
+from service.api.schemas.common import NoteText
 from service.api.schemas.fx import FxImportOut, FxRatesOut, FxVersionOut
 from service.catalog import fx
 from service.catalog.offers import ImportRejectedError, OfferRowError
@@ -63,7 +64,7 @@ def get_fx_rates(
                         **problem_responses(400, 401, 403, 409, 413, 415, 422)})
 async def import_fx_rates(
     request: Request, response: Response, session: SessionDep, principal: FxWrite,
-    note: Annotated[str, Query(max_length=1000, description="Stored on the new version.")] = "",
+    note: Annotated[NoteText, Query(description="Stored on the new version.")] = "",
 ) -> FxImportOut:
     """Validate every cell (all or nothing), then store the rates new to the table as a new
     version. A rate that differs from a stored one for the same day and currency is 409 and

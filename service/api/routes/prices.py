@@ -22,9 +22,8 @@ from service.api.deps import (
 from service.api.etags import expected_revision
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
-from service.api.schemas.common import Page
+from service.api.schemas.common import NoteText, Page
 from service.api.schemas.prices import (
-    NO_CONTROL_CHARACTERS,
     CatalogVersionDetail,
     CatalogVersionOut,
     OfferOut,
@@ -38,6 +37,7 @@ from service.catalog.offers import (
     OfferRowError,
     Term,
 )
+from service.catalog.text import text_problem
 
 router = APIRouter()
 
@@ -188,9 +188,12 @@ def _parse_import_body(body: bytes, content_type: str) -> list[dict[str, Any]]:
                                                  "with an 'offers' array", "missing")])
     extra = sorted(set(document) - {"offers", "catalog_version", "content_hash"})
     if extra:
-        raise ImportRejectedError([OfferRowError(0, str(extra[0])[:64], "is not a field of "
-                                                 "an import", "extra_forbidden")])
+        name = str(extra[0])[:64]
+        raise ImportRejectedError([OfferRowError(
+            0, "body" if text_problem(name) else name, "is not a field of an import",
+            "extra_forbidden")])
     offers: list[dict[str, Any]] = document["offers"]
+    prices.check_json_types(offers)
     return offers
 
 
@@ -205,9 +208,8 @@ async def import_catalog(
         description="replace: the import is the whole new version; patch: its offers are "
                     "added to, or replace same-id offers of, the current version.")
     ] = prices.ImportMode.REPLACE,
-    note: Annotated[str, Query(max_length=1000, pattern=NO_CONTROL_CHARACTERS,
-                               description="Stored on the new version; no control "
-                                           "characters.")] = "",
+    note: Annotated[NoteText, Query(description="Stored on the new version; no control "
+                                                "characters.")] = "",
 ) -> CatalogVersionDetail:
     """Validate every row, then store a new current version; one bad row rejects the whole
     import with 422 listing each bad row and field, and nothing changes."""

@@ -16,7 +16,9 @@ from typing_extensions import TypeAliasType
 from service.api.auth import Principal, require
 from service.api.deps import SessionDep, commit_before_answer
 from service.api.problems import problem_responses
+from service.api.schemas.common import NoteText
 from service.catalog import importers
+from service.catalog.offers import ImportRejectedError
 from service.core.errors import InvalidSpecError
 
 router = APIRouter(tags=["catalog"])
@@ -86,7 +88,8 @@ async def refresh_catalog(
         gt=0, le=10, description="List prices that move by more than this fraction.")]
     = importers.DEFAULT_MOVE_THRESHOLD,
     dry_run: Annotated[bool, Query(description="Report only; store nothing.")] = False,
-    note: Annotated[str, Query(max_length=1000)] = "",
+    note: Annotated[NoteText, Query(description="Stored on the new version; no control "
+                                                "characters.")] = "",
 ) -> RefreshOut:
     """Replace the provider's offers with those in the document, as one new catalogue
     version (all or nothing, like an import); every other provider's offers stay. The answer
@@ -137,6 +140,8 @@ async def refresh_catalog(
             return imported
         except UnicodeDecodeError:
             raise HTTPException(400, "the body is not UTF-8 text") from None
+        except ImportRejectedError:
+            raise  # a row's field is out of bounds: 422 naming the row and field
         except (ValueError, RecursionError, AttributeError, TypeError, KeyError) as exc:
             # The importers walk untrusted nested JSON: a value of the wrong shape anywhere
             # means the document is not in the format.

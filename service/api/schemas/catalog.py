@@ -8,8 +8,8 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from service.api.schemas.common import IsoDate, RequestModel
-from service.api.schemas.prices import DecimalString
+from service.api.schemas.common import IsoDate, RequestModel, TextRule
+from service.api.schemas.prices import PurchasePrice
 from service.catalog.models import Accelerator
 from service.catalog.offers import MICROS
 from service.core.calibration import DEFAULT_CALIBRATION
@@ -78,7 +78,12 @@ ACCELERATOR_EXAMPLE: dict[str, Any] = {
     "source": "ACME NPU 2 datasheet rev. C (internal, 2026-10)", "as_of": "2026-10-15",
 }
 
-Tflops = Annotated[float, Field(strict=True, gt=0, le=1_000_000, allow_inf_nan=False)]
+MIN_TFLOPS = 0.01
+"""10 GFLOP/s: a floor far below any accelerator sold for training or serving (a 2012 Tesla
+K20 did 3.5 TFLOP/s FP32). A peak of 1e-300 was stored and made every time, and so every
+cost, of that accelerator overflow (issue 36): the floors here keep estimates finite."""
+Tflops = Annotated[float, Field(strict=True, ge=MIN_TFLOPS, le=1_000_000,
+                                allow_inf_nan=False)]
 
 
 class AcceleratorIn(RequestModel):
@@ -89,32 +94,36 @@ class AcceleratorIn(RequestModel):
     model_config = ConfigDict(json_schema_extra={"examples": [ACCELERATOR_EXAMPLE]})
 
     id: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{1,63}$")]
-    vendor: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    name: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    memory_gib: float = Field(strict=True, gt=0, le=16_384, allow_inf_nan=False,
-                              description="HBM capacity per accelerator, GiB.")
-    hbm_tbytes_per_s: float = Field(strict=True, gt=0, le=1_000, allow_inf_nan=False,
-                                    description="HBM bandwidth, decimal TB/s.")
+    vendor: Annotated[str, TextRule(min_length=1, max_length=64)]
+    name: Annotated[str, TextRule(min_length=1, max_length=128)]
+    memory_gib: float = Field(strict=True, ge=0.125, le=16_384, allow_inf_nan=False,
+                              description="HBM capacity per accelerator, GiB (at least 1/8).")
+    hbm_tbytes_per_s: float = Field(strict=True, ge=0.01, le=1_000, allow_inf_nan=False,
+                                    description="HBM bandwidth, decimal TB/s (at least 0.01: "
+                                                "10 GB/s).")
     fp32_tflops: Tflops | None = None
     tf32_tflops: Tflops | None = None
     bf16_tflops: Tflops | None = Field(default=None, description="Dense BF16 peak, TFLOP/s.")
     fp16_tflops: Tflops | None = None
     fp8_tflops: Tflops | None = None
-    tdp_w: float = Field(strict=True, gt=0, le=20_000, allow_inf_nan=False,
+    tdp_w: float = Field(strict=True, ge=1, le=20_000, allow_inf_nan=False,
                          description="Board power, W.")
     scaleup_domain_size: int = Field(strict=True, ge=1, le=100_000,
                                      description="Accelerators sharing the scale-up fabric.")
-    scaleup_gbytes_per_s: float = Field(strict=True, gt=0, le=100_000, allow_inf_nan=False,
-                                        description="Per accelerator per direction, GB/s.")
-    scaleout_gbits_per_s: float = Field(strict=True, gt=0, le=100_000, allow_inf_nan=False,
-                                        description="Back-end network per accelerator, Gbit/s.")
-    purchase_price_usd: DecimalString | None = Field(
-        default=None, description="Purchase price per accelerator (on-prem TCO).")
-    price_basis: Annotated[str, StringConstraints(max_length=2000)] | None = None
-    source: Annotated[str, StringConstraints(min_length=1, max_length=2000)] = Field(
+    scaleup_gbytes_per_s: float = Field(strict=True, ge=0.1, le=100_000, allow_inf_nan=False,
+                                        description="Per accelerator per direction, GB/s (at "
+                                                    "least 0.1).")
+    scaleout_gbits_per_s: float = Field(strict=True, ge=0.1, le=100_000, allow_inf_nan=False,
+                                        description="Back-end network per accelerator, Gbit/s "
+                                                    "(at least 0.1).")
+    purchase_price_usd: PurchasePrice | None = Field(
+        default=None, description="Purchase price per accelerator (on-prem TCO), at most "
+                                  "10,000,000.")
+    price_basis: Annotated[str, TextRule(max_length=2000)] | None = None
+    source: Annotated[str, TextRule(min_length=1, max_length=2000)] = Field(
         description="Where the figures come from (datasheet, measurement).")
     as_of: IsoDate
-    notes: Annotated[str, StringConstraints(max_length=4000)] = ""
+    notes: Annotated[str, TextRule(max_length=4000)] = ""
 
     @model_validator(mode="after")
     def _checks(self) -> Self:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from service.api.schemas.common import IsoDate, RequestModel
+from service.api.schemas.common import AcceleratorRef, IsoDate, RequestModel, TextRule
 from service.api.schemas.quotes import CurrencyCode, Slug, TermName
 
 BookName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
@@ -39,7 +39,7 @@ class DiscountEntryIn(RequestModel):
 
     provider: Slug
     term: TermName | None = None
-    accelerator: Annotated[str, StringConstraints(max_length=64)] | None = None
+    accelerator: AcceleratorRef | None = None
     region: Slug | None = None
     percent_off: Percent | None = Field(
         default=None, description="Off the list price, 0 < percent < 100 (decimal string).")
@@ -72,7 +72,7 @@ class DiscountEntryIn(RequestModel):
 
 
 class DiscountBookRevisionIn(RequestModel):
-    description: str = Field(default="", max_length=2000)
+    description: Annotated[str, TextRule(max_length=2000)] = ""
     entries: list[DiscountEntryIn] = Field(min_length=1, max_length=MAX_ENTRIES)
 
     @model_validator(mode="after")

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
 
-from service.api.schemas.common import RequestModel
+from service.api.schemas.common import AcceleratorRef, RequestModel, TextRule
 from service.core.estimate import Estimate
 from service.core.presets import get_preset
 from service.core.specs import (
@@ -45,13 +45,13 @@ ARCHITECTURE_FIELDS = (*ARCHITECTURE_REQUIRED, "vocab_size")
 class ModelIn(RequestModel):
     """A preset name, or a full architecture (never both)."""
 
-    preset: str | None = Field(
+    preset: Annotated[str, TextRule(max_length=64)] | None = Field(
         default=None,
-        max_length=64,
         description="Preset name from GET /v1/models.",
         examples=["llama3.1-70b"],
     )
-    name: str = Field(default="custom", max_length=64, description="Label for a custom model.")
+    name: Annotated[str, TextRule(max_length=64)] = Field(
+        default="custom", description="Label for a custom model.")
     num_layers: int | None = Field(
         strict=True, default=None, ge=1, le=10_000, description="Layers L."
     )
@@ -143,8 +143,7 @@ class ModelIn(RequestModel):
 
 
 class ClusterIn(RequestModel):
-    accelerator: str = Field(
-        max_length=64,
+    accelerator: AcceleratorRef = Field(
         description="Accelerator id from GET /v1/accelerators.",
         examples=["h100-sxm5-80gb"],
     )

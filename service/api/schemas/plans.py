@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
 
-from service.api.schemas.common import RequestModel
+from service.api.schemas.common import AcceleratorRef, RequestModel
 from service.api.schemas.estimate import (
     FRAMEWORK_DESCRIPTION,
     ClusterIn,
@@ -22,7 +22,7 @@ from service.api.schemas.estimate import (
     TimeOut,
     TrainingIn,
 )
-from service.api.schemas.prices import DecimalString
+from service.api.schemas.prices import DecimalString, PricePerGpuHour
 from service.core.plausibility import costly_warnings, long_run_warning
 from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult, SearchSpace
 from service.core.specs import (
@@ -85,7 +85,7 @@ class IntRange(RequestModel):
 
 
 class CandidateClusterIn(RequestModel):
-    accelerator: str = Field(max_length=64, examples=["h100-sxm5-80gb"])
+    accelerator: AcceleratorRef = Field(examples=["h100-sxm5-80gb"])
     num_gpus: Count | None = Field(default=None, description="One GPU count.")
     num_gpus_range: IntRange | None = Field(default=None, description="Several GPU counts.")
     gpus_per_node: int | None = Field(strict=True, default=None, ge=1, le=100_000)
@@ -224,9 +224,10 @@ class ConstraintsIn(RequestModel):
                                       description="Deadline for the training run, seconds.")
     budget_usd: DecimalString | None = Field(
         default=None, description="Largest cost; needs price_per_gpu_hour_usd.")
-    price_per_gpu_hour_usd: DecimalString | dict[str, DecimalString] | None = Field(
+    price_per_gpu_hour_usd: PricePerGpuHour | dict[AcceleratorRef, PricePerGpuHour] | None = Field(
         default=None, description="One price for every accelerator, or one per accelerator "
-                                  "id. Until quotes land this is how cost is known.")
+                                  "id, at most 1,000,000 per GPU-hour. Until quotes land this "
+                                  "is how cost is known.")
 
     def to_space(self) -> SearchSpace:
         """The search space; ``fixed`` gives the dimensions that do not vary (dp is derived,

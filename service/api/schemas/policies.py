@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 from typing_extensions import TypeAliasType
 
-from service.api.schemas.common import RequestModel
+from service.api.schemas.common import RequestModel, TextRule
 from service.api.schemas.prices import DecimalString
 from service.api.schemas.quotes import CurrencyCode, PolicyName, Slug, TermName
 from service.core.quote import DEFAULT_POLICY, RULES
@@ -74,16 +74,19 @@ class PolicyRulesIn(RequestModel):
                                       description="Rules whose failure only warns.")
 
 
+Description = Annotated[str, TextRule(max_length=2000)]
+
+
 class PolicyIn(RequestModel):
     name: PolicyName = Field(examples=["finance-2027"])
-    description: str = Field(default="", max_length=2000)
+    description: Description = ""
     rules: PolicyRulesIn = Field(default_factory=PolicyRulesIn)
 
 
 class PolicyRevisionIn(RequestModel):
     """A new revision of an existing policy (``PUT`` with ``If-Match``)."""
 
-    description: str = Field(default="", max_length=2000)
+    description: Description = ""
     rules: PolicyRulesIn = Field(default_factory=PolicyRulesIn)
 
 

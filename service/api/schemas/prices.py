@@ -3,22 +3,43 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from service.api.schemas.common import RequestModel
+from service.api.schemas.common import NoteText, RequestModel, TextRule
 from service.catalog.models import CatalogVersion, OfferRevision
-from service.catalog.offers import PaymentOption, Term, micros_to_text
-
-NO_CONTROL_CHARACTERS = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
-"""Free text stored as a version note: tabs and line breaks, but no NUL (PostgreSQL refuses it
-in text) and no other control character."""
+from service.catalog.offers import MAX_PRICE_PER_HOUR, PaymentOption, Term, micros_to_text
 
 DecimalString = Annotated[
     str, StringConstraints(pattern=r"^[0-9]{1,13}(\.[0-9]{1,6})?$", max_length=20)
 ]
 """A non-negative decimal with at most 6 places, as a string (JSON numbers lose cents)."""
+
+
+def _at_most(limit: Decimal, unit: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if Decimal(value) > limit:
+            raise ValueError(f"must be at most {limit:f} {unit}")
+        return value
+    return AfterValidator(check)
+
+
+MAX_PRICE_PER_GPU_HOUR = MAX_PRICE_PER_HOUR
+"""1,000,000 per GPU-hour: the import's cap per instance-hour (``MAX_PRICE_PER_HOUR``), far
+above any GPU's price (a few to tens of USD). A request's price per GPU-hour is bounded so
+that every cost made from it stays within the 28 digits of Decimal arithmetic (issue 36: a
+price of 10^13 with a tiny load overflowed the cost per million tokens)."""
+MAX_PURCHASE_PRICE = Decimal(10_000_000)
+"""10,000,000 per accelerator: over 100 times the price of any GPU sold (an H100 lists at
+25,000-40,000 USD), and within the integer micro-units the database stores (a price of
+10^13 overflowed the 64-bit column, issue 36)."""
+MAX_ELECTRICITY_PER_KWH = Decimal(1_000)
+"""1,000 per kWh: 10,000 times an industrial tariff (about 0.10 USD/kWh)."""
+PricePerGpuHour = Annotated[DecimalString, _at_most(MAX_PRICE_PER_GPU_HOUR, "per GPU-hour")]
+PurchasePrice = Annotated[DecimalString, _at_most(MAX_PURCHASE_PRICE, "per accelerator")]
+ElectricityPrice = Annotated[DecimalString, _at_most(MAX_ELECTRICITY_PER_KWH, "per kWh")]
 
 
 def as_utc(moment: dt.datetime) -> dt.datetime:
@@ -149,20 +170,19 @@ class OfferUpdate(RequestModel):
     price_per_hour: DecimalString
     upfront_fee: DecimalString | None = None
     interruption_rate_per_hour: float | None = Field(default=None, ge=0, le=1, strict=True)
-    interruption_rate_source: str | None = Field(default=None, max_length=2000)
+    interruption_rate_source: Annotated[str, TextRule(max_length=2000)] | None = None
     region_carbon_g_per_kwh: float | None = Field(default=None, ge=0, le=2000, strict=True)
-    region_carbon_source: str | None = Field(default=None, max_length=2000)
-    source: str = Field(min_length=1, max_length=2000)
+    region_carbon_source: Annotated[str, TextRule(max_length=2000)] | None = None
+    source: Annotated[str, TextRule(min_length=1, max_length=2000)]
     as_of: str | None = Field(pattern=r"^(\d{4}-\d{2}-\d{2}|unknown)$",
                               examples=["2026-11-20"],
                               description="Date the price held, YYYY-MM-DD; \"unknown\" or "
                                           "null when the source gives none (never a stand-in "
                                           "date).")
     indicative: bool = Field(strict=True)
-    notes: str = Field(default="", max_length=4000)
-    note: str = Field(default="", max_length=1000, pattern=NO_CONTROL_CHARACTERS,
-                      description="Why the price changed; stored on the new version (no "
-                                  "control characters).")
+    notes: Annotated[str, TextRule(max_length=4000)] = ""
+    note: NoteText = Field(default="", description="Why the price changed; stored on the new "
+                                                    "version (no control characters).")
 
     def changes(self) -> dict[str, Any]:
         """The edited columns in the import format."""

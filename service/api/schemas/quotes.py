@@ -16,7 +16,7 @@ from pydantic import (
 )
 from typing_extensions import TypeAliasType
 
-from service.api.schemas.common import IsoDate, RequestModel
+from service.api.schemas.common import AcceleratorRef, IsoDate, RequestModel, TextRule
 from service.api.schemas.estimate import (
     Count,
     EnergyIn,
@@ -25,7 +25,7 @@ from service.api.schemas.estimate import (
 )
 from service.api.schemas.fx import FxConversionOut, MoneyOut
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
-from service.api.schemas.prices import DecimalString
+from service.api.schemas.prices import DecimalString, ElectricityPrice, PurchasePrice
 from service.api.schemas.serving import ServingPlanRequest, ServingRequest
 from service.catalog.currencies import is_currency
 from service.catalog.quoting import ALL_TERMS
@@ -92,7 +92,7 @@ QUOTE_EXAMPLE: dict[str, Any] = {
 
 
 class GpuHoursWorkload(RequestModel):
-    accelerator: str = Field(max_length=64, examples=["h100-sxm5-80gb"])
+    accelerator: AcceleratorRef = Field(examples=["h100-sxm5-80gb"])
     gpu_hours: float = Field(strict=True, gt=0, le=1e12, examples=[250000])
     num_gpus: Count = Field(examples=[512], description="GPUs at once (sets the wall-clock).")
     checkpoint_bytes: float = Field(
@@ -182,14 +182,16 @@ class ReliabilityIn(RequestModel):
 
 
 class OnPremIn(RequestModel):
-    purchase_price_per_gpu: DecimalString | dict[str, DecimalString] | None = Field(
-        default=None, description="One price, or one per accelerator id. Default: the "
-                                  "accelerator's indicative price from the catalogue.")
+    purchase_price_per_gpu: PurchasePrice | dict[AcceleratorRef, PurchasePrice] | None = Field(
+        default=None, description="One price, or one per accelerator id, at most 10,000,000 "
+                                  "per GPU. Default: the accelerator's indicative price from "
+                                  "the catalogue.")
     overhead_fraction: Fraction = Field(default=str(pricing.DEFAULT_ONPREM_OVERHEAD_FRACTION))
     depreciation_years: int = Field(strict=True, default=pricing.DEFAULT_DEPRECIATION_YEARS,
                                     ge=1, le=15)
-    electricity_per_kwh: DecimalString = Field(
-        default=str(pricing.DEFAULT_ELECTRICITY_USD_PER_KWH))
+    electricity_per_kwh: ElectricityPrice = Field(
+        default=str(pricing.DEFAULT_ELECTRICITY_USD_PER_KWH),
+        description="Per kWh, in the quote's currency; at most 1,000.")
     pue: Annotated[str, StringConstraints(pattern=r"^[1-4](\.\d{1,3})?$")] = Field(
         default=str(pricing.DEFAULT_ONPREM_PUE))
     operations_fraction_per_year: Fraction = Field(
@@ -310,7 +312,7 @@ class BudgetPlanRequest(RequestModel):
             "'largest_model': the largest compute-optimal model of candidate_models (trained "
             "on tokens_per_param × its parameters, overriding training.tokens) with a line "
             "within the budget and deadline that no policy rule fails."))
-    candidate_models: list[Annotated[str, StringConstraints(max_length=64)]] | None = Field(
+    candidate_models: list[Annotated[str, TextRule(max_length=64)]] | None = Field(
         default=None, min_length=1, max_length=16,
         description="Presets for 'largest_model' (default: the dense Llama presets).")
     tokens_per_param: float = Field(

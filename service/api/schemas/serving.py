@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
 
-from service.api.schemas.common import RequestModel
+from service.api.schemas.common import AcceleratorRef, RequestModel
 from service.api.schemas.estimate import EnergyIn, ModelIn
-from service.api.schemas.prices import DecimalString
+from service.api.schemas.prices import PricePerGpuHour
 from service.core import serving
 from service.core.estimate import average_power_w_per_gpu
 from service.core.specs import AcceleratorSpec, EnergySpec
@@ -28,6 +29,13 @@ SERVING_EXAMPLE: dict[str, Any] = {
 }
 
 Tokens = float
+MIN_REQUESTS_PER_S = 1e-6
+"""One request in about 11.6 days. A fleet held for a slower load serves nothing a cost per
+token could describe; 1e-300 overflowed the cost per million tokens (issue 36)."""
+MAX_COST_FIGURE_USD = Decimal(10) ** 15
+"""The largest cost figure a serving estimate states (10^15 USD, about ten times the world's
+yearly output): a larger one is null, with a warning, rather than a number past the 28 digits
+of Decimal arithmetic (issue 36: an idle fleet's cost per million tokens overflowed)."""
 
 
 class SpeculativeIn(RequestModel):
@@ -38,7 +46,7 @@ class SpeculativeIn(RequestModel):
 
 
 class DeploymentIn(RequestModel):
-    accelerator: str = Field(max_length=64, examples=["h100-sxm5-80gb"])
+    accelerator: AcceleratorRef = Field(examples=["h100-sxm5-80gb"])
     gpus_per_replica: int = Field(strict=True, ge=1, le=1024)
     tp: int = Field(strict=True, default=1, ge=1, le=1024, description="Tensor parallelism.")
     pp: int = Field(strict=True, default=1, ge=1, le=1024, description="Pipeline stages.")
@@ -58,8 +66,9 @@ class DeploymentIn(RequestModel):
                     "assumed).")
     speculative: SpeculativeIn | None = Field(default=None,
                                               description="Speculative decoding, optional.")
-    price_per_gpu_hour_usd: DecimalString | None = Field(
-        default=None, description="Price of one GPU-hour, for the cost block.")
+    price_per_gpu_hour_usd: PricePerGpuHour | None = Field(
+        default=None, description="Price of one GPU-hour, for the cost block (at most "
+                                  "1,000,000).")
 
     @model_validator(mode="after")
     def _prefix(self) -> Self:
@@ -125,7 +134,10 @@ class TrafficIn(RequestModel):
         "concurrency (closed loop)."))
     prompt_tokens: LengthIn
     output_tokens: LengthIn
-    requests_per_s: float | None = Field(strict=True, default=None, gt=0, le=1e6)
+    requests_per_s: float | None = Field(
+        strict=True, default=None, ge=MIN_REQUESTS_PER_S, le=1e6,
+        description="Open-loop arrival rate, requests per second (at least 1e-6: one request "
+                    "in 11.6 days).")
     concurrency: int | None = Field(strict=True, default=None, ge=1, le=1_000_000)
     batch_size: int | None = Field(strict=True, default=None, ge=1, le=100_000)
     slo: SloIn = Field(default_factory=SloIn)
@@ -220,9 +232,41 @@ class SizingOut(BaseModel):
 
 
 class ServingCostOut(BaseModel):
-    usd_per_hour: str = Field(description="All replicas, at the given price.")
-    usd_per_million_output_tokens: str
-    usd_per_million_total_tokens: str
+    usd_per_hour: str | None = Field(description=(
+        "All replicas, at the given price; null (with a warning) over 10^15 USD, as each "
+        "figure here."))
+    usd_per_million_output_tokens: str | None
+    usd_per_million_total_tokens: str | None
+
+
+def _cost_figure(value: Decimal, exponent: Decimal) -> str | None:
+    """``value`` rounded to ``exponent``, or None past ``MAX_COST_FIGURE_USD`` (or not
+    finite): bounded before ``quantize``, which fails past 28 significant digits."""
+    if not value.is_finite() or value > MAX_COST_FIGURE_USD:
+        return None
+    return str(value.quantize(exponent))
+
+
+def _serving_cost(price: str, num_gpus: int, output_per_s: float,
+                  tokens_per_s: float) -> tuple[ServingCostOut, list[str]]:
+    """The cost block and the warnings of figures left out."""
+    per_hour = Decimal(price) * num_gpus
+    cents = Decimal("0.0001")
+
+    def per_million(rate: float) -> str | None:
+        if not math.isfinite(rate) or rate <= 0:
+            return None
+        return _cost_figure(per_hour * Decimal(1_000_000) / (Decimal(repr(rate)) * HOUR_S),
+                            cents)
+
+    cost = ServingCostOut(usd_per_hour=_cost_figure(per_hour, Decimal("0.01")),
+                          usd_per_million_output_tokens=per_million(output_per_s),
+                          usd_per_million_total_tokens=per_million(tokens_per_s))
+    missing = [name for name, value in cost.model_dump().items() if value is None]
+    warnings = [f"cost: {', '.join(missing)} not given: over {MAX_COST_FIGURE_USD:.0E} USD "
+                "(the load is far below what the fleet serves, or the fleet is very large)"
+                ] if missing else []
+    return cost, warnings
 
 
 class ServingEnergyOut(BaseModel):
@@ -262,19 +306,11 @@ class ServingResponse(BaseModel):
         power_w = num_gpus * average_power_w_per_gpu(tdp_w, energy) * energy.pue
         kwh_per_million = (power_w * 1e6 / total_output_per_s / JOULES_PER_KWH
                            if total_output_per_s > 0 else 0.0)
-        cost = None
+        cost: ServingCostOut | None = None
+        cost_warnings: list[str] = []
         if deployment.price_per_gpu_hour_usd is not None and total_output_per_s > 0:
-            per_hour = Decimal(deployment.price_per_gpu_hour_usd) * num_gpus
-            per_million_out = per_hour * Decimal(1_000_000) / (
-                Decimal(repr(total_output_per_s)) * HOUR_S)
-            per_million_all = per_hour * Decimal(1_000_000) / (
-                Decimal(repr(total_tokens_per_s)) * HOUR_S)
-            cents = Decimal("0.0001")
-            cost = ServingCostOut(usd_per_hour=str(per_hour.quantize(Decimal("0.01"))),
-                                  usd_per_million_output_tokens=str(
-                                      per_million_out.quantize(cents)),
-                                  usd_per_million_total_tokens=str(
-                                      per_million_all.quantize(cents)))
+            cost, cost_warnings = _serving_cost(deployment.price_per_gpu_hour_usd, num_gpus,
+                                                total_output_per_s, total_tokens_per_s)
         m = e.memory
         return cls(
             memory=ServingMemoryOut(
@@ -307,7 +343,7 @@ class ServingResponse(BaseModel):
                 co2e_kg_per_million_output_tokens=(
                     kwh_per_million * energy.grid_gco2e_per_kwh / 1000.0),
                 pue=energy.pue, grid_gco2e_per_kwh=energy.grid_gco2e_per_kwh),
-            warnings=list(e.warnings), assumptions=list(e.assumptions))
+            warnings=[*e.warnings, *cost_warnings], assumptions=list(e.assumptions))
 
 
 QUEUEING_MODEL = (
@@ -347,7 +383,7 @@ MAX_PLAN_MAX_BATCHES = 64
 
 class ServingPlanRequest(RequestModel):
     model: ModelIn
-    accelerators: list[str] = Field(min_length=1, max_length=8,
+    accelerators: list[AcceleratorRef] = Field(min_length=1, max_length=8,
                                     description="Accelerator ids to consider.")
     engine: serving.Engine = Field(
         default=serving.Engine.UNKNOWN,
@@ -369,9 +405,10 @@ class ServingPlanRequest(RequestModel):
             f"(110,592 measured in a median 0.27-0.35 s for a dense 70B model and 0.48-0.80 "
             f"s for an MoE one on a loaded 2-core machine)."))
     max_tp: int | None = Field(strict=True, default=None, ge=1, le=1024)
-    price_per_gpu_hour_usd: DecimalString | dict[str, DecimalString] | None = Field(
-        default=None, description="One price for every accelerator, or one per id; without "
-                                  "prices plans are ranked by GPUs.")
+    price_per_gpu_hour_usd: PricePerGpuHour | dict[AcceleratorRef, PricePerGpuHour] | None = Field(
+        default=None, description="One price for every accelerator, or one per id (at most "
+                                  "1,000,000 per GPU-hour); without prices plans are ranked "
+                                  "by GPUs.")
     traffic: TrafficIn
     top_k: int = Field(strict=True, default=10, ge=1, le=100)
     energy: EnergyIn = Field(default_factory=EnergyIn)

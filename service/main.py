@@ -30,6 +30,7 @@ from service.api.observability import (
 )
 from service.api.openapi import build_openapi, operation_id
 from service.api.page_cache import PageCache
+from service.api.pagination import use_secret as use_page_secret
 from service.api.problems import install_problem_handlers
 from service.api.routes import (
     catalog,
@@ -194,6 +195,7 @@ def create_app(settings: Settings | None = None, *,
     # waits for a connection held by a request that is itself waiting for the cache.
     cache_engine = make_engine(settings.resolved_database_url, pool_size=1, max_overflow=0)
     app.state.settings = settings
+    use_page_secret(settings.api_key_pepper.get_secret_value())
     set_memory_limit(settings.search_memory_bytes)
     app.state.engine = engine
     app.state.cache_engine = cache_engine

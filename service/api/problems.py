@@ -38,6 +38,9 @@ from service.catalog.quotes import IdempotencyKeyReusedError
 from service.core.errors import InfeasiblePlanError, InvalidSpecError, NoFeasiblePlanError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+MAX_INSTANCE_CHARS = 256
+"""A problem's ``instance`` is the request's path cut to this many characters (issue 36: it
+echoed paths of up to 5,000)."""
 TYPE_PREFIX = "tag:computequote.dev,2026:problems/"
 logger = logging.getLogger("service.api")
 
@@ -63,7 +66,9 @@ class Problem(BaseModel):
     status: int = Field(examples=[422])
     detail: str = Field(examples=["training.seq_len: Input should be less than or equal to "
                                   "100000000"])
-    instance: str = Field(examples=["/v1/estimates"])
+    instance: str = Field(examples=["/v1/estimates"],
+                          description=f"The request's path (its first {MAX_INSTANCE_CHARS} "
+                                      "characters).")
     errors: list[FieldError] | None = Field(default=None)
     field: str | None = Field(default=None, description="The input a domain rule names.")
     request_id: str | None = Field(default=None, description="The X-Request-ID of the call.")
@@ -78,7 +83,7 @@ def problem_response(
         "title": title,
         "status": status,
         "detail": detail,
-        "instance": request.url.path,
+        "instance": request.url.path[:MAX_INSTANCE_CHARS],
     }
     request_id = getattr(request.state, "request_id", None)
     if request_id:
@@ -95,7 +100,7 @@ async def send_problem(scope: Scope, send: Send, *, status: int, kind: str, titl
     state = scope.get("state", {})
     body = json.dumps({
         "type": TYPE_PREFIX + kind, "title": title, "status": status, "detail": detail,
-        "instance": scope.get("path", ""), **extra,
+        "instance": str(scope.get("path", ""))[:MAX_INSTANCE_CHARS], **extra,
         **({"request_id": state["request_id"]} if "request_id" in state else {}),
     }).encode()
     await send({

@@ -15,6 +15,7 @@ import datetime as dt
 import functools
 import json
 import sys
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -1707,6 +1708,9 @@ AZURE_FILTER = ("serviceName eq 'Virtual Machines' and priceType ne 'DevTestCons
                 "(startswith(armSkuName, 'Standard_ND') or startswith(armSkuName, "
                 "'Standard_NC'))")
 MAX_LIVE_PAGES = 200
+AZURE_HOST = "prices.azure.com"
+"""The only host a live Azure refresh talks to: its NextPageLink and any redirect must stay
+on https://prices.azure.com (issue 36: a NextPageLink was followed to any host)."""
 
 
 def fetch_live(kind: str, provider: str) -> bytes:
@@ -1733,8 +1737,27 @@ def fetch_live(kind: str, provider: str) -> bytes:
                        "and pass --from-file") from None
 
 
-def _fetch(httpx: Any, kind: str, provider: str) -> bytes:
-    with httpx.Client(timeout=60, follow_redirects=True) as web:
+def _pinned_to_azure(url: str) -> None:
+    """Refuse a URL that is not https://prices.azure.com (default port, no credentials)."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if (parts.scheme != "https" or parts.hostname != AZURE_HOST or port not in (None, 443)
+            or parts.username is not None or parts.password is not None):
+        where = f"{parts.scheme}://{parts.hostname or ''}"[:100]
+        raise CliError(
+            f"the Azure Retail Prices API sent the refresh to {where!r}; a live Azure refresh "
+            f"only follows pages on https://{AZURE_HOST}, so nothing was fetched from there "
+            "and nothing was stored")
+
+
+def _fetch(httpx: Any, kind: str, provider: str, transport: Any = None) -> bytes:
+    hooks = ({"request": [lambda request: _pinned_to_azure(str(request.url))]}
+             if kind == "azure" else {})
+    with httpx.Client(timeout=60, follow_redirects=True, event_hooks=hooks,
+                      transport=transport) as web:
         if kind == "skypilot":
             answer = web.get(LIVE_SOURCES["skypilot"].format(provider=provider))
             answer.raise_for_status()
@@ -1749,6 +1772,11 @@ def _fetch(httpx: Any, kind: str, provider: str) -> bytes:
             page = answer.json()
             pages.append(page)
             url, params = page.get("NextPageLink"), None
+            if url:
+                if not isinstance(url, str):
+                    raise CliError("the Azure Retail Prices API answered a NextPageLink that "
+                                   f"is not a URL on https://{AZURE_HOST}; nothing was stored")
+                _pinned_to_azure(url)
         return json.dumps(pages).encode()
 
 

@@ -462,3 +462,30 @@ def test_a_hybrid_sharded_workload_is_priced_on_its_own_plan_and_verifies(
         client, plain, writer))
     result = client.post(f"/v1/quotes/{hybrid.json()['id']}/verify", headers=writer).json()
     assert result["matches"], result["differences"][:3]
+
+
+class TestNoStore:
+    """Issue 36 (low): quote reads hold budgets and prices, but sent no Cache-Control."""
+
+    def test_every_quote_answer_says_no_store(
+        self, client: TestClient, api_key: KeyMaker
+    ) -> None:
+        key = api_key("quotes:read", "quotes:write")
+        created = post(client, key, GPU_HOURS_QUOTE, key="no-store-1")
+        assert created.status_code == 201, created.text[:300]
+        quote_id = created.json()["id"]
+        answers = {
+            "create": created,
+            "replay": post(client, key, GPU_HOURS_QUOTE, key="no-store-1"),
+            "get": client.get(f"/v1/quotes/{quote_id}", headers=key),
+            "list": client.get("/v1/quotes", headers=key),
+            "lines": client.get(f"/v1/quotes/{quote_id}/lines", headers=key),
+            "verify": client.post(f"/v1/quotes/{quote_id}/verify", headers=key),
+            "requote": client.post(f"/v1/quotes/{quote_id}/requote",
+                                   headers={**key, "Idempotency-Key": "no-store-2"}),
+            "budget plan": client.post("/v1/budget-plans", json=BUDGET_PLAN_EXAMPLE,
+                                       headers=key),
+        }
+        for what, answer in answers.items():
+            assert answer.is_success, (what, answer.text[:300])
+            assert answer.headers.get("cache-control") == "no-store", what

@@ -82,6 +82,9 @@ Timestamp = Annotated[str | None, Query(
     max_length=32, description="ISO 8601 date or date-time; UTC when no zone is given.",
     examples=["2026-11-01T00:00:00Z"])]
 QUOTE_ID_PATTERN = r"^q_[0-9a-f]{32}$"
+NO_STORE = {"Cache-Control": "no-store"}
+"""On every answer that holds a quote or a budget plan (issue 36): they carry budgets and
+prices a shared cache must not keep, nor a browser's history."""
 
 
 def _quote_id(quote_id: Annotated[str, Path(
@@ -287,12 +290,13 @@ def _store(request: Request, session: Session, row: Quote) -> Response:
     if row.verdict == "reject":
         metrics.budget_rejections.inc()
     return Response(row.response, status_code=201, media_type="application/json",
-                    headers={"Location": f"/v1/quotes/{row.id}"})
+                    headers={"Location": f"/v1/quotes/{row.id}", **NO_STORE})
 
 
 def _replay(row: Quote) -> Response:
     return Response(row.response, status_code=201, media_type="application/json",
-                    headers={"Idempotent-Replayed": "true", "Location": f"/v1/quotes/{row.id}"})
+                    headers={"Idempotent-Replayed": "true", "Location": f"/v1/quotes/{row.id}",
+                             **NO_STORE})
 
 
 @router.get("/v1/quotes/{quote_id}", summary="Get a stored quote", response_class=Response,
@@ -302,13 +306,13 @@ def get_quote(session: SessionDep, reader: ReaderDep, quote_id: QuoteId) -> Resp
     """The stored quote, byte for byte as it was first answered. Only its principal, keys of
     the same team and ``quotes:admin`` keys may read it; to anyone else it is 404."""
     return Response(store.get_quote(session, quote_id, reader).response,
-                    media_type="application/json")
+                    media_type="application/json", headers=NO_STORE)
 
 
 @router.get("/v1/quotes", summary="List stored quotes", response_model=Page[QuoteSummaryOut],
             responses=problem_responses(400, 401, 403, 422))
 def list_quotes(
-    session: SessionDep, reader: ReaderDep,
+    session: SessionDep, reader: ReaderDep, response: Response,
     principal: Annotated[str | None, Query(max_length=128,
                                            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")] = None,
     created_after: Timestamp = None, created_before: Timestamp = None,
@@ -336,6 +340,7 @@ def list_quotes(
     if len(rows) > page_size:
         last = rows[page_size - 1]
         next_token = encode_token(f"{last.created_at.isoformat()}|{last.id}")
+    response.headers.update(NO_STORE)
     return Page[QuoteSummaryOut](items=items, next_page_token=next_token)
 
 
@@ -381,7 +386,7 @@ def _differences(stored: dict[str, Any], stored_lines: list[dict[str, Any]],
              response_model=VerifyOut,
              responses={**problem_responses(401, 403, 404, 422), **SEARCH_UNAVAILABLE})
 def verify_quote(
-    session: SessionDep, reader: ReaderDep, accelerators: AcceleratorsDep,
+    response: Response, session: SessionDep, reader: ReaderDep, accelerators: AcceleratorsDep,
     settings: SettingsDep, gone: ClientGoneDep, quote_id: QuoteId,
 ) -> VerifyOut:
     """Recompute from the stored request, catalogue version, policy revision and date; every
@@ -400,6 +405,7 @@ def verify_quote(
     differences = _differences(
         stored, store.stored_lines(row), QuoteOut.model_validate({**stored, **fresh}).model_dump(
             mode="json"), fresh_lines)
+    response.headers.update(NO_STORE)
     return VerifyOut.model_validate({
         "matches": not differences, "differences": differences,
         "catalog_version": row.catalog_version_id, "estimator_version": ESTIMATOR_VERSION,
@@ -424,7 +430,7 @@ def list_quote_lines(
     following = start + page_size
     body = {"items": page,
             "next_page_token": encode_token(str(following)) if following < len(lines) else None}
-    return Response(_body_text(body), media_type="application/json")
+    return Response(_body_text(body), media_type="application/json", headers=NO_STORE)
 
 
 @router.post("/v1/quotes/{quote_id}/requote", summary="Price a stored quote's request again",
@@ -472,7 +478,7 @@ def plan_budget(
         "70B within 3M USD": {"summary": "Llama 3.1 70B, H100 or A100, 3M USD, 60 days",
                               "value": BUDGET_PLAN_EXAMPLE}})],
     session: SessionDep, accelerators: AcceleratorsDep, settings: SettingsDep,
-    _: QuotesRead, gone: ClientGoneDep,
+    _: QuotesRead, gone: ClientGoneDep, response: Response,
 ) -> BudgetPlanOut:
     """For every candidate accelerator and GPU count, the optimiser's fastest plan is priced
     on every matching offer and judged by the policy. Answers the lines whose ``total`` (the
@@ -480,5 +486,6 @@ def plan_budget(
     deadline, cheapest first; lines a policy rule fails are left out of both."""
     version = _version_in_body(session, body.catalog_version)
     policy = _policy(session, body.policy, settings.default_policy)
+    response.headers.update(NO_STORE)
     return budget_plan(body, session, accelerators, settings, version.id, policy,
                        dt.datetime.now(dt.UTC), request_budget(settings, gone))

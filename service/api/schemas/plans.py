@@ -80,6 +80,11 @@ class IntRange(RequestModel):
             raise ValueError("stop must be >= start")
         return self
 
+    def size(self) -> int:
+        """How many values, counted without making them (a range of a million batches was
+        made, 40 MB, only to be refused for holding more than 64: issue 36)."""
+        return len(range(self.start, self.stop + 1, self.step))
+
     def values(self) -> list[int]:
         return list(range(self.start, self.stop + 1, self.step))
 
@@ -165,7 +170,7 @@ class PlanTrainingIn(RequestModel):
         if sum(given) != 1:
             raise ValueError("give exactly one of global_batch_seqs, global_batch_seqs_options "
                              "and global_batch_range")
-        if self.global_batch_range is not None and len(self.global_batch_range.values()) > (
+        if self.global_batch_range is not None and self.global_batch_range.size() > (
             MAX_BATCH_OPTIONS
         ):
             raise ValueError(f"global_batch_range may hold at most {MAX_BATCH_OPTIONS} values")

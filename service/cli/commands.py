@@ -1465,10 +1465,14 @@ def register(app: typer.Typer) -> None:
         from service.settings import Settings
 
         migrate_and_seed(Settings().resolved_database_url)
+        from service.api.connections import HTTP_PROTOCOL
         from service.api.observability import UVICORN_LOG_CONFIG
 
+        # The protocol that bounds request heads and connections per address, as make run
+        # and the image run it (service/api/connections.py).
         uvicorn.run("service.main:create_app", factory=True, host=host, port=port,
-                    access_log=False, server_header=False, log_config=str(UVICORN_LOG_CONFIG))
+                    access_log=False, server_header=False, log_config=str(UVICORN_LOG_CONFIG),
+                    http=HTTP_PROTOCOL)
 
 
 OFFER_TERMS = ("on_demand", "spot")

@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.api.connections import HTTP_PROTOCOL
 from tests.databases import migrate_and_seed
 from tests.live_server import ServerProcess, server_process
 
@@ -173,7 +174,10 @@ def test_a_connection_over_the_per_client_limit_is_refused_503(server: ServerPro
 
 @pytest.mark.parametrize("where", ["Makefile", "deploy/Dockerfile"])
 def test_the_server_runs_with_the_bounded_protocol(where: str) -> None:
-    """``make run`` and the image name the protocol class: without ``--http`` uvicorn's own
-    protocol runs, with neither bound."""
+    """``make run``, the image and ``cq serve`` name the protocol class: without ``--http``
+    uvicorn's own protocol runs, with neither bound."""
     text = (ROOT / where).read_text()
     assert re.search(r'--http["\s,]+"?service\.api\.connections:HttpProtocol', text), where
+    assert HTTP_PROTOCOL == "service.api.connections:HttpProtocol"
+    serve = (ROOT / "service/cli/commands.py").read_text()
+    assert "http=HTTP_PROTOCOL" in serve

@@ -33,7 +33,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api import presentation as fmt
 from service.api.deps import SessionDep
-from service.api.schemas.prices import DecimalString
+from service.api.schemas.prices import MAX_PRICE_PER_GPU_HOUR, DecimalString, PricePerGpuHour
 from service.api.schemas.quotes import ALL_TERM_NAMES, MAX_SERVING_DURATION_S
 from service.api.tracing import traced_client
 from service.api.ui import charts, latency_chart
@@ -164,19 +164,22 @@ def _days_as_s(text: str) -> Any:
     return _scaled(_number(text), fmt.DAY_S)
 
 
-AMOUNT_RULE = TypeAdapter(DecimalString)
-"""The API's rule for money (``DecimalString``), checked on the form before any arithmetic."""
-AMOUNT_LIMIT = "of at most 9999999999999.999999 (up to 13 digits, then up to 6 decimal places)"
-AMOUNT_MESSAGES = {"price_per_gpu_hour": f"Enter a price in USD {AMOUNT_LIMIT}, such as 2.50",
-                   "budget": f"Enter an amount {AMOUNT_LIMIT}, such as 5000000.00"}
-"""The money fields of both forms, with the rule each breaks (the same class on each)."""
+AMOUNT_RULES: dict[str, TypeAdapter[str]] = {
+    "price_per_gpu_hour": TypeAdapter(PricePerGpuHour), "budget": TypeAdapter(DecimalString)}
+"""The money fields of both forms, each with the API's own rule for it, checked on the form
+before any arithmetic (the Estimate form's cost is worked out here, not by the API)."""
+AMOUNT_MESSAGES = {
+    "price_per_gpu_hour": f"Enter a price in USD of at most {MAX_PRICE_PER_GPU_HOUR:,f} per "
+                          "GPU-hour, with up to 6 decimal places, such as 2.50",
+    "budget": "Enter an amount of at most 9,999,999,999,999.999999 (up to 13 digits, then up "
+              "to 6 decimal places), such as 5000000.00"}
 
 
-def _amount(text: str) -> Decimal | None:
+def _amount(name: str, text: str) -> Decimal | None:
     """A money field (commas allowed) as the API reads it, or None when the API's rule
     refuses it (NaN, ±inf, 1e308, 400 nines, a negative): bounded before any quantize."""
     try:
-        return Decimal(AMOUNT_RULE.validate_python(text.replace(",", "")))
+        return Decimal(AMOUNT_RULES[name].validate_python(text.replace(",", "")))
     except ValidationError:
         return None
 
@@ -185,7 +188,7 @@ def _check_amounts(outcome: Outcome, *names: str) -> bool:
     """False, with the rule next to each field, when a money field holds a value the API
     would refuse; an empty field is fine (none given)."""
     refused = [name for name in names if outcome.values[name]
-               and _amount(outcome.values[name]) is None]
+               and _amount(name, outcome.values[name]) is None]
     for name in refused:
         outcome.errors.setdefault(name, []).append(AMOUNT_MESSAGES[name])
     return not refused
@@ -381,7 +384,8 @@ MAX_SHOWN_COST_USD = Decimal(10) ** 24
 ``Decimal``'s 28): a larger one (1e18 tokens at the largest price) is shown as above it."""
 _COST_CONTEXT = decimal.Context(prec=400, Emax=999_999, Emin=-999_999)
 """Wide enough for any finite GPU-hours (a float, below 1.8e308) times a price that passed
-``PRICE_RULE`` (below 1e13), to the cent: the product is exact, then compared to the cap."""
+``AMOUNT_RULES`` (at most 1,000,000), to the cent: the product is exact, then compared to the
+cap."""
 
 
 def _cost(gpu_hours: float, price: Decimal) -> dict[str, str]:
@@ -409,7 +413,7 @@ async def run_estimate(request: Request, outcome: Outcome) -> None:
         price_text = outcome.values["price_per_gpu_hour"]
         offer = None if price_text else await _cheapest_on_demand(
             client, outcome.values["accelerator"])
-    given = _amount(price_text) if price_text else None
+    given = _amount("price_per_gpu_hour", price_text) if price_text else None
     if given is not None:
         price = given
         basis = f"{price} USD per GPU-hour as given"

@@ -691,16 +691,35 @@ def render_quote(answer: dict[str, Any]) -> None:
               highlight=False)
 
 
-def _every_item(client: Api, path: str) -> list[dict[str, Any]]:
-    """Every item of a paged list (models and accelerators are a few dozen)."""
+MAX_PAGES = 1_000
+"""The most pages one paged read follows (200,000 items at 200 a page; the seed's longest
+list is about 3,000): a server that kept answering a next page would otherwise loop the CLI
+for ever (issue 36's loop audit)."""
+
+
+def _paged(client: Api, path: str, params: dict[str, Any],
+           max_pages: int = MAX_PAGES) -> list[dict[str, Any]]:
+    """Every item of a paged list, following ``next_page_token`` for at most ``max_pages``
+    pages; a token the server already gave (a loop) or more pages than that is a CliError."""
     items: list[dict[str, Any]] = []
     token: str | None = None
-    while True:
-        page = client.call("GET", path, params={"page_size": 200, "page_token": token}).json()
+    seen: set[str] = set()
+    for _ in range(max_pages):
+        page = client.call("GET", path, params={**params, "page_token": token}).json()
         items += page["items"]
         token = page.get("next_page_token")
         if not token:
             return items
+        if token in seen:
+            raise CliError(f"{path} answered a page token it had already given: the server "
+                           "is paging in a loop, so the list was not read to its end")
+        seen.add(token)
+    raise CliError(f"{path} has more than {max_pages:,} pages; the CLI reads at most that many")
+
+
+def _every_item(client: Api, path: str) -> list[dict[str, Any]]:
+    """Every item of a paged list (models and accelerators are a few dozen)."""
+    return _paged(client, path, {"page_size": 200})
 
 
 def render_models(answer: dict[str, Any]) -> None:
@@ -1790,15 +1809,7 @@ LINES_PAGE_SIZE = 200
 
 def _all_lines(client: Api, quote_id: str) -> list[dict[str, Any]]:
     """Every line of a stored quote, through GET /v1/quotes/{id}/lines page by page."""
-    lines: list[dict[str, Any]] = []
-    token: str | None = None
-    while True:
-        page = client.call("GET", f"/v1/quotes/{quote_id}/lines",
-                           params={"page_size": LINES_PAGE_SIZE, "page_token": token}).json()
-        lines += page["items"]
-        token = page.get("next_page_token")
-        if not token:
-            return lines
+    return _paged(client, f"/v1/quotes/{quote_id}/lines", {"page_size": LINES_PAGE_SIZE})
 
 
 def register_quotes(quotes_app: typer.Typer) -> None:

@@ -139,7 +139,8 @@ def test_a_bad_flag_names_the_field_and_its_limit(local: str) -> None:
     assert "gpus_per_replica" not in text  # only the field given wrong is named
     negative = cq("serve-estimate", "--local", *ESTIMATE_FLAGS, "--qps", "-1")
     assert negative.exit_code == 1
-    assert "traffic.requests_per_s: Input should be greater than 0" in flat(negative.output)
+    assert ("traffic.requests_per_s: Input should be greater than or equal to 0.000001"
+            in flat(negative.output))
     rule = cq("serve-estimate", "--local", *ESTIMATE_FLAGS, "--gpus-per-replica", "8")
     assert rule.exit_code == 1
     assert "tp x pp (4 x 1) must equal gpus_per_replica (8)" in flat(rule.output)

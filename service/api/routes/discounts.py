@@ -98,7 +98,7 @@ def get_discount_book(
 @router.put("/v1/discount-books/{name}", summary="Revise a discount book",
             response_model=DiscountBookOut, responses={
                 200: {"headers": {"ETag": ETAG_HEADER}},
-                **problem_responses(401, 403, 404, 409, 412, 413, 422, 428)})
+                **problem_responses(401, 403, 404, 412, 413, 422, 428)})
 def update_discount_book(
     response: Response, session: SessionDep, principal: DiscountsWrite, name: Name,
     body: DiscountBookRevisionIn,
@@ -106,8 +106,8 @@ def update_discount_book(
                                            description="The book's ETag.")] = None,
 ) -> DiscountBookOut:
     """A new revision; quotes priced with earlier ones still verify. Needs ``If-Match``:
-    428 without it, 412 when another revision came first (even at the same moment), 409 when
-    ``If-Match: *`` met another revision stored at the same moment."""
+    the book's ETag: 428 without it (or with ``*``), 412 when another revision came first,
+    even at the same moment."""
     expected = expected_revision(if_match, prefix="d", what="discount book",
                                  read_at="/v1/discount-books/{name}")
     row = store.revise(session, name=name, expected_revision=expected,

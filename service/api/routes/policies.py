@@ -93,7 +93,7 @@ def get_policy(
 
 @router.put("/v1/policies/{name}", summary="Revise a policy", response_model=PolicyOut,
             responses={200: {"headers": {"ETag": ETAG_HEADER}},
-                       **problem_responses(401, 403, 404, 409, 412, 413, 422, 428)})
+                       **problem_responses(401, 403, 404, 412, 413, 422, 428)})
 def update_policy(
     response: Response, session: SessionDep, principal: PoliciesWrite, name: Name,
     body: PolicyRevisionIn,
@@ -101,8 +101,8 @@ def update_policy(
                                            description="The policy's ETag.")] = None,
 ) -> PolicyOut:
     """A new revision; earlier revisions stay, and quotes judged by them still verify. Needs
-    ``If-Match``: 428 without it, 412 when another revision came first (even at the same
-    moment), 409 when ``If-Match: *`` met another revision stored at the same moment."""
+    ``If-Match`` with the policy's ETag: 428 without it (or with ``*``), 412 when another
+    revision came first, even at the same moment."""
     expected = expected_revision(if_match, prefix="p", what="policy",
                                  read_at="/v1/policies/{name}")
     row = store.revise(session, name=name, expected_revision=expected,

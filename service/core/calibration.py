@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.core.envelope import uses_local_defaults
 from service.core.specs import Framework, Precision
 
 
@@ -142,10 +143,16 @@ class Calibration:
     def is_calibrated_for(self, accelerator_id: str) -> bool:
         return accelerator_id in self.gemm_efficiency
 
-    def band_for(self, *, framework: Framework, moe: bool, accelerator_id: str) -> Band:
+    def band_for(self, *, framework: Framework, moe: bool, accelerator_id: str,
+                 framework_version: str | None = None) -> Band:
         """The regime's band: an uncalibrated accelerator first (its efficiency is a prior,
-        not a fit), then MoE, then the stack; a regime without enough rows uses ``unknown``."""
+        not a fit), then MoE, then the stack; a regime without enough rows uses ``unknown``.
+        A stack whose band rests on rows measured here (``envelope.LOCAL_DEFAULTS``) takes
+        ``unknown`` too when ``framework_version`` names older software or cannot be placed:
+        its published runs are too few (8 torchtitan rows) for a band of their own."""
         regime = self.regime_of(framework=framework, moe=moe, accelerator_id=accelerator_id)
+        if regime == framework.value and not uses_local_defaults(framework, framework_version):
+            return self.bands[Framework.UNKNOWN.value]
         return self.bands.get(regime, self.bands[Framework.UNKNOWN.value])
 
     def stack_efficiency_for(self, framework: Framework) -> float:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from service.core.attention import kernel_for
 from service.core.calibration import DEFAULT_CALIBRATION, Band, Calibration
+from service.core.envelope import LOCAL_DEFAULTS, VersionEra, outside_details, version_era
 from service.core.errors import InvalidSpecError
 from service.core.flops import TokenFlops, token_flops
 from service.core.geometry import PlanVars, build_geometry
@@ -27,6 +29,13 @@ from service.core.memory import (
 )
 from service.core.ops import SCALAR, Num
 from service.core.params import ParameterCount, count_parameters
+from service.core.plausibility import (
+    DEFAULTED_INPUT,
+    OUTSIDE_VALIDATED_RANGE,
+    WarningDetail,
+    details_of,
+)
+from service.core.presets import default_vocab
 from service.core.specs import (
     ClusterSpec,
     EnergySpec,
@@ -119,6 +128,11 @@ class Estimate:
     warnings: tuple[str, ...]
     assumptions: tuple[str, ...]
     calibration_version: str
+    warning_details: tuple[WarningDetail, ...] = ()
+    """Every warning as data (``plausibility.WarningDetail``): the coded form of each string
+    of ``warnings``, then the ones only coded: inputs outside the calibration's envelope
+    (``envelope.outside_details``) and the stack version's standing. The service adds the
+    inputs the request left to a default (``defaulted_input``)."""
 
 
 EAGER_NOTE = ("eager PyTorch (no torch.compile): the elementwise work (norms, activations, "
@@ -178,7 +192,8 @@ def estimate(
     tokens_per_s = job.tokens_per_s
     mfu = job.mfu_fraction
     band = calibration.band_for(framework=training.framework, moe=model.is_moe,
-                                accelerator_id=acc.id)
+                                accelerator_id=acc.id,
+                                framework_version=training.framework_version)
     throughput = Throughput(
         step=step,
         tokens_per_s=tokens_per_s,
@@ -217,8 +232,10 @@ def estimate(
             "uses the default fit, so the uncertainty is larger"
         )
     if model.vocab_size_assumed:
+        vocab = default_vocab(model.name, model.mlp, model.num_heads, model.num_kv_heads)
+        reason = vocab.reason if vocab.size == model.vocab_size else "the default"
         warnings.append(
-            f"vocab_size not given: assumed {model.vocab_size:,} (Llama 3's tokenizer); the "
+            f"vocab_size not given: assumed {model.vocab_size:,} ({reason}); the "
             "logits' compute and memory scale with it")
     if mfu > MFU_WARNING_FRACTION:
         warnings.append(f"predicted MFU {mfu:.0%} is above what published runs reach")
@@ -228,6 +245,11 @@ def estimate(
             f"than {LARGE_SCALE_GPUS:,} GPUs ({LARGE_SCALE_MFU_FRACTION:.1%}, MegaScale, arXiv "
             "2402.15627): stragglers, failures and synchronisation at this scale are not "
             "modelled, so treat the time as optimistic")
+    details = [*details_of(warnings), *outside_details(
+        framework=training.framework, accelerator_id=acc.id,
+        calibrated=calibration.is_calibrated_for(acc.id), num_gpus=n,
+        hidden_size=model.hidden_size, seq_len=training.seq_len, moe=model.is_moe),
+        *version_details(training, acc.id)]
     return Estimate(
         params=counts,
         flops=flops,
@@ -239,7 +261,45 @@ def estimate(
         warnings=tuple(warnings),
         assumptions=(*_assumptions(plan, training, layout.num_micro_batches), _band_note(band)),
         calibration_version=calibration.version,
+        warning_details=tuple(details),
     )
+
+
+def version_details(training: TrainingSpec, accelerator_id: str) -> list[WarningDetail]:
+    """What ``training.framework_version`` means for a stack whose default kernel and band
+    come from this project's own measurements (``envelope.LOCAL_DEFAULTS``): not given, the
+    local defaults are assumed (``defaulted_input``); older software takes the published
+    runs' kernel (``defaulted_input`` on the kernel, unless stated) and the pooled band; a
+    release that cannot be placed in time is ``outside_validated_range``."""
+    framework, version = training.framework, training.framework_version
+    local = LOCAL_DEFAULTS.get(framework)
+    if local is None:
+        return []
+    era = version_era(framework, version)
+    stack = framework.value
+    out: list[WarningDetail] = []
+    if era == VersionEra.NOT_GIVEN:
+        out.append(WarningDetail(
+            DEFAULTED_INPUT, "training.framework_version",
+            f"training.framework_version not given: the {stack} defaults assumed are those "
+            f"of its rows measured here, on software from {local.since[0]}-{local.since[1]:02d} "
+            f"on; name the version of an older run. {local.note}"))
+    elif era == VersionEra.UNPLACED:
+        out.append(WarningDetail(
+            OUTSIDE_VALIDATED_RANGE, "training.framework_version",
+            f"training.framework_version {version!r} cannot be placed in time (give a date "
+            "YYYY-MM or a PyTorch release such as 'torch 2.4'): the published runs' kernel and "
+            f"the pooled band are used, not the defaults measured here. {local.note}"))
+    if era in (VersionEra.UNPLACED, VersionEra.PUBLISHED) and training.attention_kernel is None:
+        kernel = kernel_for(framework, accelerator_id, None, version)
+        if kernel is not None:
+            out.append(WarningDetail(
+                DEFAULTED_INPUT, "training.attention_kernel",
+                f"training.attention_kernel not given: {kernel.value}, the {stack} default "
+                f"before {local.since[0]}-{local.since[1]:02d} (the version named, "
+                f"{version!r}); the band is the pooled one, since the {stack} band rests on "
+                "rows measured here"))
+    return out
 
 
 def _band_note(band: Band) -> str:
@@ -266,6 +326,10 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
         notes.append(GRADIENTS_FREED_NOTE)
     if layout.caching_allocator:
         notes.append(ALLOCATOR_HEADROOM_NOTE)
+    if training.framework_version is not None:
+        notes.append(f"training.framework_version {training.framework_version!r}"
+                     + ("" if training.framework in LOCAL_DEFAULTS else
+                        ": echoed only (no default of this stack depends on its version)"))
     if runs_eager(training):
         notes.append(EAGER_NOTE)
     if plan.zero_stage == 3 and training.framework in FSDP2_STACKS:

@@ -13,6 +13,7 @@ that clients may match; the rest of the sentence carries the figures.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 
 from service.core.units import HOURS_PER_YEAR, SECONDS_PER_DAY, SECONDS_PER_HOUR
@@ -62,3 +63,76 @@ def costly_warnings(costs: Sequence[Decimal | float | None],
         out.append(f"{COSTLY_PREFIX}: {ratio:,.1f}× the cheapest alternative in this answer "
                    f"({cheapest:,.0f} {unit}), over the {COST_RATIO_LIMIT}× limit")
     return out
+
+
+# Coded warnings (issue 37): every string warning of an estimate, plan or quote line also
+# appears as a ``WarningDetail`` with a stable code and the input or dimension it is about, so
+# that clients need not match sentences. The codes:
+DEFAULTED_INPUT = "defaulted_input"
+"""An input the request left out was filled in by a default; ``field`` names it."""
+OUTSIDE_VALIDATED_RANGE = "outside_validated_range"
+"""The request lies outside the region the calibration was fitted on (``envelope``);
+``field`` names the dimension."""
+UNCALIBRATED_ACCELERATOR = "uncalibrated_accelerator"
+IMPRACTICAL_WALL_CLOCK = "impractical_wall_clock"
+IMPRACTICAL_COST = "impractical_cost"
+DOES_NOT_FIT = "does_not_fit"
+FITS_AT_EDGE = "fits_at_edge"
+HIGH_MFU = "high_mfu"
+UNEVEN_PIPELINE = "uneven_pipeline"
+INTERLEAVING_MICRO_BATCHES = "interleaving_micro_batches"
+TP_SPANS_NODES = "tp_spans_nodes"
+SEQUENCE_PARALLEL_OFF = "sequence_parallel_off"
+UNVALIDATED_SERVING = "unvalidated_serving"
+OTHER = "other"
+"""A warning whose sentence matches none of the known openings (kept, never dropped)."""
+
+WARNING_CODES = (DEFAULTED_INPUT, OUTSIDE_VALIDATED_RANGE, UNCALIBRATED_ACCELERATOR,
+                 IMPRACTICAL_WALL_CLOCK, IMPRACTICAL_COST, DOES_NOT_FIT, FITS_AT_EDGE, HIGH_MFU,
+                 UNEVEN_PIPELINE, INTERLEAVING_MICRO_BATCHES, TP_SPANS_NODES,
+                 SEQUENCE_PARALLEL_OFF, UNVALIDATED_SERVING, OTHER)
+"""Every code, in the order the OpenAPI document lists them."""
+
+
+@dataclass(frozen=True, slots=True)
+class WarningDetail:
+    """One warning as data: ``code`` (one of ``WARNING_CODES``), ``field`` (the request field
+    or model dimension it concerns, or None) and the human sentence."""
+
+    code: str
+    field: str | None
+    message: str
+
+
+_PREFIXES: tuple[tuple[str, str, str | None], ...] = (
+    (LONG_RUN_PREFIX, IMPRACTICAL_WALL_CLOCK, None),
+    (COSTLY_PREFIX, IMPRACTICAL_COST, None),
+    ("does not fit:", DOES_NOT_FIT, "parallelism"),
+    ("fits at the edge:", FITS_AT_EDGE, "parallelism"),
+    ("vocab_size not given:", DEFAULTED_INPUT, "model.vocab_size"),
+    ("predicted MFU", HIGH_MFU, None),
+    ("interleaved pipelining usually needs", INTERLEAVING_MICRO_BATCHES, "parallelism.vp"),
+    ("sequence parallelism is off", SEQUENCE_PARALLEL_OFF, "parallelism.sequence_parallel"),
+    ("mixture-of-experts serving is not validated", UNVALIDATED_SERVING, "model"),
+    ("time to first token at a request rate is not validated", UNVALIDATED_SERVING,
+     "traffic"),
+)
+
+
+def detail_of(message: str) -> WarningDetail:
+    """The coded form of a string warning, by its opening words (the sentences the core and
+    the service write; an unknown sentence is ``other``)."""
+    for prefix, code, field in _PREFIXES:
+        if message.startswith(prefix):
+            return WarningDetail(code, field, message)
+    if " has no published training runs in the calibration set" in message:
+        return WarningDetail(UNCALIBRATED_ACCELERATOR, "cluster.accelerator", message)
+    if " layers do not divide evenly over " in message:
+        return WarningDetail(UNEVEN_PIPELINE, "parallelism.pp", message)
+    if message.startswith("tp (") and "spans more than one node" in message:
+        return WarningDetail(TP_SPANS_NODES, "parallelism.tp", message)
+    return WarningDetail(OTHER, None, message)
+
+
+def details_of(messages: Sequence[str]) -> list[WarningDetail]:
+    return [detail_of(m) for m in messages]

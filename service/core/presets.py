@@ -152,3 +152,45 @@ def get_preset(name: str) -> Preset:
             f"not a model preset; known presets: {', '.join(sorted(PRESETS))}",
             field="model.preset",
         ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class VocabDefault:
+    """The vocabulary assumed for a model given without one, and why."""
+
+    size: int
+    reason: str
+
+
+GPT2_VOCAB = VocabDefault(50_257, "GPT-2's BPE vocabulary (Radford et al. 2019, section 2.2), "
+                                  "kept by GPT-3 and Megatron-LM's GPT models, which pad it, "
+                                  "e.g. to 51,200 in Narayanan et al. 2021")
+LLAMA2_VOCAB = VocabDefault(32_000, "Llama 2's tokenizer (Touvron et al. 2023, arXiv 2307.09288, "
+                                    "section 2.1: 32k tokens, as Llama 1)")
+LLAMA3_VOCAB = VocabDefault(128_256, "Llama 3's tokenizer (Dubey et al. 2024, arXiv 2407.21783, "
+                                     "section 3.2: 128K tokens; 128,256 with the special "
+                                     "tokens, tokenizer.json)")
+_VOCAB_BY_NAME: tuple[tuple[tuple[str, ...], VocabDefault], ...] = (
+    (("llama3", "llama-3", "llama 3"), LLAMA3_VOCAB),
+    (("llama2", "llama-2", "llama 2", "llama1", "llama-1", "llama 1"), LLAMA2_VOCAB),
+    (("gpt", "megatron"), GPT2_VOCAB),
+)
+
+
+def default_vocab(name: str, mlp: MlpKind, num_heads: int, num_kv_heads: int) -> VocabDefault:
+    """The vocabulary of the model's family or era (issue 37: Llama 3's 128,256 used to stand
+    in for every model, 2021 GPT models included): by the model's name where it names a
+    family (llama3, llama2, gpt, megatron), else by its architecture: a GELU MLP is the GPT
+    family's (GPT-2, GPT-3, Megatron-GPT: 50,257), a SwiGLU MLP with as many KV heads as
+    query heads (no GQA) is the Llama 1/2 era's (32,000), anything else Llama 3's (128,256:
+    the largest common open vocabulary, so that the logits are not understated)."""
+    lowered = name.lower()
+    for words, vocab in _VOCAB_BY_NAME:
+        # gpt-oss has its own o200k-based vocabulary (201,088): not GPT-2's.
+        if "gpt-oss" not in lowered and any(word in lowered for word in words):
+            return vocab
+    if mlp == MlpKind.GELU:
+        return GPT2_VOCAB
+    if mlp == MlpKind.SWIGLU and num_kv_heads == num_heads:
+        return LLAMA2_VOCAB
+    return LLAMA3_VOCAB

@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from service.core import pricing
+from service.core.plausibility import WarningDetail
 from service.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
@@ -181,6 +182,9 @@ class SizedJob:
     the timing's wall clock. Replicas do not talk to each other, so several instances need no
     documented inter-node network; an interruption takes one instance's replicas out while
     it restarts instead of stalling the whole job (``interruption_fraction``)."""
+    warning_details: tuple[WarningDetail, ...] = ()
+    """The coded warnings of the estimate that sized the job (issue 37), on each of its
+    lines: advisory, like the lines' warnings (``verify`` does not compare them)."""
 
 
 def interruption_fraction(instance_rate_per_s: float, restart_s: float) -> pricing.Goodput:
@@ -363,6 +367,8 @@ class QuoteLine:
     meets_deadline: bool | None = None
     serving: Mapping[str, object] | None = None
     """The serving deployment a serving fleet's line prices (``SizedJob.serving``)."""
+    warning_details: tuple[WarningDetail, ...] = ()
+    """``SizedJob.warning_details`` of the line's job (advisory)."""
     offer: PriceOffer | None = field(default=None, compare=False, repr=False)
     """The catalogue offer a cloud line prices (None on-premises): its immutable values let
     the API reuse what it built from them (issue 16); no figure reads it."""
@@ -822,7 +828,8 @@ def line_fields_of_job(job: SizedJob, options: Options, version_id: str) -> dict
     decide (the same for every offer ``price_all`` prices for the job)."""
     return {"accelerator": job.accelerator, "num_gpus": job.num_gpus,
             "catalog_version": version_id, "plan": job.plan, "serving": job.serving,
-            "global_batch_seqs": job.global_batch_seqs, "accounting": options.accounting}
+            "global_batch_seqs": job.global_batch_seqs, "accounting": options.accounting,
+            "warning_details": job.warning_details}
 
 
 def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
@@ -837,7 +844,7 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
         catalog_version=version_id, flags=(), timing_basis=job.timing.basis,
         goodput_basis=f"hardware failures {options.failure_rate_per_gpu_hour:g} per GPU-hour",
         carbon_basis=None, plan=job.plan, serving=job.serving,
-        global_batch_seqs=job.global_batch_seqs,
+        global_batch_seqs=job.global_batch_seqs, warning_details=job.warning_details,
         accounting=options.accounting, amounts=None, onprem=None, price_as_of=None,
         price_as_of_day=None,
         infeasible_reason=(f"no purchase price for {job.accelerator}: give "

@@ -511,6 +511,10 @@ class TrainingSpec:
     optimizer: Optimizer = Optimizer.ADAMW
     attention_kernel: AttentionKernel | None = None
     """The attention kernel; None takes the stack's default for the accelerator."""
+    framework_version: str | None = None
+    """The stack's version: a date ``YYYY-MM`` or a release string (issue 37). Where a
+    stack's defaults come from this project's own measurements, an older version takes the
+    published runs' defaults instead (``envelope.uses_local_defaults``)."""
     fp8_params: bool = False
     """FP8 working weights (Transformer Engine ``fp8_model_init``, Megatron ``--fp8-param-gather``):
     1 byte per parameter on the device and in the all-gather; needs precision fp8."""

@@ -346,7 +346,8 @@ def _micro_batch_time(
         full | plan.selective_recompute, 1.0, 0.0
     )
     kernel_fraction = kernel_peak_fraction(training.framework, acc.id,
-                                           training.attention_kernel)
+                                           training.attention_kernel,
+                                           training.framework_version)
     attention_peak_fraction = (
         half_max * cal.attention_efficiency_fraction if kernel_fraction is None
         or not training.flash_attention else kernel_fraction * cal.attention_kernel_scale

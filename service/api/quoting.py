@@ -28,7 +28,12 @@ from service.api.observability import (
     timed_search,
 )
 from service.api.page_cache import PageCache
-from service.api.schemas.estimate import ModelIn, plan_dict
+from service.api.schemas.estimate import (
+    ModelIn,
+    estimate_defaults,
+    plan_dict,
+    training_defaults,
+)
 from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
 from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest, ServingWorkload
@@ -51,7 +56,12 @@ from service.core.discounts import DiscountBook, apply_book
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
 from service.core.params import count_parameters
-from service.core.plausibility import costly_warnings, long_run_warning
+from service.core.plausibility import (
+    WarningDetail,
+    costly_warnings,
+    details_of,
+    long_run_warning,
+)
 from service.core.quote import (
     Accounting,
     Amounts,
@@ -138,8 +148,9 @@ def _fast_domain(plan: ParallelismPlan) -> int:
 
 def _job(accelerator: AcceleratorSpec, cluster: ClusterSpec, model: ModelSpec,
          plan: ParallelismPlan, training: TrainingSpec, energy: EnergySpec, result: Estimate,
-         batch: int) -> tuple[SizedJob, Plan]:
+         batch: int, defaulted: Sequence[WarningDetail] = ()) -> tuple[SizedJob, Plan]:
     job = SizedJob(
+        warning_details=(*result.warning_details, *defaulted),
         accelerator=accelerator.id, num_gpus=cluster.num_gpus,
         timing=_timing(result, f"estimate on the reference node ({cluster.gpus_per_node} GPUs "
                                "per node, the accelerator's datasheet network)"),
@@ -200,7 +211,8 @@ def optimised_jobs(
             best = result.plans[0]
             training = training_in.to_core(best.global_batch_seqs)
             jobs.append(_job(accelerator, cluster, model, best.plan, training, energy,
-                             best.estimate, best.global_batch_seqs))
+                             best.estimate, best.global_batch_seqs,
+                             training_defaults(training_in)))
     if not jobs:
         raise NoFeasiblePlanError("no candidate accelerator and GPU count can run this model "
                                   "in memory")
@@ -231,7 +243,7 @@ def size_workload(request: QuoteRequest, cache: AcceleratorCache, budget: WorkBu
         plan, _ = resolve_plan(model, cluster, est.parallelism, training, energy)
         result = estimate(model, cluster, plan, training, energy=energy)
         return [_job(accelerator, cluster, model, plan, training, energy, result,
-                     est.training.global_batch_seqs)]
+                     est.training.global_batch_seqs, estimate_defaults(est, plan))]
     if workload.serving is not None:
         return serving_jobs(workload.serving, cache, energy)
     assert workload.optimise is not None  # noqa: S101 - the schema requires exactly one
@@ -688,7 +700,16 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal,
         "in_budget_currency": _in_budget_currency(line, conversion),
         "offer_id": line.offer_id, "catalog_version": line.catalog_version,
         **_job_part(line), "warnings": list(warnings),
+        "warning_details": _details_json(line, warnings),
     }
+
+
+def _details_json(line: QuoteLine, warnings: Sequence[str]) -> list[dict[str, Any]]:
+    """The line's coded warnings: its job's (``SizedJob.warning_details``), then one per
+    sentence of its own ``warnings``. Advisory, like them: ``verify`` does not compare them,
+    and quotes stored before 2026-12-02 have none."""
+    return [{"code": d.code, "field": d.field, "message": d.message}
+            for d in (*line.warning_details, *details_of(warnings))]
 
 
 def _keys(value: dict[str, Any]) -> str:
@@ -855,6 +876,7 @@ class LineTexts:
         self.legacy_text = str(legacy_fraction)
         self.conversion = conversion
         self._jobs: dict[tuple[int, int, int | None], tuple[QuoteLine, str]] = {}
+        self._job_details: dict[int, tuple[tuple[WarningDetail, ...], str]] = {}
 
     @staticmethod
     def _labels(line: QuoteLine) -> tuple[str, ...]:
@@ -944,7 +966,23 @@ class LineTexts:
             uncertainty, ",", as_of, ",", reserved, ',"onprem":null,"in_budget_currency":',
             "null" if converted is None else _dumps(converted), ",", ids, ",",
             self._job(line),
-            ',"warnings":', _dumps(list(warnings)) if warnings else "[]", "}"))
+            ',"warnings":', _dumps(list(warnings)) if warnings else "[]",
+            ',"warning_details":', self._details(line, warnings), "}"))
+
+    def _details(self, line: QuoteLine, warnings: Sequence[str]) -> str:
+        """``_dumps(_details_json(line, warnings))``, once per job's details when the line has
+        no warnings of its own (most lines)."""
+        if warnings:
+            return _dumps(_details_json(line, warnings))
+        if not line.warning_details:
+            return "[]"
+        key = id(line.warning_details)
+        hit = self._job_details.get(key)
+        if hit is not None and hit[0] is line.warning_details:
+            return hit[1]
+        text = _dumps(_details_json(line, ()))
+        self._job_details[key] = (line.warning_details, text)
+        return text
 
 
 def _instances(line: QuoteLine) -> int:

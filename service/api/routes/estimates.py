@@ -13,7 +13,13 @@ from service.api.auto import resolve_plan
 from service.api.deps import AcceleratorCache, AcceleratorsDep, SettingsDep
 from service.api.observability import estimate_attributes, span
 from service.api.problems import problem_responses
-from service.api.schemas.estimate import ESTIMATE_EXAMPLE, EstimateRequest, EstimateResponse
+from service.api.schemas.estimate import (
+    ESTIMATE_EXAMPLE,
+    EstimateRequest,
+    EstimateResponse,
+    estimate_defaults,
+    with_details,
+)
 from service.core.estimate import estimate
 from service.core.plausibility import long_run_warning
 from service.core.units import SECONDS_PER_DAY
@@ -66,6 +72,7 @@ def _estimate_response(request: EstimateRequest, accelerators: AcceleratorCache,
             current.set_attributes(estimate_attributes(model, cluster, plan, result))
     if chosen:
         result = dataclasses.replace(result, assumptions=(*result.assumptions, *chosen))
+    result = with_details(result, estimate_defaults(request, plan))
     if warning := long_run_warning(result.throughput.train_s, max_reasonable_train_s):
         result = dataclasses.replace(result, warnings=(*result.warnings, warning))
     body = EstimateResponse.from_core(result, model=model, cluster=cluster, plan=plan,

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Request
 from service.api.deps import AcceleratorsDep, SettingsDep
 from service.api.observability import search_attributes, timed_search
 from service.api.problems import SEARCH_UNAVAILABLE, problem_responses
+from service.api.schemas.estimate import training_defaults
 from service.api.schemas.plans import (
     PLAN_SEARCH_EXAMPLE,
     SWEEP_EXAMPLE,
@@ -95,4 +96,5 @@ def optimise_parallelism(
     http_request.app.state.metrics.candidates.inc(result.stats.candidates_evaluated)
     return PlanSearchResponse.from_core(
         result, request.objective, model, DEFAULT_CALIBRATION.version,
-        max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY)
+        max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY,
+        defaulted=training_defaults(request.training))

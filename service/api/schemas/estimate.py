@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
@@ -10,9 +11,14 @@ from pydantic import BaseModel, Field, model_validator
 
 from service.api.schemas.common import AcceleratorRef, RequestModel, TextRule
 from service.core.estimate import Estimate
-from service.core.presets import get_preset
+from service.core.plausibility import (
+    DEFAULTED_INPUT,
+    WARNING_CODES,
+    WarningDetail,
+    detail_of,
+)
+from service.core.presets import default_vocab, get_preset
 from service.core.specs import (
-    DEFAULT_VOCAB_SIZE,
     AcceleratorSpec,
     AttentionKernel,
     ClusterSpec,
@@ -30,6 +36,7 @@ from service.core.specs import (
     StatePrecision,
     TrainingSpec,
 )
+from service.core.timing import EAGER_ELEMENTWISE_STACKS
 
 Count = Annotated[int, Field(strict=True, ge=1, le=1_000_000)]
 ARCHITECTURE_REQUIRED = (
@@ -81,8 +88,11 @@ class ModelIn(RequestModel):
     mlp: MlpKind = Field(default=MlpKind.SWIGLU, description="MLP type.")
     vocab_size: int | None = Field(
         strict=True, default=None, ge=1, le=100_000_000,
-        description=f"Vocabulary. Default {DEFAULT_VOCAB_SIZE:,} (Llama 3's tokenizer), with a "
-                    "warning in the answer.")
+        description="Vocabulary. Default: the model family's or era's, with a warning in the "
+                    "answer (warning_details code defaulted_input, field model.vocab_size): "
+                    "50,257 (GPT-2's, kept by GPT-3 and Megatron GPT) for a name with gpt or "
+                    "megatron or a gelu MLP; 32,000 (Llama 1 and 2) for a name with llama2 or "
+                    "a swiglu MLP without GQA; otherwise 128,256 (Llama 3's).")
     tied_embeddings: bool = Field(
         strict=True, default=False, description="Output head shares embeddings."
     )
@@ -131,7 +141,8 @@ class ModelIn(RequestModel):
             head_dim=self.head_dim,
             ffn_hidden_size=self.ffn_hidden_size or 0,
             mlp=self.mlp,
-            vocab_size=self.vocab_size or DEFAULT_VOCAB_SIZE,
+            vocab_size=self.vocab_size or default_vocab(
+                self.name, self.mlp, self.num_heads or 0, self.num_kv_heads or 0).size,
             vocab_size_assumed=self.vocab_size is None,
             tied_embeddings=self.tied_embeddings,
             num_experts=self.num_experts,
@@ -319,6 +330,18 @@ ATTENTION_KERNEL_DESCRIPTION = (
     "efficiency.")
 
 
+FRAMEWORK_VERSION_DESCRIPTION = (
+    "The stack's version: a date YYYY-MM (or YYYY-MM-DD), or a release string such as "
+    "'torch 2.4'. Echoed in assumptions. Where a stack's defaults come from runs this project "
+    "measured on its own GPUs (torchtitan: the cuDNN attention default on Hopper and "
+    "Blackwell and the torchtitan band, from PyTorch 2.11 steps), a date before 2026-01 or a "
+    "PyTorch release before 2.10 takes the published runs' kernel (fa2) and the pooled band "
+    "instead, with defaulted_input on training.attention_kernel; a release that cannot be "
+    "placed in time does the same with outside_validated_range on training.framework_version; "
+    "not given, the local defaults hold, with defaulted_input on training.framework_version. "
+    "No effect on other stacks.")
+
+
 class TrainingIn(RequestModel):
     seq_len: int = Field(
         strict=True, ge=1, le=10_000_000, description="Tokens per sequence.", examples=[8192]
@@ -353,6 +376,8 @@ class TrainingIn(RequestModel):
         ATTENTION_KERNEL_DESCRIPTION))
     torch_compile: bool | None = Field(strict=True, default=None, description=(
         TORCH_COMPILE_DESCRIPTION))
+    framework_version: Annotated[str, TextRule(max_length=64, min_length=1)] | None = Field(
+        default=None, description=FRAMEWORK_VERSION_DESCRIPTION, examples=["2024-12"])
 
     def to_core(self) -> TrainingSpec:
         return TrainingSpec(
@@ -368,6 +393,7 @@ class TrainingIn(RequestModel):
             fp8_params=self.fp8_params,
             attention_kernel=self.attention_kernel,
             torch_compile=self.torch_compile,
+            framework_version=self.framework_version,
         )
 
 
@@ -438,6 +464,101 @@ class EstimateRequest(RequestModel):
     parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
     training: TrainingIn
     energy: EnergyIn = Field(default_factory=EnergyIn)
+
+
+WARNING_DETAILS_DESCRIPTION = (
+    "Every warning as data, additive to the sentences of warnings: code (" + ", ".join(
+        WARNING_CODES) + "), field (the request field or model dimension concerned, or "
+    "null) and message. defaulted_input names an input the request left to a default "
+    "(model.vocab_size, training.framework, training.framework_version, "
+    "training.attention_kernel, training.torch_compile, parallelism.tp, parallelism.pp, "
+    "parallelism.micro_batch, parallelism.recompute, parallelism.vp, "
+    "parallelism.sequence_parallel, or a parallelism field given as \"auto\"); "
+    "runs cover for the stack (cluster.num_gpus, model.hidden_size, training.seq_len, "
+    "cluster.accelerator, model.num_experts for MoE, training.framework, "
+    "training.framework_version; docs/validation.md, \"The envelope\"); "
+    "warnings has an entry (other when none of the codes fits).")
+
+
+class WarningDetailOut(BaseModel):
+    """One coded warning."""
+
+    code: str = Field(examples=["outside_validated_range"])
+    field: str | None = Field(examples=["cluster.num_gpus"])
+    message: str
+
+
+def details_out(details: Sequence[WarningDetail],
+                warnings: Sequence[str] = ()) -> list[WarningDetailOut]:
+    """``details`` as the answer shows them, then the coded form of each sentence of
+    ``warnings`` that none of them carries (warnings the service added after the estimate:
+    the wall-clock and cost limits)."""
+    said = {d.message for d in details}
+    every = [*details, *(detail_of(w) for w in warnings if w not in said)]
+    return [WarningDetailOut(code=d.code, field=d.field, message=d.message) for d in every]
+
+
+def training_defaults(training: TrainingIn | Any) -> list[WarningDetail]:
+    """``defaulted_input`` for the training fields an estimate or plan request left out that
+    change the answer: the stack (unknown: the stacks' mean efficiency and the pooled band)
+    and, on PyTorch stacks that may run eager, torch.compile."""
+    given = training.model_fields_set
+    out: list[WarningDetail] = []
+    if "framework" not in given:
+        out.append(WarningDetail(
+            DEFAULTED_INPUT, "training.framework",
+            "training.framework not given: unknown, the stacks' geometric-mean efficiency and "
+            "the pooled band, the widest"))
+    if training.torch_compile is None and training.framework in EAGER_ELEMENTWISE_STACKS:
+        out.append(WarningDetail(
+            DEFAULTED_INPUT, "training.torch_compile",
+            f"training.torch_compile not given: a compiled step assumed on "
+            f"{training.framework.value}, as most of its published runs (eager makes about "
+            "twice the elementwise passes)"))
+    return out
+
+
+LAYOUT_DEFAULTS = ("tp", "pp", "micro_batch", "recompute", "vp", "sequence_parallel")
+"""The layout fields whose default is an assumption about the user's run (``dp`` is derived
+from the others, the rest have one value nearly every run uses)."""
+
+
+def parallelism_defaults(parallelism: ParallelismIn, plan: ParallelismPlan,
+                         ) -> list[WarningDetail]:
+    """``defaulted_input`` for each layout field left out (vp only with pipeline stages,
+    sequence_parallel only with TP) and each one given as \"auto\" (the optimiser's fastest
+    choice: optimistic by construction), with the value used."""
+    given = parallelism.model_fields_set
+    autos = parallelism.auto_dimensions()
+    applies = {"vp": plan.pp > 1, "sequence_parallel": plan.tp > 1}
+    out: list[WarningDetail] = []
+    for name in LAYOUT_DEFAULTS:
+        value = getattr(plan, name)
+        shown = getattr(value, "value", value)
+        if name in autos:
+            out.append(WarningDetail(
+                DEFAULTED_INPUT, f"parallelism.{name}",
+                f"parallelism.{name} \"auto\": {shown}, the fastest that fits with the other "
+                "fields as given (the optimiser's best, so optimistic by construction)"))
+        elif name not in given and applies.get(name, True):
+            out.append(WarningDetail(DEFAULTED_INPUT, f"parallelism.{name}",
+                                     f"parallelism.{name} not given: {shown} assumed"))
+    return out
+
+
+def estimate_defaults(request: EstimateRequest | Any, plan: ParallelismPlan,
+                      ) -> list[WarningDetail]:
+    """Every ``defaulted_input`` of an estimate request (``model.vocab_size`` comes from the
+    core estimate)."""
+    return [*training_defaults(request.training), *parallelism_defaults(request.parallelism,
+                                                                        plan)]
+
+
+def with_details(result: Estimate, extra: Sequence[WarningDetail]) -> Estimate:
+    """``result`` with ``extra`` coded warnings after its own."""
+    if not extra:
+        return result
+    return dataclasses.replace(result, warning_details=(*result.warning_details, *extra))
 
 
 class ParamsOut(BaseModel):
@@ -567,6 +688,8 @@ class EstimateResponse(BaseModel):
     warnings: list[str]
     assumptions: list[str]
     calibration_version: str
+    warning_details: list[WarningDetailOut] = Field(
+        default_factory=list, description=WARNING_DETAILS_DESCRIPTION)
 
     @classmethod
     def from_core(
@@ -649,4 +772,5 @@ class EstimateResponse(BaseModel):
             warnings=list(result.warnings),
             assumptions=list(result.assumptions),
             calibration_version=result.calibration_version,
+            warning_details=details_out(result.warning_details, result.warnings),
         )

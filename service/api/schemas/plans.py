@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
 
-from service.api.schemas.common import AcceleratorRef, RequestModel
+from service.api.schemas.common import AcceleratorRef, RequestModel, TextRule
 from service.api.schemas.estimate import (
     FRAMEWORK_DESCRIPTION,
+    FRAMEWORK_VERSION_DESCRIPTION,
+    WARNING_DETAILS_DESCRIPTION,
     ClusterIn,
     Count,
     EnergyIn,
@@ -21,9 +24,11 @@ from service.api.schemas.estimate import (
     ParallelismIn,
     TimeOut,
     TrainingIn,
+    WarningDetailOut,
+    details_out,
 )
 from service.api.schemas.prices import DecimalString, PricePerGpuHour
-from service.core.plausibility import costly_warnings, long_run_warning
+from service.core.plausibility import WarningDetail, costly_warnings, long_run_warning
 from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult, SearchSpace
 from service.core.specs import (
     AcceleratorSpec,
@@ -162,6 +167,8 @@ class PlanTrainingIn(RequestModel):
     torch_compile: bool | None = Field(
         strict=True, default=None,
         description=TrainingIn.model_fields["torch_compile"].description)
+    framework_version: Annotated[str, TextRule(max_length=64, min_length=1)] | None = Field(
+        default=None, description=FRAMEWORK_VERSION_DESCRIPTION, examples=["2024-12"])
 
     @model_validator(mode="after")
     def _one_batch(self) -> Self:
@@ -184,7 +191,8 @@ class PlanTrainingIn(RequestModel):
                             gradient_precision=self.gradient_precision,
                             optimizer=self.optimizer, fp8_params=self.fp8_params,
                             attention_kernel=self.attention_kernel,
-                            torch_compile=self.torch_compile)
+                            torch_compile=self.torch_compile,
+                            framework_version=self.framework_version)
 
     def batches(self) -> list[int]:
         if self.global_batch_seqs is not None:
@@ -317,10 +325,12 @@ class PlanOut(BaseModel):
     time: TimeOut
     energy: EnergyOut
     warnings: list[str]
+    warning_details: list[WarningDetailOut] = Field(
+        default_factory=list, description=WARNING_DETAILS_DESCRIPTION)
 
     @classmethod
     def from_core(cls, rank: int, ranked: RankedPlan, model: ModelSpec,
-                  energy: EnergySpec) -> PlanOut:
+                  energy: EnergySpec, defaulted: Sequence[WarningDetail] = ()) -> PlanOut:
         blocks = EstimateResponse.from_core(
             ranked.estimate, model=model, cluster=ranked.cluster,
             plan=ranked.plan, energy=energy)
@@ -332,6 +342,7 @@ class PlanOut(BaseModel):
             cost_usd=str(ranked.cost_usd) if ranked.cost_usd is not None else None,
             memory=blocks.memory, time=blocks.time, energy=blocks.energy,
             warnings=blocks.warnings,
+            warning_details=[*blocks.warning_details, *details_out(defaulted)],
         )
 
 
@@ -348,13 +359,15 @@ class PlanSearchResponse(BaseModel):
     @classmethod
     def from_core(cls, result: SearchResult, objective: Objective, model: ModelSpec,
                   calibration_version: str, *,
-                  max_reasonable_train_s: float | None = None) -> PlanSearchResponse:
+                  max_reasonable_train_s: float | None = None,
+                  defaulted: Sequence[WarningDetail] = ()) -> PlanSearchResponse:
         """``max_reasonable_train_s`` (the service's setting) marks plans nobody would run;
-        plans costing over 10x the cheapest of this answer are marked too."""
+        plans costing over 10x the cheapest of this answer are marked too. ``defaulted``:
+        the request's ``defaulted_input`` warnings, on every plan."""
         stats = result.stats
-        plans = [PlanOut.from_core(i + 1, p, model, p.energy)
+        plans = [PlanOut.from_core(i + 1, p, model, p.energy, defaulted)
                  for i, p in enumerate(result.plans)]
-        pareto = [PlanOut.from_core(i + 1, p, model, p.energy)
+        pareto = [PlanOut.from_core(i + 1, p, model, p.energy, defaulted)
                   for i, p in enumerate(result.pareto)]
         _mark_impractical([*plans, *pareto], result.cost_basis, max_reasonable_train_s)
         return cls(
@@ -381,5 +394,7 @@ def _mark_impractical(plans: list[PlanOut], cost_basis: str,
         else p.time.gpu_hours for p in plans]
     costly = costly_warnings(costs, "USD" if priced else "GPU-hours")
     for plan, ratio_warning in zip(plans, costly, strict=True):
-        extra = [long_run_warning(plan.time.train_s, max_reasonable_train_s), ratio_warning]
-        plan.warnings = [*plan.warnings, *(w for w in extra if w)]
+        extra = [w for w in (long_run_warning(plan.time.train_s, max_reasonable_train_s),
+                             ratio_warning) if w]
+        plan.warnings = [*plan.warnings, *extra]
+        plan.warning_details = [*plan.warning_details, *details_out((), extra)]

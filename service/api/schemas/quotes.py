@@ -22,6 +22,7 @@ from service.api.schemas.estimate import (
     EnergyIn,
     EstimateRequest,
     ModelIn,
+    WarningDetailOut,
 )
 from service.api.schemas.fx import FxConversionOut, MoneyOut
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
@@ -534,6 +535,12 @@ class QuoteLineOut(BaseModel):
         "'impractical cost' when its total is over ten times the cheapest feasible line of "
         "the same answer. Advisory (verify does not compare them); absent on quotes stored "
         "before 2026-11-26."))
+    warning_details: list[WarningDetailOut] = Field(default_factory=list, description=(
+        "The coded warnings of the estimate that sized the line's job (as an estimate's "
+        "warning_details: defaulted_input, outside_validated_range, uncalibrated_accelerator, "
+        "...), then one per sentence of warnings (impractical_wall_clock, impractical_cost, "
+        "unvalidated_serving). Advisory, like warnings: verify does not compare them; absent "
+        "on quotes stored before 2026-12-02."))
 
 
 class DiscountBookRef(BaseModel):

@@ -8,6 +8,8 @@ that clients may match; the rest of the sentence carries the figures.
 
 - ``long_run_warning(train_s, max_reasonable_train_s)``: the wall-clock check.
 - ``costly_warnings(costs)``: the ratio check over one answer's alternatives.
+- ``WarningDetail`` and ``detail_of``: every warning as a code, a field and the sentence
+  (issue 37; the codes are ``WARNING_CODES``).
 """
 
 from __future__ import annotations

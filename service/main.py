@@ -33,6 +33,7 @@ from service.api.page_cache import PageCache
 from service.api.pagination import use_secret as use_page_secret
 from service.api.problems import install_problem_handlers
 from service.api.routes import (
+    calibrations,
     catalog,
     discounts,
     docs,
@@ -81,6 +82,8 @@ TAGS = [
                                      "GPUs and batch."},
     {"name": "quotes", "description": "Priced, stored, reproducible quotes with budget "
                                       "gating; budget plans."},
+    {"name": "calibrations", "description": "Calibrations fitted on a user's own measured "
+                                            "runs, for estimates, plans and quotes."},
     {"name": "policies", "description": "Procurement policies that judge quotes: named, "
                                         "with immutable revisions and If-Match edits."},
     {"name": "accelerators", "description": "Accelerator datasheet catalogue."},
@@ -240,12 +243,14 @@ def create_app(settings: Settings | None = None, *,
                      "/v1/catalog/refreshes": settings.max_import_bytes,
                      # A discount book of up to 2,000 entries (about 0.8 MB at most).
                      "/v1/discount-books": settings.max_import_bytes,
-                     "/v1/discount-books/": settings.max_import_bytes},
+                     "/v1/discount-books/": settings.max_import_bytes,
+                     # Up to 10,000 measured runs, each an estimate body (issue 37).
+                     "/v1/calibrations": settings.max_import_bytes},
         body_timeout_s=settings.body_timeout_s,
         known_bodies={"/v1/estimates": app.state.estimate_memo.known},
     )
     for module in (estimates, plans, quotes, policies, catalog, prices, fx, discounts, refreshes,
-                   serving, health, docs):
+                   serving, calibrations, health, docs):
         app.include_router(module.router)
     app.include_router(ui_router)
     app.mount("/static", docs.static_files(), name="static")

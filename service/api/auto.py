@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from service.api.observability import search_attributes, timed_search
 from service.api.schemas.estimate import ParallelismIn
+from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.errors import NoFeasiblePlanError
 from service.core.search import SearchRequest, SearchSpace, frozen_clock, search
 from service.core.specs import ClusterSpec, EnergySpec, ModelSpec, ParallelismPlan, TrainingSpec
 
 
 def resolve_plan(model: ModelSpec, cluster: ClusterSpec, parallelism: ParallelismIn,
-                 training: TrainingSpec, energy: EnergySpec,
+                 training: TrainingSpec, energy: EnergySpec, *,
+                 calibration: Calibration = DEFAULT_CALIBRATION,
                  ) -> tuple[ParallelismPlan, tuple[str, ...]]:
-    """The plan, with every ``"auto"`` field chosen; and one note per choice."""
+    """The plan, with every ``"auto"`` field chosen (under ``calibration``: a user's, issue
+    37); and one note per choice."""
     plan = parallelism.to_core(cluster.num_gpus)
     autos = parallelism.auto_dimensions()
     if not autos:
@@ -24,7 +27,8 @@ def resolve_plan(model: ModelSpec, cluster: ClusterSpec, parallelism: Parallelis
         with timed_search("auto") as current:
             result = search(SearchRequest(
                 model=model, clusters=(cluster,), training=training,
-                space=SearchSpace(vary=autos, base=plan), top_k=1, energy=energy), frozen_clock)
+                space=SearchSpace(vary=autos, base=plan), top_k=1, energy=energy,
+                calibration=calibration), frozen_clock)
             if current is not None:
                 current.set_attributes(search_attributes(result))
     except NoFeasiblePlanError as exc:

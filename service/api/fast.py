@@ -203,8 +203,8 @@ class FastPaths:
         try:
             request = EstimateRequest.model_validate(json.loads(raw) if parsed is None
                                                      else parsed)
-            if request.parallelism.auto_dimensions():
-                return None
+            if request.parallelism.auto_dimensions() or request.calibration_id is not None:
+                return None  # a search, or a stored calibration and the caller's key
             response = _estimate_response(request, accelerators, horizon_s)
         except Exception:  # the route answers every failure, as documented
             return None

@@ -51,7 +51,7 @@ from service.core import pricing, serving
 from service.core import quote as core_quote
 from service.core import timing as timing_module
 from service.core import units as units_module
-from service.core.calibration import DEFAULT_CALIBRATION
+from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.discounts import DiscountBook, apply_book
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
@@ -129,6 +129,8 @@ class Plan:
     plan: ParallelismPlan
     accelerator: AcceleratorSpec
     energy: EnergySpec
+    calibration: Calibration = DEFAULT_CALIBRATION
+    """The user calibration the quote names (issue 37), else the project's fit."""
 
 
 def _timing(result: Estimate, basis: str) -> JobTiming:
@@ -148,7 +150,8 @@ def _fast_domain(plan: ParallelismPlan) -> int:
 
 def _job(accelerator: AcceleratorSpec, cluster: ClusterSpec, model: ModelSpec,
          plan: ParallelismPlan, training: TrainingSpec, energy: EnergySpec, result: Estimate,
-         batch: int, defaulted: Sequence[WarningDetail] = ()) -> tuple[SizedJob, Plan]:
+         batch: int, defaulted: Sequence[WarningDetail] = (),
+         calibration: Calibration = DEFAULT_CALIBRATION) -> tuple[SizedJob, Plan]:
     job = SizedJob(
         warning_details=(*result.warning_details, *defaulted),
         accelerator=accelerator.id, num_gpus=cluster.num_gpus,
@@ -158,13 +161,14 @@ def _job(accelerator: AcceleratorSpec, cluster: ClusterSpec, model: ModelSpec,
         power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
         fast_domain=_fast_domain(plan), plan=plan_dict(plan), global_batch_seqs=batch)
     return job, Plan(model=model, training=training, plan=plan, accelerator=accelerator,
-                     energy=energy)
+                     energy=energy, calibration=calibration)
 
 
 def optimised_jobs(
     cache: AcceleratorCache, model_in: ModelIn, training_in: PlanTrainingIn,
     clusters_in: list[CandidateClusterIn], constraints: ConstraintsIn, energy: EnergySpec,
     prefix: str, workers: int, budget: WorkBudget,
+    calibration: Calibration = DEFAULT_CALIBRATION,
 ) -> list[tuple[SizedJob, Plan | None]]:
     """The fastest fitting plan for every candidate accelerator and GPU count, all searches
     together within ``budget``: its candidates, its deadline, and while the client is there.
@@ -183,7 +187,7 @@ def optimised_jobs(
             request = SearchRequest(
                 model=model, clusters=(cluster,), training=training_in.to_core(batches[0]),
                 global_batches=tuple(batches), space=space, top_k=1, energy=energy,
-                max_candidates=budget.remaining,
+                calibration=calibration, max_candidates=budget.remaining,
                 deadline_s=DEFAULT_DEADLINE_S if left is None else max(left, 0.0))
             try:
                 with timed_search("sizing") as current:
@@ -212,7 +216,7 @@ def optimised_jobs(
             training = training_in.to_core(best.global_batch_seqs)
             jobs.append(_job(accelerator, cluster, model, best.plan, training, energy,
                              best.estimate, best.global_batch_seqs,
-                             training_defaults(training_in)))
+                             training_defaults(training_in), calibration))
     if not jobs:
         raise NoFeasiblePlanError("no candidate accelerator and GPU count can run this model "
                                   "in memory")
@@ -220,9 +224,20 @@ def optimised_jobs(
 
 
 def size_workload(request: QuoteRequest, cache: AcceleratorCache, budget: WorkBudget,
-                  workers: int = 0) -> list[tuple[SizedJob, Plan | None]]:
+                  workers: int = 0, calibration: Calibration | None = None,
+                  ) -> list[tuple[SizedJob, Plan | None]]:
+    """The quote's jobs; ``calibration``: the user calibration its ``calibration_id`` names
+    (training workloads only: 422 on a serving or GPU-hours one)."""
     energy = request.energy.to_core()
     workload = request.workload
+    if calibration is not None and (workload.gpu_hours is not None
+                                    or workload.serving is not None):
+        raise InvalidSpecError("a calibration applies to training workloads (estimate or "
+                               "optimise)", field="calibration_id")
+    if workload.estimate is not None and workload.estimate.calibration_id is not None:
+        raise InvalidSpecError("give calibration_id at the top level of the quote",
+                               field="workload.estimate.calibration_id")
+    calibration = calibration or DEFAULT_CALIBRATION
     if workload.gpu_hours is not None:
         spec = workload.gpu_hours
         accelerator = cache.require(spec.accelerator, "workload.gpu_hours.accelerator")
@@ -240,16 +255,19 @@ def size_workload(request: QuoteRequest, cache: AcceleratorCache, budget: WorkBu
                                     "workload.estimate.cluster.accelerator")
         cluster = est.cluster.to_core(accelerator)
         training = est.training.to_core()
-        plan, _ = resolve_plan(model, cluster, est.parallelism, training, energy)
-        result = estimate(model, cluster, plan, training, energy=energy)
+        plan, _ = resolve_plan(model, cluster, est.parallelism, training, energy,
+                               calibration=calibration)
+        result = estimate(model, cluster, plan, training, energy=energy,
+                          calibration=calibration)
         return [_job(accelerator, cluster, model, plan, training, energy, result,
-                     est.training.global_batch_seqs, estimate_defaults(est, plan))]
+                     est.training.global_batch_seqs, estimate_defaults(est, plan),
+                     calibration)]
     if workload.serving is not None:
         return serving_jobs(workload.serving, cache, energy)
     assert workload.optimise is not None  # noqa: S101 - the schema requires exactly one
     opt = workload.optimise
     return optimised_jobs(cache, opt.model, opt.training, opt.clusters, opt.constraints,
-                          energy, "workload.optimise.", workers, budget)
+                          energy, "workload.optimise.", workers, budget, calibration)
 
 
 def serving_jobs(spec: ServingWorkload, cache: AcceleratorCache, energy: EnergySpec,
@@ -338,7 +356,8 @@ def fabric_timing(plan: Plan, num_gpus: int, fabric: Fabric) -> JobTiming | None
     try:
         cluster = ClusterSpec(accelerator=acc, num_gpus=num_gpus,
                               gpus_per_node=min(domain, num_gpus))
-        result = estimate(plan.model, cluster, plan.plan, plan.training, energy=plan.energy)
+        result = estimate(plan.model, cluster, plan.plan, plan.training, energy=plan.energy,
+                          calibration=plan.calibration)
     except CoreError:
         return None
     network = (f"{fabric.inter_node_gbps:g} Gbit/s per instance" if fabric.inter_node_gbps

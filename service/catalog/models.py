@@ -315,3 +315,37 @@ class DiscountBookRevision(Base):
     created_by: Mapped[str] = mapped_column(String(128))
     description: Mapped[str] = mapped_column(Text)
     entries: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+
+
+class UserCalibration(Base):
+    """One immutable calibration fitted on a user's measured runs (issue 37,
+    ``service/core/user_calibration.py``). ``revision`` counts the principal's calibrations
+    of the same ``name``; estimates, plans and quotes name the id and record the revision.
+    ``fit`` holds what ``user_calibration.apply`` needs (factors and bands); ``response`` the
+    exact JSON body first answered (an idempotent replay is byte for byte)."""
+
+    __tablename__ = "user_calibrations"
+    __table_args__ = (
+        UniqueConstraint("principal", "name", "revision",
+                         name="uq_user_calibrations_principal_name_revision"),
+        UniqueConstraint("principal", "idempotency_key",
+                         name="uq_user_calibrations_principal_idempotency"),
+        Index("ix_user_calibrations_created_at_id", "created_at", "id"),
+        Index("ix_user_calibrations_team_created_at", "team", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(128), index=True)
+    team: Mapped[str | None] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(64))
+    revision: Mapped[int] = mapped_column(Integer)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    base_calibration_version: Mapped[str] = mapped_column(String(64))
+    estimator_version: Mapped[str] = mapped_column(String(128))
+    runs_used: Mapped[int] = mapped_column(Integer)
+    fit: Mapped[dict[str, Any]] = mapped_column(JSON)
+    response: Mapped[str] = mapped_column(Text)
+    runs_zstd: Mapped[bytes] = mapped_column(LargeBinary)
+    """The runs as sent (canonical JSON), zstd-compressed: what the fit was made from."""

@@ -1,7 +1,7 @@
 """``cq``: the ComputeQuote command line.
 
 ``cq estimate|optimise|quote|budget-plan|serve-estimate|serve-plan|offers|models|accelerators|
-catalog|quotes`` talk to
+catalog|quotes|calibrate`` talk to
 the API (``--api URL``, env ``CQ_API_URL``) or run the same app in process (``--local``); see
 ``service/cli/commands.py``. ``cq keys`` manages API keys in the database named by
 ``CQ_DATABASE_URL`` (or the embedded SQLite in ``CQ_DATA_DIR``, by default
@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.text import Text
 
 from service.catalog.scopes import SCOPES
-from service.cli import commands, tables
+from service.cli import calibrate, commands, tables
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -48,6 +48,7 @@ app.add_typer(quotes_app, name="quotes")
 commands.register(app)
 commands.register_catalog(catalog_app)
 commands.register_quotes(quotes_app)
+calibrate.register(app)  # cq calibrate create|get (issue 37)
 err = Console(stderr=True, markup=False, emoji=False)  # printed as written (commands.py)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from service.api.auto import resolve_plan
+from service.api.calibrating import StoredCalibration, resolve
 from service.api.deps import AcceleratorCache, AcceleratorsDep, SettingsDep
 from service.api.observability import estimate_attributes, span
 from service.api.problems import problem_responses
@@ -20,6 +21,7 @@ from service.api.schemas.estimate import (
     estimate_defaults,
     with_details,
 )
+from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.estimate import estimate
 from service.core.plausibility import long_run_warning
 from service.core.units import SECONDS_PER_DAY
@@ -41,37 +43,48 @@ async def create_estimate(
     ],
     accelerators: AcceleratorsDep,
     settings: SettingsDep,
+    http_request: Request,
 ) -> Response:
     """FLOPs, memory per GPU, step time with its breakdown, throughput, MFU, energy.
     ``vp``, ``micro_batch`` and ``recompute`` may be ``"auto"``: the optimiser picks the
-    fastest value that fits, named in ``assumptions`` and in ``resolved``."""
+    fastest value that fits, named in ``assumptions`` and in ``resolved``. With
+    ``calibration_id`` (and a key that may read it) the user's calibration applies."""
     # The estimate itself takes about 0.1 ms of CPU: it runs on the event loop, which saves
     # the thread-pool hand-offs that cost more than the model (issue 16). A request with
     # "auto" fields runs a search, and a stale accelerator cache reads the database: those
     # go to the pool, as blocking work must.
+    stored = await resolve(http_request, request.calibration_id)
     if request.parallelism.auto_dimensions() or not accelerators.fresh():
         return await run_in_threadpool(_estimate_response, request, accelerators,
-                                       settings.max_reasonable_train_days * SECONDS_PER_DAY)
+                                       settings.max_reasonable_train_days * SECONDS_PER_DAY,
+                                       stored)
     return _estimate_response(request, accelerators,
-                              settings.max_reasonable_train_days * SECONDS_PER_DAY)
+                              settings.max_reasonable_train_days * SECONDS_PER_DAY, stored)
 
 
 def _estimate_response(request: EstimateRequest, accelerators: AcceleratorCache,
-                       max_reasonable_train_s: float) -> Response:
+                       max_reasonable_train_s: float,
+                       stored: StoredCalibration | None = None) -> Response:
     """The estimate as JSON bytes, serialised once by the schema that documents it (the
-    declared ``response_model`` still documents the contract; nothing validates it twice)."""
+    declared ``response_model`` still documents the contract; nothing validates it twice).
+    ``stored``: the user calibration the request names (``calibrating.resolve``)."""
+    calibration = DEFAULT_CALIBRATION if stored is None else stored.calibration()
     model = request.model.to_core()
     accelerator = accelerators.require(request.cluster.accelerator, "cluster.accelerator")
     cluster = request.cluster.to_core(accelerator)
     training = request.training.to_core()
     energy = request.energy.to_core()
     with span("computequote.estimate") as current:
-        plan, chosen = resolve_plan(model, cluster, request.parallelism, training, energy)
-        result = estimate(model, cluster, plan, training, energy=energy)
+        plan, chosen = resolve_plan(model, cluster, request.parallelism, training, energy,
+                                    calibration=calibration)
+        result = estimate(model, cluster, plan, training, energy=energy,
+                          calibration=calibration)
         if current is not None:
             current.set_attributes(estimate_attributes(model, cluster, plan, result))
     if chosen:
         result = dataclasses.replace(result, assumptions=(*result.assumptions, *chosen))
+    if stored is not None:
+        result = dataclasses.replace(result, assumptions=(*result.assumptions, stored.note()))
     result = with_details(result, estimate_defaults(request, plan))
     if warning := long_run_warning(result.throughput.train_s, max_reasonable_train_s):
         result = dataclasses.replace(result, warnings=(*result.warnings, warning))

@@ -8,6 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
 
+from service.api.auth import CallerDep
+from service.api.calibrating import resolve_in_thread
 from service.api.deps import AcceleratorsDep, SettingsDep
 from service.api.observability import search_attributes, timed_search
 from service.api.problems import SEARCH_UNAVAILABLE, problem_responses
@@ -47,6 +49,7 @@ def optimise_parallelism(
     accelerators: AcceleratorsDep,
     settings: SettingsDep,
     gone: ClientGoneDep,
+    caller: CallerDep,
 ) -> PlanSearchResponse:
     """Enumerate every valid tp/pp/dp/cp/ep/vp, micro-batch, ZeRO stage, recomputation and
     sequence-parallel layout, evaluate them in bulk with the estimate's model, drop those that
@@ -56,6 +59,7 @@ def optimise_parallelism(
     # One deadline for the wait for a worker and the search: a search not started by then
     # is dropped (503 search-queue-timeout, Retry-After); one started late gets what is left.
     ends_at = time.monotonic() + settings.search_deadline_s
+    stored = resolve_in_thread(http_request, caller, request.calibration_id)
     model = request.model.to_core()
     clusters: list[ClusterSpec] = []
     for index, candidate in enumerate(request.candidate_clusters()):
@@ -88,13 +92,17 @@ def optimise_parallelism(
                 price_per_gpu_hour_usd=price_map, energy=energy,
                 max_candidates=settings.search_max_candidates,
                 deadline_s=settings.search_deadline_s,
+                calibration=DEFAULT_CALIBRATION if stored is None else stored.calibration(),
             ),
             ends_at, start_by=ends_at, stop=gone,
         )
         if current is not None:
             current.set_attributes(search_attributes(result))
     http_request.app.state.metrics.candidates.inc(result.stats.candidates_evaluated)
-    return PlanSearchResponse.from_core(
+    answer = PlanSearchResponse.from_core(
         result, request.objective, model, DEFAULT_CALIBRATION.version,
         max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY,
         defaulted=training_defaults(request.training))
+    if stored is not None:
+        answer.assumptions = [stored.note()]
+    return answer

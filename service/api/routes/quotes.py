@@ -12,8 +12,10 @@ from typing import Annotated, Any, cast
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response
 from sqlalchemy.orm import Session
 
+from service.api import calibrating
 from service.api.auth import Principal, read_access, require
 from service.api.budget_plans import budget_plan
+from service.api.calibrating import StoredCalibration
 from service.api.deps import (
     AcceleratorCache,
     AcceleratorsDep,
@@ -109,12 +111,13 @@ def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCach
                  now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
                  fx_version: str | None = None, book_revision: int | None = None,
                  max_reasonable_train_s: float | None = None,
+                 calibration: StoredCalibration | None = None,
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``compute_text`` with every line as a dict (what ``verify`` compares)."""
     body, lines = compute_text(
         session, request, cache, version_id, budget, workers, policy, now, gated=gated,
         offer_cache=offer_cache, fx_version=fx_version, book_revision=book_revision,
-        max_reasonable_train_s=max_reasonable_train_s)
+        max_reasonable_train_s=max_reasonable_train_s, calibration=calibration)
     every: list[dict[str, Any]] = json.loads(lines)["lines"]
     return body, every
 
@@ -124,15 +127,18 @@ def compute_text(session: Session, request: QuoteRequest, cache: AcceleratorCach
                  now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
                  fx_version: str | None = None, book_revision: int | None = None,
                  max_reasonable_train_s: float | None = None,
+                 calibration: StoredCalibration | None = None,
                  ) -> tuple[dict[str, Any], str]:
     """Everything of a quote that is computed (no id or timestamps), and every line as the
     stored JSON text ``{"lines":[...]}``, written once; its
     searches within ``budget``. ``verify`` passes no ``offer_cache``: it reads the stored
-    version again, and it passes the stored quote's FX table version."""
+    version again, and it passes the stored quote's FX table version. ``calibration``: the
+    user calibration the request's ``calibration_id`` names (the caller resolves it)."""
     conversion = budget_conversion(session, request, version_id, now, fx_version)
     policy, policy_limits = policy_in(session, policy, conversion)
     book = discount_book(session, request.discount_book, book_revision)
-    jobs = size_workload(request, cache, budget, workers)
+    jobs = size_workload(request, cache, budget, workers,
+                         None if calibration is None else calibration.calibration())
     computed = price(session, request, jobs, version_id, policy, now, gated=gated,
                      offer_cache=offer_cache, conversion=conversion, book=book)
     body, lines = quote_body(computed, request, all_lines=False,
@@ -140,7 +146,20 @@ def compute_text(session: Session, request: QuoteRequest, cache: AcceleratorCach
     body["fx"] = fx_json(conversion, request.fx_date or now.date(), policy_limits)
     body["discount_book"] = (None if book is None
                              else {"name": book.name, "revision": book.revision})
+    if calibration is not None:
+        body["calibration"] = calibration.ref()
     return body, lines
+
+
+def _calibration(session: Session, body: QuoteRequest,
+                 principal: Principal | None) -> StoredCalibration | None:
+    """The stored calibration the quote names: one ``principal`` may read (a new quote or a
+    requote), or, for ``verify`` (None), the stored quote's own, whoever reads the quote
+    (calibrations are immutable, so it recomputes the same)."""
+    if body.calibration_id is None:
+        return None
+    return calibrating.load(session, body.calibration_id,
+                            None if principal is None else calibrating.reader_of(principal))
 
 
 def offer_cache(request: Request) -> OfferCache | None:
@@ -245,7 +264,8 @@ def create_quote(
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy)),
         offer_cache=offer_cache(request),
-        max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY)
+        max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY,
+        calibration=_calibration(session, body, principal))
     row = _new_quote(request, principal, idempotency_key, hash_, canonical, version_id,
                      content_hash, computed, lines, policy, now,
                      settings.quote_ttl_days, None)
@@ -376,7 +396,7 @@ def _differences(stored: dict[str, Any], stored_lines: list[dict[str, Any]],
                 found.append({"path": f"lines.{i}.{name}", "stored": old.get(name),
                               "recomputed": new.get(name)})
     for name in ("verdict", "summary", "reason_details", "policy_result", "rejected_offers",
-                 "fx", "discount_book"):
+                 "fx", "discount_book", "calibration"):
         if stored.get(name) != fresh.get(name):
             found.append({"path": name, "stored": stored.get(name), "recomputed": fresh.get(name)})
     return found
@@ -401,7 +421,8 @@ def verify_quote(
         session, request, accelerators, row.catalog_version_id, request_budget(settings, gone),
         settings.search_workers, policy, as_utc(row.created_at), gated=_gated(request, named),
         fx_version=(stored.get("fx") or {}).get("version"),
-        book_revision=(stored.get("discount_book") or {}).get("revision"))
+        book_revision=(stored.get("discount_book") or {}).get("revision"),
+        calibration=_calibration(session, request, None))
     differences = _differences(
         stored, store.stored_lines(row), QuoteOut.model_validate({**stored, **fresh}).model_dump(
             mode="json"), fresh_lines)
@@ -463,7 +484,8 @@ def requote_quote(
         settings.search_workers, policy, now,
         gated=_gated(body, bool(body.policy or settings.default_policy or old.policy_name)),
         offer_cache=offer_cache(request),
-        max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY)
+        max_reasonable_train_s=settings.max_reasonable_train_days * SECONDS_PER_DAY,
+        calibration=_calibration(session, body, principal))
     row = _new_quote(request, principal, key, hash_, canonical, version.id,
                      version.content_hash, computed, lines, policy, now,
                      settings.quote_ttl_days, quote_id)

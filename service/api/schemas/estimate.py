@@ -9,6 +9,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
 
+from service.api.schemas.calibration_ref import CalibrationIdField
 from service.api.schemas.common import AcceleratorRef, RequestModel, TextRule
 from service.core.estimate import Estimate
 from service.core.plausibility import (
@@ -464,6 +465,7 @@ class EstimateRequest(RequestModel):
     parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
     training: TrainingIn
     energy: EnergyIn = Field(default_factory=EnergyIn)
+    calibration_id: CalibrationIdField = None
 
 
 WARNING_DETAILS_DESCRIPTION = (

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
 
+from service.api.schemas.calibration_ref import CalibrationIdField
 from service.api.schemas.common import AcceleratorRef, RequestModel, TextRule
 from service.api.schemas.estimate import (
     FRAMEWORK_DESCRIPTION,
@@ -282,6 +283,7 @@ class PlanSearchRequest(RequestModel):
         "cluster's grid_gco2e_per_kwh) or pareto (the time/cost front)."))
     top_k: int = Field(strict=True, default=10, ge=1, le=100)
     energy: EnergyIn = Field(default_factory=EnergyIn)
+    calibration_id: CalibrationIdField = None
 
     @model_validator(mode="after")
     def _one_cluster_form(self) -> Self:
@@ -346,6 +348,10 @@ class PlanOut(BaseModel):
         )
 
 
+def _empty(value: list[str]) -> bool:
+    return not value
+
+
 class PlanSearchResponse(BaseModel):
     objective: Objective
     cost_basis: str = Field(description="usd when prices were given; otherwise gpu_hours, "
@@ -355,6 +361,10 @@ class PlanSearchResponse(BaseModel):
                                               "50 points, evenly spread).")
     search: SearchOut
     calibration_version: str
+    assumptions: list[str] = Field(
+        default_factory=list, exclude_if=_empty, description=(
+            "Present with calibration_id: the user calibration's id and revision and what it "
+            "changed (issue 37)."))
 
     @classmethod
     def from_core(cls, result: SearchResult, objective: Objective, model: ModelSpec,

@@ -16,6 +16,7 @@ from pydantic import (
 )
 from typing_extensions import TypeAliasType
 
+from service.api.schemas.calibration_ref import CalibrationIdField
 from service.api.schemas.common import AcceleratorRef, IsoDate, RequestModel, TextRule
 from service.api.schemas.estimate import (
     Count,
@@ -254,6 +255,7 @@ class QuoteRequest(RequestModel):
         default=None,
         description="The optimiser's word for rank_by: cost is rank_by total, carbon is "
                     "rank_by co2e. Give one of the two; both must agree.")
+    calibration_id: CalibrationIdField = None
 
     @field_validator("deadline_s")
     @classmethod
@@ -543,6 +545,16 @@ class QuoteLineOut(BaseModel):
         "on quotes stored before 2026-12-02."))
 
 
+class CalibrationRef(BaseModel):
+    id: str
+    name: str
+    revision: int
+
+
+def _absent(value: Any) -> bool:
+    return value is None
+
+
 class DiscountBookRef(BaseModel):
     """A discount book's revision, as a quote was priced with it."""
 
@@ -620,6 +632,11 @@ class QuoteOut(BaseModel):
     discount_book: DiscountBookRef | None = Field(
         default=None, description="The discount book and revision the lines were priced "
                                   "with; null when none.")
+    calibration: CalibrationRef | None = Field(
+        default=None, exclude_if=_absent, description=(
+            "The user calibration (calibration_id) the jobs were sized with: its id, name and "
+            "revision; verify reproduces it with the same stored calibration. Absent when "
+            "none (issue 37)."))
 
 
 class QuoteSummaryOut(BaseModel):

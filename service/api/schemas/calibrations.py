@@ -79,7 +79,7 @@ class LeaveOneOutOut(BaseModel):
         "prediction."))
 
 
-class BandOut(BaseModel):
+class CalibrationBandOut(BaseModel):
     regime: str
     low_fraction: float = Field(description="As the estimate's band: predicted/measured - 1 "
                                             "of tokens/s, 10th percentile side.")
@@ -107,7 +107,8 @@ class CalibrationOut(BaseModel):
     residual_sd_log: float = Field(description="The runs' scatter around the fitted model, "
                                                "in log terms.")
     leave_one_out: LeaveOneOutOut
-    bands: list[BandOut] = Field(description="The band of each regime the runs are in.")
+    bands: list[CalibrationBandOut] = Field(
+        description="The band of each regime the runs are in.")
     method: str
 
     @classmethod
@@ -127,9 +128,10 @@ class CalibrationOut(BaseModel):
                 median_fraction=user.loo.median_fraction, p90_fraction=user.loo.p90_fraction,
                 max_fraction=user.loo.max_fraction,
                 band_coverage_fraction=user.loo.coverage_fraction),
-            bands=[BandOut(regime=r, low_fraction=user.bands[r].low_fraction,
-                           high_fraction=user.bands[r].high_fraction, runs=user.bands[r].rows)
-                   for r in user.regimes],
+            bands=[CalibrationBandOut(
+                regime=r, low_fraction=user.bands[r].low_fraction,
+                high_fraction=user.bands[r].high_fraction, runs=user.bands[r].rows)
+                for r in user.regimes],
             method=("partial pooling (Gelman et al., BDA ch. 5) of log factors towards the "
                     "project's fit; ridge leave-one-out residuals; split-conformal band "
                     "blended with the project's (docs/calibrations.md)"),

@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from anyio import from_thread
 from fastapi import Request
 from sqlalchemy.orm import Session
 
 from service.api.auth import Principal, _caller
-from service.api.deps import AcceleratorCache, held, request_session
+from service.api.deps import AcceleratorCache, held
 from service.api.work import SearchDeadlineError
 from service.api.workers import run_cpu_bound
 from service.catalog import calibrations as store
@@ -139,17 +140,15 @@ async def resolve(request: Request, calibration_id: str | None,
     return found
 
 
-def resolve_in_thread(request: Request, principal: Principal | None,
-                      calibration_id: str | None) -> StoredCalibration | None:
-    """``resolve`` for a route that runs in the thread pool (``principal`` from
-    ``CallerDep``): one read of the stored calibration."""
+def resolve_in_thread(request: Request, calibration_id: str | None,
+                      ) -> StoredCalibration | None:
+    """``resolve`` for a route that runs in the thread pool (a plan search): the caller's key
+    is read on the event loop, and only when a calibration is named (a plan request's
+    Authorization header is otherwise not looked at, as before)."""
     if calibration_id is None:
         return None
-    with request_session(request) as session:
-        found = load(session, calibration_id, None)
-    if principal is None or not found.may_read(reader_of(principal)):
-        raise InvalidSpecError(NOT_VISIBLE, field="calibration_id")
-    return found
+    stored: StoredCalibration | None = from_thread.run(resolve, request, calibration_id)
+    return stored
 
 
 def reader_of(principal: Principal) -> Reader:

@@ -293,6 +293,10 @@ def test_a_plan_search_with_calibration_id_uses_it(
     assert calibration["id"] in answer["assumptions"][0]
     assert (answer["plans"][0]["time"]["step_s"]
             > plain.json()["plans"][0]["time"]["step_s"] * 1.1)
+    # Without calibration_id the Authorization header is not looked at, as before.
+    bogus = {"Authorization": "Bearer not-a-key"}
+    assert client.post("/v1/parallelism-plans", json=body, headers=bogus).status_code == 200
+    assert client.post("/v1/estimates", json=layout(), headers=bogus).status_code == 200
     refused = client.post("/v1/parallelism-plans",
                           json={**body, "calibration_id": calibration["id"]},
                           headers=keys["stranger"])

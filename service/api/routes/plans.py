@@ -8,7 +8,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
 
-from service.api.auth import CallerDep
 from service.api.calibrating import resolve_in_thread
 from service.api.deps import AcceleratorsDep, SettingsDep
 from service.api.observability import search_attributes, timed_search
@@ -49,7 +48,6 @@ def optimise_parallelism(
     accelerators: AcceleratorsDep,
     settings: SettingsDep,
     gone: ClientGoneDep,
-    caller: CallerDep,
 ) -> PlanSearchResponse:
     """Enumerate every valid tp/pp/dp/cp/ep/vp, micro-batch, ZeRO stage, recomputation and
     sequence-parallel layout, evaluate them in bulk with the estimate's model, drop those that
@@ -59,7 +57,7 @@ def optimise_parallelism(
     # One deadline for the wait for a worker and the search: a search not started by then
     # is dropped (503 search-queue-timeout, Retry-After); one started late gets what is left.
     ends_at = time.monotonic() + settings.search_deadline_s
-    stored = resolve_in_thread(http_request, caller, request.calibration_id)
+    stored = resolve_in_thread(http_request, request.calibration_id)
     model = request.model.to_core()
     clusters: list[ClusterSpec] = []
     for index, candidate in enumerate(request.candidate_clusters()):

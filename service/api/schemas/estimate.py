@@ -476,9 +476,11 @@ WARNING_DETAILS_DESCRIPTION = (
     "training.attention_kernel, training.torch_compile, parallelism.tp, parallelism.pp, "
     "parallelism.micro_batch, parallelism.recompute, parallelism.vp, "
     "parallelism.sequence_parallel, or a parallelism field given as \"auto\"); "
+    "outside_validated_range names a dimension outside the region the calibration's published "
     "runs cover for the stack (cluster.num_gpus, model.hidden_size, training.seq_len, "
     "cluster.accelerator, model.num_experts for MoE, training.framework, "
     "training.framework_version; docs/validation.md, \"The envelope\"); "
+    "uncalibrated_accelerator an accelerator without published runs. Every sentence of "
     "warnings has an entry (other when none of the codes fits).")
 
 

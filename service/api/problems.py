@@ -35,7 +35,12 @@ from service.catalog.errors import (
 )
 from service.catalog.offers import ImportRejectedError
 from service.catalog.quotes import IdempotencyKeyReusedError
-from service.core.errors import InfeasiblePlanError, InvalidSpecError, NoFeasiblePlanError
+from service.core.errors import (
+    InfeasiblePlanError,
+    InvalidSpecError,
+    NoFeasiblePlanError,
+    NoLayoutError,
+)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 MAX_INSTANCE_CHARS = 256
@@ -150,6 +155,10 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str, str, Callable[[Any], dict[s
                        lambda e: {"field": e.field}),
     InfeasiblePlanError: (422, "infeasible-plan", "The plan cannot run",
                           lambda e: {"reasons": e.reasons}),
+    NoLayoutError: (422, "invalid-spec", "The request breaks a modelling rule",
+                    lambda e: {"field": e.field}),
+    # Before NoFeasiblePlanError's entry only for reading: a handler is looked up along the
+    # exception's MRO, so this subclass gets its own (issue 38: no layout has the GPU count).
     NoFeasiblePlanError: (422, "no-feasible-plan", "No plan satisfies the request",
                           lambda e: {"closest": e.closest}),
     NotFoundError: (404, "not-found", "Resource not found", lambda e: {}),

@@ -53,7 +53,7 @@ from service.core import timing as timing_module
 from service.core import units as units_module
 from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.discounts import DiscountBook, apply_book
-from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
+from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError, NoLayoutError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
 from service.core.params import count_parameters
 from service.core.plausibility import (
@@ -82,6 +82,7 @@ from service.core.search import (
     SearchRequest,
     SearchTooLargeError,
     frozen_clock,
+    no_layout_problem,
     search,
 )
 from service.core.specs import (
@@ -178,6 +179,9 @@ def optimised_jobs(
     batches = training_in.batches()
     space = constraints.to_space()
     jobs: list[tuple[SizedJob, Plan | None]] = []
+    no_layout: tuple[NoLayoutError, SearchRequest, str] | None = None
+    # The first search that found no layout of its GPU count, kept for the refusal.
+    too_big = False
     for index, candidate in enumerate(clusters_in):
         accelerator = cache.require(candidate.accelerator,
                                     f"{prefix}clusters.{index}.accelerator")
@@ -204,6 +208,11 @@ def optimised_jobs(
                 if exc.truncated:
                     raise budget.late() from None
                 budget.charge(exc.candidates_total)
+                if not isinstance(exc, NoLayoutError):
+                    too_big = True
+                elif no_layout is None:
+                    count = "num_gpus" if candidate.num_gpus is not None else "num_gpus_range"
+                    no_layout = (exc, request, f"{prefix}clusters.{index}.{count}")
                 continue
             except SearchTooLargeError:
                 raise budget.exhausted(f"{prefix}clusters") from None
@@ -217,6 +226,9 @@ def optimised_jobs(
             jobs.append(_job(accelerator, cluster, model, best.plan, training, energy,
                              best.estimate, best.global_batch_seqs,
                              training_defaults(training_in), calibration))
+    if not jobs and no_layout is not None and not too_big:
+        # Not one candidate was evaluated: name the GPU count and the nearest with a layout.
+        raise no_layout_problem(*no_layout)
     if not jobs:
         raise NoFeasiblePlanError("no candidate accelerator and GPU count can run this model "
                                   "in memory")

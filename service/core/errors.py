@@ -4,6 +4,7 @@
     ├── InvalidSpecError       an input breaks a rule (names the field and the limit)
     ├── InfeasiblePlanError    a plan is valid but cannot run (carries structured reasons)
     └── NoFeasiblePlanError    a search found nothing that runs (carries the closest tries)
+        └── NoLayoutError      no layout multiplies to the GPU count asked (none evaluated)
 
 The API maps each class to one problem type; the message is the per-occurrence detail.
 """
@@ -56,3 +57,26 @@ class NoFeasiblePlanError(CoreError):
         """The candidates the search held (callers charge them to a shared work budget)."""
         self.truncated = truncated
         """The search stopped at its deadline: part of the space was never evaluated."""
+
+
+class NoLayoutError(NoFeasiblePlanError):
+    """No (tp, pp, cp, dp) layout allowed by the model and the constraints multiplies to the
+    GPU count asked, so the search evaluated nothing (issue 38: it used to say that nothing
+    fits in memory). ``cluster_index`` is the first of the request's clusters; its
+    ``num_gpus`` is named in the message. A subclass of ``NoFeasiblePlanError`` so that
+    callers that skip a cluster on which nothing runs (quote sizing, budget plans) skip this one
+    too; the API answers it as a 422 invalid-spec naming the GPU count, with the nearest
+    counts that have a layout (``search.no_layout_problem``)."""
+
+    def __init__(self, message: str, *, cluster_index: int, num_gpus: int,
+                 counts_asked: int = 1, field: str | None = None,
+                 nearest: tuple[int | None, int | None] | None = None) -> None:
+        super().__init__(message)
+        self.cluster_index = cluster_index
+        self.num_gpus = num_gpus
+        self.counts_asked = counts_asked
+        """How many (cluster, GPU count) pairs the request held; none has a layout."""
+        self.field = field
+        """The request field that gave the GPU count (set by the API, which knows it)."""
+        self.nearest = nearest
+        """The nearest counts below and above that have a layout, once looked up."""

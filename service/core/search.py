@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from service.core.calibration import DEFAULT_CALIBRATION, Calibration
-from service.core.errors import InvalidSpecError, NoFeasiblePlanError
+from service.core.errors import InvalidSpecError, NoFeasiblePlanError, NoLayoutError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate, job_figures
 from service.core.flops import token_flops
 from service.core.geometry import PlanVars, build_geometry, shard_unit
@@ -85,6 +85,11 @@ PARETO_POINTS_MAX = 50
 """Front points returned; a longer front is thinned evenly (both ends kept)."""
 CLOSEST_SHOWN = 3
 """Near misses listed when nothing is feasible."""
+NEAREST_PROBES = 4096
+"""(GPU count, batch) pairs ``nearest_layout_counts`` tries at most, outwards from the count
+asked: about 0.1 ms each, so at most about half a second of CPU, and only on a refusal."""
+MAX_NUM_GPUS = 1_000_000
+"""The largest GPU count a cluster may have (``ClusterSpec``)."""
 
 
 class Objective(StrEnum):
@@ -523,6 +528,67 @@ def _chunks(skeletons: list[_Skeleton], inner: int) -> Iterator[list[_Skeleton]]
         yield chunk
 
 
+def nearest_layout_counts(request: SearchRequest, cluster_index: int = 0,
+                          probes: int = NEAREST_PROBES) -> tuple[int | None, int | None]:
+    """The nearest GPU counts below and above ``request.clusters[cluster_index]``'s that have
+    at least one layout for the same model, batches, sequence length and constraints (None
+    where none was found). Scans outwards one count at a time, each tried with ``_skeletons``
+    (the rules the search enumerates by, so a count named here is one the search runs), and
+    stops after ``probes`` (count, batch) tries. Only the refusal calls it (issue 38)."""
+    cluster = request.clusters[cluster_index]
+    batches = request.global_batches or (request.training.global_batch_seqs,)
+    seq_len = request.training.seq_len
+    left = probes
+
+    def has_layout(count: int) -> bool:
+        nonlocal left
+        probe = dataclasses.replace(cluster, num_gpus=count)
+        for batch in batches:
+            if left <= 0:
+                return False
+            left -= 1
+            if next(_skeletons(request.model, probe, batch, seq_len, request.space, {}),
+                    None) is not None:
+                return True
+        return False
+
+    n = cluster.num_gpus
+    below: int | None = None
+    above: int | None = None
+    distance = 1
+    while left > 0:
+        lower, upper = n - distance, n + distance
+        want_below, want_above = below is None and lower >= 1, (
+            above is None and upper <= MAX_NUM_GPUS)
+        if not (want_below or want_above):
+            break
+        if want_below and has_layout(lower):
+            below = lower
+        if want_above and has_layout(upper):
+            above = upper
+        distance += 1
+    return below, above
+
+
+def no_layout_problem(error: NoLayoutError, request: SearchRequest,
+                      field: str) -> NoLayoutError:
+    """``error`` (raised by ``search(request)``) with the nearest GPU counts that have a
+    layout added to its message, naming ``field`` (the request's GPU count): the API answers
+    it as a 422 invalid-spec."""
+    below, above = nearest_layout_counts(request, error.cluster_index)
+    if below is not None and above is not None:
+        where = f"the nearest GPU counts with a layout are {below:,} and {above:,}"
+    elif below is not None or above is not None:
+        where = (f"the nearest GPU count with a layout is {below or above:,} (none "
+                 f"{'above' if below is not None else 'below'} it was found)")
+    else:
+        where = (f"no nearby GPU count has one ({NEAREST_PROBES:,} counts and batches "
+                 "tried)")
+    return NoLayoutError(f"{error}; {where}", cluster_index=error.cluster_index,
+                         num_gpus=error.num_gpus, counts_asked=error.counts_asked,
+                         field=field, nearest=(below, above))
+
+
 def frozen_clock() -> float:
     """A clock that never advances: the search never stops at its deadline (quotes use it so
     they always recompute the same; the work cap still bounds them)."""
@@ -567,6 +633,16 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
                         "batches", field="constraints")
                 group.skeletons.append(skeleton)
             groups.append(group)
+    if groups and not any(group.skeletons for group in groups):
+        first = request.clusters[0].num_gpus
+        others = len(request.clusters) - 1
+        raise NoLayoutError(
+            f"no layout of exactly {first:,} GPUs"
+            + (f" (nor of the other {others:,} GPU counts asked)" if others else "")
+            + f": no tp x pp x cp x dp that the model and the constraints allow multiplies to "
+            f"{first:,} (tp at most max_tp and dividing the heads, pp at most the layers, cp "
+            "dividing training.seq_len, dp dividing the global batch); nothing was evaluated",
+            cluster_index=0, num_gpus=first, counts_asked=others + 1)
 
     kept: list[_Candidate] = []
     front: list[_Candidate] = []

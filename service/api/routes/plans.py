@@ -22,7 +22,8 @@ from service.api.schemas.plans import (
 from service.api.work import ClientGoneDep, search_until
 from service.api.workers import run_cpu_bound
 from service.core.calibration import DEFAULT_CALIBRATION
-from service.core.search import SearchRequest
+from service.core.errors import NoLayoutError
+from service.core.search import SearchRequest, no_layout_problem
 from service.core.specs import ClusterSpec
 from service.core.units import SECONDS_PER_DAY
 
@@ -52,18 +53,25 @@ def optimise_parallelism(
     """Enumerate every valid tp/pp/dp/cp/ep/vp, micro-batch, ZeRO stage, recomputation and
     sequence-parallel layout, evaluate them in bulk with the estimate's model, drop those that
     do not fit in memory (or miss the deadline or budget), and rank the rest. 422 with the
-    closest candidates when nothing fits; 422 before any work when the space is over the cap;
-    503 with Retry-After when no search worker was free before the deadline."""
+    closest candidates when nothing fits; 422 naming the GPU count, with the nearest counts
+    that have one, when no layout multiplies to the count asked; 422 before any work when the
+    space is over the cap; 503 with Retry-After when no search worker was free before the
+    deadline."""
     # One deadline for the wait for a worker and the search: a search not started by then
     # is dropped (503 search-queue-timeout, Retry-After); one started late gets what is left.
     ends_at = time.monotonic() + settings.search_deadline_s
     stored = resolve_in_thread(http_request, request.calibration_id)
     model = request.model.to_core()
     clusters: list[ClusterSpec] = []
+    count_fields: list[str] = []
+    """The request field that gave each cluster's GPU count."""
     for index, candidate in enumerate(request.candidate_clusters()):
         field = "cluster" if request.cluster is not None else f"clusters.{index}"
-        clusters += candidate.to_core(
+        expanded = candidate.to_core(
             accelerators.require(candidate.accelerator, f"{field}.accelerator"))
+        clusters += expanded
+        count = "num_gpus" if candidate.num_gpus is not None else "num_gpus_range"
+        count_fields += [f"{field}.{count}"] * len(expanded)
     constraints = request.constraints
     prices = constraints.price_per_gpu_hour_usd
     if isinstance(prices, str):
@@ -78,22 +86,26 @@ def optimise_parallelism(
             current.set_attributes({"computequote.model": model.name,
                                     "computequote.search.clusters": len(clusters),
                                     "computequote.search.objective": str(request.objective)})
-        result = run_cpu_bound(
-            settings.search_workers, search_until,
-            SearchRequest(
-                model=model, clusters=tuple(clusters), training=core_training,
-                global_batches=tuple(batches),
-                space=constraints.to_space(),
-                objective=request.objective, top_k=request.top_k,
-                max_train_s=constraints.max_train_s,
-                budget_usd=Decimal(constraints.budget_usd) if constraints.budget_usd else None,
-                price_per_gpu_hour_usd=price_map, energy=energy,
-                max_candidates=settings.search_max_candidates,
-                deadline_s=settings.search_deadline_s,
-                calibration=DEFAULT_CALIBRATION if stored is None else stored.calibration(),
-            ),
-            ends_at, start_by=ends_at, stop=gone,
+        search_request = SearchRequest(
+            model=model, clusters=tuple(clusters), training=core_training,
+            global_batches=tuple(batches),
+            space=constraints.to_space(),
+            objective=request.objective, top_k=request.top_k,
+            max_train_s=constraints.max_train_s,
+            budget_usd=Decimal(constraints.budget_usd) if constraints.budget_usd else None,
+            price_per_gpu_hour_usd=price_map, energy=energy,
+            max_candidates=settings.search_max_candidates,
+            deadline_s=settings.search_deadline_s,
+            calibration=DEFAULT_CALIBRATION if stored is None else stored.calibration(),
         )
+        try:
+            result = run_cpu_bound(settings.search_workers, search_until, search_request,
+                                   ends_at, start_by=ends_at, stop=gone)
+        except NoLayoutError as exc:
+            # Nothing was evaluated: say so, with the nearest counts that have a layout (a
+            # bounded scan, run only on this refusal), not "nothing fits in memory".
+            raise no_layout_problem(exc, search_request,
+                                    count_fields[exc.cluster_index]) from None
         if current is not None:
             current.set_attributes(search_attributes(result))
     http_request.app.state.metrics.candidates.inc(result.stats.candidates_evaluated)

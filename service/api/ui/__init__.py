@@ -38,7 +38,12 @@ from service.api.schemas.quotes import ALL_TERM_NAMES, MAX_SERVING_DURATION_S
 from service.api.tracing import traced_client
 from service.api.ui import charts, latency_chart
 from service.catalog.models import Quote
-from service.core.plausibility import COSTLY_PREFIX, LONG_RUN_PREFIX
+from service.core.plausibility import (
+    COSTLY_PREFIX,
+    IMPRACTICAL_COST,
+    IMPRACTICAL_WALL_CLOCK,
+    LONG_RUN_PREFIX,
+)
 
 router = APIRouter(include_in_schema=False)
 templates = Environment(loader=PackageLoader("service.api.ui", "templates"),
@@ -936,12 +941,26 @@ templates.globals.update(when=_when, short=_short, setting=_setting, days=_days,
                          sentence=_sentence)
 
 
-def _impractical(warning: str) -> bool:
-    """A warning that the plan is one nobody would run (too long or too dear)."""
-    return warning.startswith((LONG_RUN_PREFIX, COSTLY_PREFIX))
+IMPRACTICAL_CODES = frozenset({IMPRACTICAL_WALL_CLOCK, IMPRACTICAL_COST})
+"""The coded warnings that say a plan is one nobody would run (too long or too dear)."""
 
 
-templates.tests["impractical"] = _impractical
+def _impractical(answer: Any) -> list[str]:
+    """The sentences of the warnings of ``answer`` (an estimate, a plan, a quote line) that
+    say it is a plan nobody would run, in their order, recognised by their codes
+    (``warning_details``: ``impractical_wall_clock``, ``impractical_cost``)."""
+    details = answer.get("warning_details") or []
+    if details:
+        return [d["message"] for d in details if d["code"] in IMPRACTICAL_CODES]
+    # A quote line stored before the codes existed (2026-12-02) has warnings but no
+    # warning_details. For such a line alone the sentence's opening words decide: the
+    # prefixes service/core/plausibility.py has always written. Anything with codes is
+    # classified by its codes only.
+    return [w for w in answer.get("warnings") or []
+            if w.startswith((LONG_RUN_PREFIX, COSTLY_PREFIX))]
+
+
+templates.globals["impractical"] = _impractical
 
 
 def _tokens(value: Any) -> str:

@@ -72,11 +72,9 @@ from service.catalog.seed_prices import (
     AZURE_ACCELERATORS,
     SKIPPED_ACCELERATORS,
 )
+from service.core.units import HOURS_PER_YEAR
 
 PROVIDERS = ("aws", "azure", "gcp", "lambda", "nebius", "skypilot")
-HOURS_PER_YEAR = Decimal(8760)
-"""AWS and Azure spread a term's price over 365 × 24 hours per year (AWS Reserved Instance
-pricing; Azure reservation cost = term price / term hours)."""
 DEFAULT_MOVE_THRESHOLD = Decimal("0.20")
 """A price that moves by more than 20 % in one refresh is listed for review (GPU list prices
 moved 10-45 % in 2024-2025, seed/prices/README.md; larger single moves are usually a unit or
@@ -274,7 +272,7 @@ def from_azure_retail(pages: Iterable[Mapping[str, Any]], *, as_of: str,
                 out.rows.append({**common, "term": term, "payment_option": "all_upfront",
                                  "price_per_hour": _text(hourly),
                                  "notes": common["notes"] + f"; term price {price} / "
-                                          f"{years * 8760} h"})
+                                          f"{years * HOURS_PER_YEAR} h"})
             else:
                 out.skipped[f"price type {kind}"] += 1
     return out

@@ -20,15 +20,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from service.catalog.currencies import is_currency
 from service.catalog.seed_facts import default_interruption_rate, instance_fabric
+from service.core import quote as core_quote
+from service.core.quote import OFFER_TERM_NAMES
+from service.core.units import HOURS_PER_YEAR
 
 MICROS = Decimal(1_000_000)
-HOURS_PER_YEAR = 8760
-"""365 × 24: AWS computes an effective reserved rate as hourly + up-front ÷ (years × 8760)
-(data/README.md, 'committed_and_reserved_prices.csv')."""
 MAX_PRICE_PER_HOUR = Decimal(1_000_000)
 MAX_UPFRONT_FEE = Decimal(10_000_000_000)
 MAX_IMPORT_ROWS = 20_000
@@ -51,6 +52,14 @@ class Term(StrEnum):
     CAPACITY_BLOCK = "capacity_block"
 
 
+if tuple(Term) != OFFER_TERM_NAMES:  # pragma: no cover - a check at import
+    raise AssertionError(f"catalogue terms {tuple(Term)} are not the core's {OFFER_TERM_NAMES}")
+
+RESERVED_YEARS: Mapping[Term, int] = MappingProxyType(
+    {Term(term.value): years for term, years in core_quote.RESERVED_YEARS.items()})
+"""The core's reservation years (``service.core.quote.RESERVED_YEARS``), by this enum."""
+
+
 class PaymentOption(StrEnum):
     NO_UPFRONT = "no_upfront"
     PARTIAL_UPFRONT = "partial_upfront"
@@ -61,7 +70,6 @@ class PaymentOption(StrEnum):
     SAVINGS_PLAN_ALL_UPFRONT = "savings_plan_all_upfront"
 
 
-RESERVED_YEARS = {Term.RESERVED_1Y: 1, Term.RESERVED_3Y: 3}
 
 CONTENT_COLUMNS = (
     "provider", "region", "zone", "instance_type", "accelerator", "gpus_per_instance", "vcpus",

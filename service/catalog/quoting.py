@@ -18,7 +18,6 @@ from service.core import pricing
 from service.core.quote import OnPremInputs, PriceOffer, Term
 
 ONPREM = Term.ONPREM.value
-ALL_TERMS = tuple(t.value for t in Term)
 
 _COLUMNS = (
     OfferRevision.offer_id, OfferRevision.provider_id, OfferRevision.region,

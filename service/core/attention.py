@@ -14,7 +14,9 @@ AMD, Gaudi, an unknown stack) keeps the fitted global ``attention_efficiency_fra
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 
 from service.core.envelope import uses_local_defaults
 from service.core.specs import AttentionKernel, Framework
@@ -29,7 +31,7 @@ class Generation(StrEnum):
     BLACKWELL = "blackwell"
 
 
-GENERATION_OF: dict[str, Generation] = {
+GENERATION_OF: Mapping[str, Generation] = MappingProxyType({
     "a100-sxm4-40gb": Generation.AMPERE,
     "a100-sxm4-80gb": Generation.AMPERE,
     "h100-sxm5-80gb": Generation.HOPPER,
@@ -40,11 +42,11 @@ GENERATION_OF: dict[str, Generation] = {
     "h200-sxm-141gb": Generation.HOPPER,
     "b200-sxm-180gb": Generation.BLACKWELL,
     "gb200-nvl72": Generation.BLACKWELL,
-}
+})
 """Seed-catalogue accelerators by NVIDIA architecture (NVIDIA A100, H100, H200, H800, B200 and
 GB200 datasheets)."""
 
-KERNEL_PEAK_FRACTION: dict[tuple[Kernel, Generation], float] = {
+KERNEL_PEAK_FRACTION: Mapping[tuple[Kernel, Generation], float] = MappingProxyType({
     (Kernel.FA2, Generation.AMPERE): 0.61,
     # Dao-AILab/flash-attention README, "Performance / A100" (the FA2 paper's Fig. 4):
     # FA2 fwd+bwd, hd 128, causal, 16k: 189 TFLOP/s of 312.
@@ -67,9 +69,9 @@ KERNEL_PEAK_FRACTION: dict[tuple[Kernel, Generation], float] = {
     # B200, 0.53-0.56 at 16k-32k) and _GB200.csv (cuDNN 9.17, 0.57 at 32k of 2500).
     (Kernel.FA2, Generation.BLACKWELL): 0.16,
     # Same B200 artifact: FlashAttention 2.7.4, causal 32k, 367 TFLOP/s forward + backward.
-}
+})
 
-STACK_KERNEL: dict[tuple[Framework, Generation], Kernel] = {
+STACK_KERNEL: Mapping[tuple[Framework, Generation], Kernel] = MappingProxyType({
     # Megatron-Core runs Transformer Engine's DotProductAttention, whose fused-attention
     # (cuDNN) backend it prefers on Hopper and Blackwell; on Ampere it runs FlashAttention-2.
     (Framework.MEGATRON, Generation.AMPERE): Kernel.FA2,
@@ -98,16 +100,16 @@ STACK_KERNEL: dict[tuple[Framework, Generation], Kernel] = {
     (Framework.MAXTEXT, Generation.AMPERE): Kernel.FA2,
     (Framework.MAXTEXT, Generation.HOPPER): Kernel.CUDNN,
     (Framework.MAXTEXT, Generation.BLACKWELL): Kernel.CUDNN,
-}
+})
 """The kernel a stack runs by default; ``unknown`` has none (it keeps the fitted global)."""
 
 
-PUBLISHED_STACK_KERNEL: dict[Framework, Kernel] = {
+PUBLISHED_STACK_KERNEL: Mapping[Framework, Kernel] = MappingProxyType({
     # Before PyTorch 2.10 (January 2026) SDPA ran its flash backend (FlashAttention-2) unless
     # cuDNN was opted into (pytorch/pytorch#138522, 2.5.1): the kernel of torchtitan's
     # published runs (benchmarks/llama3_h100_202412_torchtitan.md states FA2 on H100).
     Framework.TORCHTITAN: Kernel.FA2,
-}
+})
 """The default kernel of a stack whose ``STACK_KERNEL`` entry comes from this project's own
 measurements (``envelope.LOCAL_DEFAULTS``), for a request whose ``framework_version`` names
 the published runs' software (or a release that cannot be placed in time)."""

@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 from service.core.plausibility import OUTSIDE_VALIDATED_RANGE, WarningDetail
 from service.core.specs import Framework
@@ -46,20 +47,20 @@ class Region:
     moe: bool
 
 
-SAME_SILICON: dict[str, str] = {
+SAME_SILICON: Mapping[str, str] = MappingProxyType({
     "a100-sxm4-40gb": "a100", "a100-sxm4-80gb": "a100",
     "h100-sxm5-80gb": "h100", "h200-sxm-141gb": "h100", "h800-sxm5-80gb": "h100",
     "h100-96gb-500w": "h100",
     "b200-sxm-180gb": "b200", "gb200-nvl72": "b200",
     "mi300x-192gb": "mi300", "mi325x-256gb": "mi300",
-}
+})
 """Accelerators that are one chip (NVIDIA A100, H100, H200, H800, B200, GB200 and AMD MI300X,
 MI325X datasheets; the calibration gives each group one GEMM efficiency): a stack whose rows
 ran on one of a group is taken to cover the others."""
 
 
 # python -m benchmarks.envelope (2026-12-01): the usable rows of published-runs.csv.
-REGIONS: dict[str, Region] = {
+REGIONS: Mapping[str, Region] = MappingProxyType({
     "deepspeed": Region(
         framework="deepspeed", rows=8, local_rows=0,
         families=(
@@ -210,7 +211,7 @@ REGIONS: dict[str, Region] = {
             "v100-sxm2-32gb",
         ),
         moe=True),
-}
+})
 
 
 def _silicon(accelerator_id: str) -> str:
@@ -288,7 +289,7 @@ class LocalDefaults:
     note: str
 
 
-LOCAL_DEFAULTS: dict[Framework, LocalDefaults] = {
+LOCAL_DEFAULTS: Mapping[Framework, LocalDefaults] = MappingProxyType({
     Framework.TORCHTITAN: LocalDefaults(
         since=(2026, 1), torch_since=(2, 10),
         note=("31 of the 39 torchtitan rows are single-GPU steps measured here with PyTorch "
@@ -299,7 +300,7 @@ LOCAL_DEFAULTS: dict[Framework, LocalDefaults] = {
               "sdp_utils.cpp; cuDNN was opt-in from 2.5.1, pytorch/pytorch#138522), released "
               "in January 2026; earlier runs, such as torchtitan's published 2024 tables, ran "
               "SDPA's flash backend (FlashAttention-2)")),
-}
+})
 """Stacks whose defaults come from local measurements (issue 37, cause 1)."""
 
 _DATE = re.compile(r"^(\d{4})-(\d{2})(?:-\d{2})?$")

@@ -10,6 +10,7 @@ parallel folding, Liu et al. 2025, arXiv 2504.14960).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from service.core.ops import SCALAR, Num
 from service.core.params import ParameterCount
@@ -26,7 +27,8 @@ from service.core.specs import (
     TrainingSpec,
 )
 
-STACK_SHARD_UNIT = {Framework.DEEPSPEED: ShardUnit.MATRIX, Framework.MAXTEXT: ShardUnit.MATRIX}
+STACK_SHARD_UNIT = MappingProxyType({Framework.DEEPSPEED: ShardUnit.MATRIX,
+                                     Framework.MAXTEXT: ShardUnit.MATRIX})
 """ZeRO-3 gather granularity by stack when the plan does not say; the others gather layers
 (``specs.ShardUnit`` gives the sources)."""
 

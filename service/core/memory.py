@@ -41,7 +41,9 @@ stored activations, of which the device keeps ``OFFLOAD_LAYERS_IN_TRANSIT`` laye
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from service.core.calibration import Calibration
 from service.core.geometry import Geometry, PlanVars
@@ -184,14 +186,14 @@ XLA_MEMORY = StackMemory(
 optimizer's master copy, gradients in the weights' dtype, optax AdamW m and v in it too. The
 logits are a bf16 tensor and its bf16 gradient (4 B): XLA fuses the fp32 upcast and softmax
 of the cross-entropy into the reductions that consume them."""
-STACK_MEMORY: dict[Framework, StackMemory] = {
+STACK_MEMORY: Mapping[Framework, StackMemory] = MappingProxyType({
     Framework.MEGATRON: MEGATRON_MEMORY,
     Framework.TORCHTITAN: TORCHTITAN_MEMORY,
     Framework.FSDP: FSDP_MEMORY,
     Framework.DEEPSPEED: DEEPSPEED_MEMORY,
     Framework.MAXTEXT: XLA_MEMORY,
     Framework.UNKNOWN: MEGATRON_MEMORY,
-}
+})
 """``unknown`` takes Megatron's conventions, the largest model state (18 B per parameter with
 Adam) and logits, so an unstated stack is not promised memory that a known one would need."""
 

@@ -6,7 +6,9 @@ parameter count it is checked against (``tests/core/test_presets.py``, tolerance
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from service.core.errors import InvalidSpecError
 from service.core.specs import MlaSpec, MlpKind, ModelSpec
@@ -140,7 +142,7 @@ _PRESETS: tuple[Preset, ...] = (
     ),
 )
 
-PRESETS: dict[str, Preset] = {preset.model.name: preset for preset in _PRESETS}
+PRESETS: Mapping[str, Preset] = MappingProxyType({preset.model.name: preset for preset in _PRESETS})
 
 
 def get_preset(name: str) -> Preset:

@@ -12,18 +12,15 @@ or a lost fraction of 1 or more) cannot make progress. Billed time = wall-clock 
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+from types import MappingProxyType
 
-from service.core.units import SECONDS_PER_HOUR
+from service.core.units import HOURS_PER_YEAR, SECONDS_PER_HOUR
 
 CENT = Decimal("0.01")
 SECONDS_PER_HOUR_DECIMAL = Decimal(int(SECONDS_PER_HOUR))
-HOURS_PER_YEAR = 8760
-"""365 × 24, as cloud reservations count a year."""
-
 DEFAULT_FAILURE_RATE_PER_GPU_HOUR = 2.2e-5
 """Llama 3 405B: 466 job interruptions in 54 days on 16,384 H100 (Dubey et al. 2024, section
 3.3.4): 466 / (54 × 24 × 16,384) = 2.2e-5 per GPU-hour."""
@@ -51,18 +48,10 @@ DEFAULT_OPERATIONS_FRACTION = Decimal("0.10")
 
 
 def exact(value: float) -> Decimal:
-    """The exact decimal value of a float (``Decimal(repr(x))``: shortest round-trip text).
-    Memoised by value and type (a quote converts the same few values thousands of times;
-    issue 16); zeros are not, so -0.0 and 0.0 keep their own text."""
-    if value == 0 or not math.isfinite(value):
-        if not math.isfinite(value):
-            raise ValueError(f"{value!r} is not a finite amount")
-        return Decimal(repr(value))
-    return _exact(value)
-
-
-@functools.lru_cache(maxsize=8192, typed=True)
-def _exact(value: float) -> Decimal:
+    """The exact decimal value of a float (``Decimal(repr(x))``: shortest round-trip text,
+    so -0.0 and 0.0 keep their own text)."""
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite amount")
     return Decimal(repr(value))
 
 
@@ -120,10 +109,8 @@ class CloudLine:
     total: Decimal
 
 
-@functools.lru_cache(maxsize=4096, typed=True)
 def instances_for(num_gpus: int, gpus_per_instance: float) -> tuple[int, bool]:
-    """Whole instances that hold ``num_gpus`` GPUs, and whether that rounds up (memoised:
-    a pure function of two numbers)."""
+    """Whole instances that hold ``num_gpus`` GPUs, and whether that rounds up."""
     needed = exact(num_gpus) / exact(gpus_per_instance)
     whole = int(needed.to_integral_value(rounding=ROUND_CEILING))
     return whole, Decimal(whole) != needed
@@ -193,7 +180,7 @@ def dedicated(instances: int, billed_hours: Decimal, years: int,
         CENT, rounding=ROUND_HALF_EVEN)
 
 
-_TERM_HOURS = {years: Decimal(years * HOURS_PER_YEAR) for years in (1, 3)}
+_TERM_HOURS = MappingProxyType({years: Decimal(years * HOURS_PER_YEAR) for years in (1, 3)})
 """``Decimal(years × 8,760)`` of the reserved terms sold (the same values, made once)."""
 
 

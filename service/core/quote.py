@@ -21,17 +21,17 @@ The verdict is the recommended line's policy outcome: ``approve`` unless a rule 
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from decimal import ROUND_CEILING, Decimal
 from enum import StrEnum
-from typing import TypeVar
+from types import MappingProxyType
+from typing import Literal, TypeVar, get_args
 
 from service.core import pricing
 from service.core.plausibility import WarningDetail
-from service.core.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+from service.core.units import HOURS_PER_YEAR, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
 class Term(StrEnum):
@@ -43,7 +43,18 @@ class Term(StrEnum):
     ONPREM = "onprem"
 
 
-RESERVED_YEARS = {Term.RESERVED_1Y: 1, Term.RESERVED_3Y: 3}
+TermValue = Literal["on_demand", "spot", "reserved_1y", "reserved_3y", "capacity_block",
+                    "onprem"]
+"""``Term``'s values as a type (the API's ``QuoteTerm``); checked against ``Term`` below."""
+TERM_NAMES: tuple[TermValue, ...] = get_args(TermValue)
+"""Every term a quote can price, in ``Term`` order: the one list (the API's ``QuoteTerm``, the
+catalogue and the CLI take it from here)."""
+if tuple(Term) != TERM_NAMES:  # pragma: no cover - a check at import
+    raise AssertionError(f"TermValue {TERM_NAMES} is not Term {tuple(Term)}")
+OFFER_TERM_NAMES: tuple[str, ...] = tuple(t.value for t in Term if t is not Term.ONPREM)
+"""The terms a catalogue offer can have: every term but ``onprem`` (owned GPUs are no offer)."""
+
+RESERVED_YEARS = MappingProxyType({Term.RESERVED_1Y: 1, Term.RESERVED_3Y: 3})
 
 
 class Verdict(StrEnum):
@@ -57,14 +68,14 @@ class Outcome(StrEnum):
     FAIL = "fail"
 
 
-OUTCOME_RANK = {Outcome.PASS: 0, Outcome.WARN: 1, Outcome.FAIL: 2}
-_TERM_VALUES = {term: term.value for term in Term}
+OUTCOME_RANK = MappingProxyType({Outcome.PASS: 0, Outcome.WARN: 1, Outcome.FAIL: 2})
+_TERM_VALUES = MappingProxyType({term: term.value for term in Term})
 """Each term's value, looked up: ``Enum.value`` is a Python property (issue 16)."""
 _PASS, _WARN, _FAIL = Outcome.PASS, Outcome.WARN, Outcome.FAIL
 """The outcomes under module names, for the loops that run per line: reading
 ``Outcome.FAIL`` goes through the enum's metaclass (about 50 ns on CPython 3.11, against 6
 for a global), and a quote of new figures reads them thousands of times (issue 16)."""
-SEVERITY = {Outcome.PASS: "info", Outcome.WARN: "warning", Outcome.FAIL: "error"}
+SEVERITY = MappingProxyType({Outcome.PASS: "info", Outcome.WARN: "warning", Outcome.FAIL: "error"})
 
 
 class Accounting(StrEnum):
@@ -394,8 +405,8 @@ class QuoteLine:
         return (a is None, a.co2e_kg if a else Decimal(0), *self.sort_key()[1:])
 
 
-_LINE_DEFAULTS: dict[str, object] = {
-    f.name: f.default for f in fields(QuoteLine) if f.default is not MISSING}
+_LINE_DEFAULTS: Mapping[str, object] = MappingProxyType({
+    f.name: f.default for f in fields(QuoteLine) if f.default is not MISSING})
 """The defaulted fields of a line, which ``_new_line`` fills where its caller does not."""
 
 
@@ -494,7 +505,7 @@ def _commitment(term: Term, instances: int, hours: Decimal, rate: Decimal,
     years = RESERVED_YEARS.get(term)
     if years is not None:
         terms, dedicated = pricing.dedicated(instances, hours, years, rate)
-        return dedicated, terms * years * pricing.HOURS_PER_YEAR * SECONDS_PER_HOUR, terms
+        return dedicated, terms * years * HOURS_PER_YEAR * SECONDS_PER_HOUR, terms
     if term is Term.CAPACITY_BLOCK:
         days, blocks = capacity_block_days(hours)
         return pricing.cents(instances * days * 24 * rate), days * SECONDS_PER_DAY, blocks
@@ -547,10 +558,7 @@ def price_amounts(
 ) -> Amounts:
     """A feasible line's amounts at the estimate and at the ends of its band: the job's cost
     is ``pricing.cloud_line`` (instances × billed hours × rate), the commitment what the term
-    makes the buyer sign for. Memoised on its inputs (offers in many regions share a price:
-    issue 16); ``Amounts`` is immutable, so a shared result cannot be altered."""
-    # Equal keys must give identical text: a Decimal's exponent and a float's sign of zero
-    # take part in the key (2.5 == 2.50 and 0.0 == -0.0, but they print differently).
+    makes the buyer sign for."""
     return _price_amounts(
         job.num_gpus, job.power_w_per_gpu + 0.0, _amounts_context(timing, options), term,
         gpus_per_instance + 0.0, rate,
@@ -560,7 +568,6 @@ def price_amounts(
         None if on_demand_rate is None else on_demand_rate.as_tuple().exponent)
 
 
-@functools.lru_cache(maxsize=4096, typed=True)
 def _price_amounts(
     num_gpus: int, power_w_per_gpu: float, context: _AmountsContext, term: Term,
     gpus_per_instance: float, rate: Decimal, _rate_exponent: int | str, lost_fraction: float,
@@ -646,8 +653,7 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
     """What a line takes from the offer, the job's GPU count, checkpoint size and kind
     (training or serving) and the request's reliability options, not from its timing:
     instances, the goodput loss (Young/Daly, ``pricing.goodput``; a serving fleet's spare
-    replicas, ``interruption_fraction``), its basis and the flags. ``price_all`` keeps them per
-    offer across quotes (``facts_context``)."""
+    replicas, ``interruption_fraction``), its basis and the flags."""
     gpus = offer.fabric.gpus_per_instance
     instances, _ = pricing.instances_for(job.num_gpus, gpus)
     checkpoint_s = job.checkpoint_bytes / options.checkpoint_bytes_per_s
@@ -670,7 +676,7 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
     carbon = offer.region_carbon_g_per_kwh
     priced = None
     if loss.feasible:
-        # ``price_amounts``' key, less the job's and the request's part (its comment).
+        # ``_price_amounts``' arguments of the offer (``_AmountsKey``).
         price, on_demand = offer.price_per_instance_hour, offer.on_demand_rate
         priced = (offer.term, gpus + 0.0, price, price.as_tuple().exponent,
                   loss.lost_fraction + 0.0,
@@ -682,9 +688,7 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
 
 def _line_fields_of_offer(offer: PriceOffer) -> dict[str, object]:
     """A cloud line's fields that the offer alone decides (``cloud_line`` adds the facts',
-    the job's, the timing basis and the amounts): kept per offer across quotes, so that a
-    line is a few ``dict.update`` calls instead of a 40-entry dict built from attributes
-    (issue 16)."""
+    the job's, the timing basis and the amounts)."""
     fabric = offer.fabric
     return {
         "provider": offer.provider, "region": offer.region, "zone": offer.zone,
@@ -700,55 +704,18 @@ def _line_fields_of_offer(offer: PriceOffer) -> dict[str, object]:
     }
 
 
-_offer_line_fields: dict[int, tuple[PriceOffer, dict[str, object]]] = {}
-"""``_line_fields_of_offer`` by the offer's identity (the entry holds the offer): one memo
-for every job and request, bounded like a context of ``_facts_memos``."""
-
-
-def facts_context(job: SizedJob, options: Options) -> str:
-    """Everything of the job and the request that ``_offer_facts`` reads, as text (so that
-    0.0 and -0.0, equal but printed differently, stay apart)."""
-    return repr((job.num_gpus, job.checkpoint_bytes, job.serving is None,
-                 options.checkpoint_bytes_per_s, options.failure_rate_per_gpu_hour,
-                 options.restart_s, options.grid_gco2e_per_kwh))
-
-
-_facts_memos: dict[str, dict[int, _OfferFacts]] = {}
-_facts_memo_size = 8192
-"""Offers whose facts (or fits) one context keeps: more than a catalogue version's offers of
-one accelerator, few enough that offers made anew per quote (a discount book's net prices)
-do not pile up for the garbage collector to walk."""
-
-
-_MEMO_CONTEXTS_MAX = 64
-"""Contexts (job shapes and options) a per-offer memo keeps before it starts afresh."""
-
-
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
 
-def _context_memo(memos: dict[str, dict[_K, _V]], context: str) -> dict[_K, _V]:
-    """``memos[context]``, made empty when new; all of ``memos`` dropped once it holds
-    ``_MEMO_CONTEXTS_MAX`` contexts (bounded memory)."""
-    memo = memos.get(context)
-    if memo is None:
-        memo = remember(memos, context, {}, _MEMO_CONTEXTS_MAX)
-    return memo
-
-
 def remember(memo: dict[_K, _V], key: _K, value: _V, size: int) -> _V:
     """``memo[key] = value``, the memo emptied first once it holds ``size`` entries (bounded
-    memory); returns ``value``. The pricing memos here and the line-text caches of
-    ``service/api/quoting.py`` all bound themselves with it."""
+    memory); returns ``value``. The line-text caches of ``service/api/quoting.py`` bound
+    themselves with it (the core keeps no memo of its own)."""
     if len(memo) >= size:
         memo.clear()
     memo[key] = value
     return value
-
-
-def _facts_memo(job: SizedJob, options: Options) -> dict[int, _OfferFacts]:
-    return _context_memo(_facts_memos, facts_context(job, options))
 
 
 _Fit = tuple[PriceOffer, tuple[str, str] | None, RejectedOffer | None]
@@ -766,51 +733,39 @@ def _fit(job: SizedJob, offer: PriceOffer) -> _Fit:
         reason=misfit[1])
 
 
-def fits_context(job: SizedJob) -> str:
-    """Everything of the job that ``_fit`` (``node_fit``) reads, as text."""
-    return repr((job.num_gpus, job.fast_domain, job.serving is None))
-
-
-_fits_memos: dict[str, dict[int, _Fit]] = {}
-
-
-def _fits_memo(job: SizedJob) -> dict[int, _Fit]:
-    """``_fit`` per offer (by identity; the entry holds the offer) for jobs like ``job``:
-    kept across quotes, like ``_facts_memo``."""
-    return _context_memo(_fits_memos, fits_context(job))
+_AmountsKey = tuple[object, ...]
+"""``_price_amounts``' arguments as a key of ``price_all``'s per-call reuse: equal keys must give
+identical text, so a Decimal's exponent and a float's sign of zero take part in it (2.5 == 2.50
+and 0.0 == -0.0, but they print differently)."""
 
 
 def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Options,
-               version_id: str, *, facts: dict[int, _OfferFacts] | None = None,
+               version_id: str, *, amounts_seen: dict[_AmountsKey, Amounts] | None = None,
                job_fields: dict[str, object] | None = None) -> QuoteLine:
-    """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7). ``facts`` is
-    ``price_all``'s memo of ``_offer_facts`` for this job and request, by the offer's identity
-    (the entry holds the offer, so its id is not reused while it lives); ``job_fields`` the
-    line's fields the job, the request and the version decide (``line_fields_of_job``), made
-    once per job by ``price_all``."""
-    known = None if facts is None else facts.get(id(offer))
-    if known is None or known[0] is not offer:  # by identity; the entry holds the offer
-        known = _offer_facts(job, offer, options)
-        if facts is not None:
-            remember(facts, id(offer), known, _facts_memo_size)
-    _, loss, basis, flags, carbon, priced = known
-    kept = _offer_line_fields.get(id(offer))
-    if kept is None or kept[0] is not offer:  # by identity; the entry holds the offer
-        kept = remember(_offer_line_fields, id(offer), (offer, _line_fields_of_offer(offer)),
-                        _facts_memo_size)
+    """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7).
+    ``amounts_seen`` is ``price_all``'s reuse of amounts within one call (offers in many
+    regions share a price); ``job_fields`` the line's fields the job, the request and the
+    version decide (``line_fields_of_job``), made once per job by ``price_all``."""
+    _, loss, basis, flags, carbon, priced = _offer_facts(job, offer, options)
     amounts = None
     if priced is not None:
         term, gpus, price, exponent, lost, interval, intensity, on_demand, od_exponent = priced
-        amounts = _price_amounts(
+        key: _AmountsKey = (
             job.num_gpus, job.power_w_per_gpu + 0.0, _amounts_context(timing, options), term,
             gpus, price, exponent, lost, interval, intensity, options.pue + 0.0, on_demand,
             od_exponent)
+        found = None if amounts_seen is None else amounts_seen.get(key)
+        if found is None:
+            found = _price_amounts(*key)  # type: ignore[arg-type]
+            if amounts_seen is not None:
+                amounts_seen[key] = found
+        amounts = found
     # ``_new_line``, its fields from four parts: the offer's, the facts', the job's and this
     # line's own.
     line = object.__new__(QuoteLine)
     filled = line.__dict__
     filled.update(_LINE_DEFAULTS)
-    filled.update(kept[1])
+    filled.update(_line_fields_of_offer(offer))
     filled.update(job_fields if job_fields is not None
                   else line_fields_of_job(job, options, version_id))
     filled["flags"] = flags
@@ -871,7 +826,7 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
         options=options, carbon_g_per_kwh=options.grid_gco2e_per_kwh, pue=float(tco.pue))
     hours = amounts.billed_hours
     commitment = pricing.cents(capex + job.num_gpus * hours * running)
-    term_s = float(tco.depreciation_years * pricing.HOURS_PER_YEAR) * SECONDS_PER_HOUR
+    term_s = float(tco.depreciation_years * HOURS_PER_YEAR) * SECONDS_PER_HOUR
 
     def commit_at(band_s: float) -> Decimal:
         used = pricing.exact(band_s) / pricing.SECONDS_PER_HOUR_DECIMAL
@@ -935,9 +890,7 @@ def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
     passes silently (it is not reported); a violated rule fails, or warns when the policy lists
     it in ``warn_only`` (the built-in warnings: amortised accounting, assumed interruption
     rates, a wide band). The rules on the line's money and time (``_money_rules``) come around
-    those on the offer, the policy and the day (``_fixed_rules``). ``judge`` memoises this on
-    every field of the line it reads: a field newly read here must join ``judge``'s key
-    (``tests/core/test_quote.py`` checks that it does)."""
+    those on the offer, the policy and the day (``_fixed_rules``)."""
     a = line.amounts
     if a is None:
         return (RuleResult(rule="feasible", outcome=Outcome.FAIL, code="infeasible",
@@ -1026,9 +979,7 @@ def _fixed_rules(line: QuoteLine, policy: Policy, today: int, instances: int,
                  ) -> tuple[str, tuple[RuleResult, ...], tuple[RuleResult, ...]]:
     """The rules that read no money or time of a feasible line, only its offer, the policy,
     the day and the line's instance count: (where, (allowed_terms ... max_price_age_s),
-    (require_node_fit, forbid_unverified_spot_capacity, forbid_assumed_interruption_rates)).
-    ``judge`` keeps them across quotes: a field newly read here must join ``judge``'s
-    ``fixed`` key (``tests/core/test_quote.py`` checks that it does)."""
+    (require_node_fit, forbid_unverified_spot_capacity, forbid_assumed_interruption_rates))."""
     results: list[RuleResult] = []
     append = results.append
     where = _where(line)
@@ -1109,37 +1060,11 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
     misfits = misfits or {}
     judged: list[QuoteLine] = []
     ranks: list[int] = []
-    memo = _rules_memo(policy, options, today)
-    fixed_memo = _fixed_rules_memo(policy, today)
     budget, deadline_s = options.budget, options.deadline_s
     for index, line in enumerate(lines):
-        misfit = misfits.get(index)
         a = line.amounts
-        # Everything ``_fixed_rules`` reads of the line (``fixed``, with the instances), then
-        # everything else ``evaluate`` reads, with the amounts by identity (they are memoised
-        # and immutable; the entry keeps them alive, so the id is not reused).
-        fixed = (line.provider, line.region, line.instance_type, line.term, line.flags,
-                 line.price_as_of, line.price_as_of_day, line.gpus_per_instance,
-                 line.goodput_basis, misfit)
-        key = (fixed, line.currency, id(a), line.infeasible_reason)
-        hit = memo.get(key)
-        if hit is not None and hit[0] is a:
-            rules, rank = hit[1], hit[2]
-        else:
-            if a is None:
-                rules = evaluate(line, policy, options, today, misfit)
-            else:
-                # ``evaluate``, with the rules on the offer kept across quotes of new figures.
-                kept = fixed_memo.get((fixed, a.instances))
-                if kept is None:
-                    kept = remember(fixed_memo, (fixed, a.instances),
-                                     _fixed_rules(line, policy, today, a.instances, misfit),
-                                     _fixed_memo_size)
-                where, first, last = kept
-                head, tail = _money_rules(a, where, line.currency, policy, options)
-                rules = head + first + tail + last
-            rank = OUTCOME_RANK[_worst(rules)]
-            remember(memo, key, (a, rules, rank), _rules_memo_size)
+        rules = evaluate(line, policy, options, today, misfits.get(index))
+        rank = OUTCOME_RANK[_worst(rules)]
         within = None if budget is None else a is not None and a.total <= budget
         meets = None if deadline_s is None else a is not None and a.wall_clock_s <= deadline_s
         if _owned:
@@ -1205,40 +1130,6 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
     )
 
 
-_rules_memo_size = 8192
-"""Lines whose rule outcomes one policy context keeps (about 2 KB each): twice the
-``_price_amounts`` cache, since an entry can only be hit while its amounts are still cached
-(the key holds them by identity); more entries would only keep amounts no line can reuse alive
-for the garbage collector to walk (issue 16: with 50,000, collections took about a fifth of
-the CPU of ``benchmarks/pricing_speed.py``, with 8,192 about an eighth)."""
-_fixed_memo_size = 50_000
-"""Offers whose fixed rules one (policy, day) keeps."""
-_Judgement = tuple[Amounts | None, tuple[RuleResult, ...], int]
-"""A memo entry: the amounts it was made for, the rules' outcomes and the worst's rank."""
-_rules_memos: dict[str, dict[tuple[object, ...], _Judgement]] = {}
-
-
-def _rules_memo(policy: Policy, options: Options, today: int,
-                ) -> dict[tuple[object, ...], _Judgement]:
-    """The memo of ``evaluate`` for one (policy, options, day): its results are a pure
-    function of these and the line's values, and a catalogue version's lines recur from quote
-    to quote (issue 16: judging was a third of a quote's CPU). The context is keyed by its
-    ``repr``, not by equality: ``Decimal("0.5") == Decimal("0.50")`` but the two print
-    differently in a message."""
-    return _context_memo(_rules_memos, repr((policy, options, today)))
-
-
-_Fixed = tuple[str, tuple[RuleResult, ...], tuple[RuleResult, ...]]
-_fixed_memos: dict[str, dict[tuple[object, ...], _Fixed]] = {}
-
-
-def _fixed_rules_memo(policy: Policy, today: int) -> dict[tuple[object, ...], _Fixed]:
-    """The memo of ``_fixed_rules`` for one (policy, day), keyed like ``_rules_memo``: the
-    rules on an offer recur in every quote of the same policy whatever the figures (a new
-    ``gpu_hours`` or budget), while ``evaluate``'s memo holds a line's amounts by identity."""
-    return _context_memo(_fixed_memos, repr((policy, today)))
-
-
 _set = object.__setattr__
 
 
@@ -1266,18 +1157,14 @@ def price_all(
     lines: list[QuoteLine] = []
     rejected: list[RejectedOffer] = []
     misfits: dict[int, str] = {}
+    amounts_seen: dict[_AmountsKey, Amounts] = {}  # this call's own, dropped with it
     for index, job in enumerate(jobs):
         first = len(lines)
-        facts = _facts_memo(job, options)
-        fits = _fits_memo(job)
         job_fields = line_fields_of_job(job, options, version_id)
         for offer in offers:
             if offer.accelerator != job.accelerator:
                 continue
-            fit = fits.get(id(offer))
-            if fit is None or fit[0] is not offer:  # by identity; the entry holds the offer
-                fit = remember(fits, id(offer), _fit(job, offer), _facts_memo_size)
-            _, misfit, refusal = fit
+            _, misfit, refusal = _fit(job, offer)
             if refusal is not None and policy.require_node_fit:
                 rejected.append(refusal)
                 continue
@@ -1285,7 +1172,7 @@ def price_all(
                 misfits[len(lines)] = misfit[1]
             timing = timings.get((index, offer.fabric), job.timing) if timings else job.timing
             lines.append(cloud_line(job, timing, offer, options, version_id,
-                                    facts=facts, job_fields=job_fields))
+                                    amounts_seen=amounts_seen, job_fields=job_fields))
         if job.accelerator in onprem:
             owned = onprem_line(job, onprem[job.accelerator], options, version_id)
             lines.append(with_break_even(owned, lines[first:], options))  # this job's lines
@@ -1293,7 +1180,7 @@ def price_all(
                  _owned=True)
 
 
-HOURS_PER_MONTH = Decimal(pricing.HOURS_PER_YEAR) / 12
+HOURS_PER_MONTH = Decimal(HOURS_PER_YEAR) / 12
 """730 hours: a month of continuous use (8,760 h / 12)."""
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ RECOMPUTE_CODES = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FU
 ALL_ZERO_STAGES = (0, 1, 2, 3)
 """Every ZeRO stage (Rajbhandari et al. 2020): what a stack absent from ``ZERO_STAGES`` runs,
 and what a fixed ``zero_stage`` is checked against."""
-ZERO_STAGES: dict[Framework, tuple[int, ...]] = {
+ZERO_STAGES: Mapping[Framework, tuple[int, ...]] = MappingProxyType({
     Framework.TORCHTITAN: (0, 3),
     # Data parallelism is replicated (DDP) or sharded with FSDP2/HSDP, ZeRO-3 (torchtitan
     # docs/fsdp.md; Liang et al. 2024, section 2.1).
@@ -69,7 +70,7 @@ ZERO_STAGES: dict[Framework, tuple[int, ...]] = {
     Framework.MAXTEXT: (0, 3),
     # Data parallelism replicates (ici/dcn_data_parallelism) or shards parameters, gradients
     # and optimizer state (ici/dcn_fsdp_parallelism) (MaxText docs, "Sharding").
-}
+})
 """The ZeRO stages a stack can run, where it cannot run all four; a search that varies
 ``zero_stage`` tries only these (Megatron-LM runs 0 and 1, the distributed optimizer, and 2
 and 3 with Megatron-Core's FSDP; DeepSpeed runs all; an unknown stack may be any). A caller
@@ -181,10 +182,9 @@ class SearchResult:
 # --- enumeration ---------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=4096)
 def _divisors(n: int) -> tuple[int, ...]:
-    """Ascending; cached, as a sweep asks for the same few numbers tens of thousands of
-    times."""
+    """Ascending. ``_skeletons`` keeps them for one sweep (it asks for the same few numbers
+    tens of thousands of times); nothing is kept between sweeps."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return tuple(sorted(set(small + [n // d for d in small])))
 
@@ -229,23 +229,24 @@ def _skeletons(
     2.6 GB when every skeleton was built before the cap was checked)."""
     n = cluster.num_gpus
     max_tp = space.max_tp or cluster.gpus_per_node
+    divisors = functools.cache(_divisors)  # this sweep's own, dropped with it
 
     def drop(rule: str, count: int = 1) -> None:
         pruned[rule] = pruned.get(rule, 0) + count
 
-    for tp in _options(space, "tp", _divisors(n)):
+    for tp in _options(space, "tp", divisors(n)):
         if tp > max_tp:
             drop("tp_above_max_tp")
             continue
         if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
             drop("tp_not_dividing_heads")
             continue
-        for pp in _options(space, "pp", _divisors(n // tp)):
+        for pp in _options(space, "pp", divisors(n // tp)):
             if pp > model.num_layers:
                 drop("pp_above_layers")
                 continue
             layers_per_stage = -(-model.num_layers // pp)
-            for cp in _options(space, "cp", _divisors(n // (tp * pp))):
+            for cp in _options(space, "cp", divisors(n // (tp * pp))):
                 if seq_len % cp:
                     drop("cp_not_dividing_seq_len")
                     continue
@@ -253,9 +254,9 @@ def _skeletons(
                 if batch % dp:
                     drop("dp_not_dividing_global_batch")
                     continue
-                vps = [v for v in _divisors(layers_per_stage) if pp > 1 or v == 1]
+                vps = [v for v in divisors(layers_per_stage) if pp > 1 or v == 1]
                 vps = _options(space, "vp", vps)
-                mbs = _options(space, "micro_batch", _divisors(batch // dp))
+                mbs = _options(space, "micro_batch", divisors(batch // dp))
                 sps = [space.base.sequence_parallel] if tp == 1 else _options(
                     space, "sequence_parallel", [True, False])
                 if not (vps and mbs and sps):
@@ -263,7 +264,7 @@ def _skeletons(
                     continue
                 span = tp * dp * cp
                 if model.is_moe:
-                    eps = [e for e in _divisors(model.num_experts) if span % e == 0]
+                    eps = [e for e in divisors(model.num_experts) if span % e == 0]
                 else:
                     eps = [1]
                 for ep in _options(space, "ep", eps):

@@ -43,9 +43,10 @@ Everything is in SI units; money is not computed here (the API prices GPU-hours)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from service.core.errors import InvalidSpecError
 from service.core.params import count_parameters
@@ -76,12 +77,14 @@ class TrafficMode(StrEnum):
     ONLINE = "online"
 
 
-WEIGHT_BYTES = {WeightPrecision.BF16: 2.0, WeightPrecision.FP8: 1.0, WeightPrecision.INT4: 0.5}
+WEIGHT_BYTES = MappingProxyType({WeightPrecision.BF16: 2.0, WeightPrecision.FP8: 1.0,
+                                 WeightPrecision.INT4: 0.5})
 """Bytes per weight: bf16 2, fp8 1 (per-tensor scales are negligible), int4 weight-only 0.5
 (AWQ, Lin et al. 2024; group scales of 1 fp16 per 128 weights add 0.1 % and are left out)."""
-KV_BYTES = {KvPrecision.BF16: 2.0, KvPrecision.FP8: 1.0}
-COMPUTE_PRECISION = {WeightPrecision.BF16: Precision.BF16, WeightPrecision.FP8: Precision.FP8,
-                     WeightPrecision.INT4: Precision.BF16}
+KV_BYTES = MappingProxyType({KvPrecision.BF16: 2.0, KvPrecision.FP8: 1.0})
+COMPUTE_PRECISION = MappingProxyType({WeightPrecision.BF16: Precision.BF16,
+                                      WeightPrecision.FP8: Precision.FP8,
+                                      WeightPrecision.INT4: Precision.BF16})
 """Matmul precision: int4 weights are dequantised to bf16 in the kernel (weight-only)."""
 
 
@@ -104,7 +107,7 @@ class EngineEfficiency:
     basis: str
 
 
-ENGINE_PRIORS: dict[Engine, EngineEfficiency] = {
+ENGINE_PRIORS: Mapping[Engine, EngineEfficiency] = MappingProxyType({
     Engine.TRTLLM: EngineEfficiency(
         hbm_fraction=0.80, compute_fraction=0.60, step_overhead_s=1.0e-3,
         gpu_memory_fraction=0.90,
@@ -124,13 +127,13 @@ ENGINE_PRIORS: dict[Engine, EngineEfficiency] = {
         hbm_fraction=0.60, compute_fraction=0.45, step_overhead_s=4.0e-3,
         gpu_memory_fraction=0.88,
         basis="conservative prior for an unnamed engine: below every named one"),
-}
+})
 """The priors, before any fit (their basis in each entry): what an engine keeps when no
 evaluable published row was run with it, and what ``benchmarks/serving_validation.py``
 starts from (its "before" figures, and every leave-one-source-out fold without that
 engine's rows)."""
 
-ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
+ENGINE_EFFICIENCY: Mapping[Engine, EngineEfficiency] = MappingProxyType({
     Engine.TRTLLM: EngineEfficiency(
         hbm_fraction=0.95, compute_fraction=0.50, step_overhead_s=3.0e-3,
         gpu_memory_fraction=0.90,
@@ -173,7 +176,7 @@ ENGINE_EFFICIENCY: dict[Engine, EngineEfficiency] = {
         basis="conservative: per parameter the least efficient of trtllm, sglang and vllm "
               "(lowest HBM and compute fractions, highest step overhead, smallest memory "
               "fraction); never fitted"),
-}
+})
 """What the model uses. Fitted per named engine by ``benchmarks/serving_validation.py``
 (grid search on the squared log error of output tokens/s, TPOT and TTFT over the evaluable
 rows of ``benchmarks/data/serving-runs.csv`` run with that engine); ``sglang`` has no

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from service.core.attention import kernel_peak_fraction
 from service.core.calibration import Calibration
@@ -131,12 +132,12 @@ HOST_LINK_BYTES_PER_S = 32e9
 """Host-to-device bandwidth per GPU, each way, where ``HOST_LINK_BY_ACCELERATOR`` has no entry:
 PCIe 4.0 x16, 16 GT/s x 16 lanes with 128b/130b coding, about 31.5 GB/s (PCI-SIG PCIe 4.0
 base specification), the link of A100 and TPU v4/v5 hosts."""
-HOST_LINK_BY_ACCELERATOR = {
+HOST_LINK_BY_ACCELERATOR = MappingProxyType({
     "h100-sxm5-80gb": 64e9, "h100-pcie-80gb": 64e9, "h100-nvl-94gb": 64e9,
     "h100-96gb-500w": 64e9, "h800-sxm5-80gb": 64e9, "h200-sxm-141gb": 64e9,
     "b200-sxm-180gb": 64e9,
     "gb200-nvl72": 450e9,
-}
+})
 """PCIe 5.0 x16, about 63 GB/s each way (PCI-SIG PCIe 5.0; NVIDIA H100, H200 and B200
 datasheets: PCIe Gen5); GB200: NVLink-C2C to the Grace CPU, 900 GB/s both ways (NVIDIA GB200
 NVL72 datasheet)."""

@@ -20,7 +20,10 @@ BITS_PER_BYTE: Final = 8
 
 SECONDS_PER_HOUR: Final = 3600.0
 SECONDS_PER_DAY: Final = 86_400.0
-HOURS_PER_YEAR: Final = 8760.0
+HOURS_PER_YEAR: Final = 365 * 24
+"""8,760: the year of reserved terms and depreciation (AWS computes an effective reserved rate
+as hourly + up-front / (years x 8,760)). The one definition; an int, so that it stays exact in
+``Decimal`` arithmetic."""
 JOULES_PER_KWH: Final = 3.6e6
 GRAMS_PER_KG: Final = 1000.0
 

@@ -4,7 +4,6 @@ recommendation and the verdict, worked by hand."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
@@ -279,13 +278,11 @@ def test_owned_gpus_that_fail_faster_than_a_restart_are_an_infeasible_line_not_a
     assert "cannot make progress" in (line.infeasible_reason or "")
 
 
-class TestMemoisedAmounts:
-    """price_amounts is memoised (issue 16): equal inputs that print differently must still
-    give their own text, whatever was priced before."""
+class TestEqualAmounts:
+    """Equal inputs that print differently give their own text, whatever was priced before."""
 
     @staticmethod
     def fresh(o: PriceOffer, options: Options = NO_FAILURES) -> q.QuoteLine:
-        q._price_amounts.cache_clear()
         return only_line(priced(o, options=options))
 
     @pytest.mark.parametrize(("first", "second"), [
@@ -299,8 +296,7 @@ class TestMemoisedAmounts:
                          price_per_instance_hour=rate, on_demand_rate=rate * 2)
 
         expected = self.fresh(reserved(second))
-        q._price_amounts.cache_clear()
-        only_line(priced(reserved(first)))      # primes the memo with the equal value
+        only_line(priced(reserved(first)))      # an equal value priced before
         again = only_line(priced(reserved(second)))
         assert again.amounts == expected.amounts
         assert again.amounts is not None
@@ -318,14 +314,6 @@ class TestMemoisedAmounts:
         assert first.amounts is not None
         assert second.amounts is not None
         assert str(first.amounts.co2e_kg) == str(second.amounts.co2e_kg) == "0.000"
-
-    def test_the_memo_serves_the_same_amounts_as_a_fresh_computation(self) -> None:
-        options = dataclasses.replace(NO_FAILURES, deadline_s=9 * DAY_S)
-        o = offer(price_per_instance_hour=Decimal("81.25"))
-        cold = self.fresh(o, options)
-        warm = only_line(priced(o, options=options))
-        assert q._price_amounts.cache_info().hits >= 1
-        assert warm.amounts == cold.amounts
 
 
 class TestBreakEven:
@@ -399,57 +387,13 @@ def test_rank_by_co2e_recommends_the_cleaner_grid_and_keeps_the_cheapest() -> No
     assert by_carbon.cheapest.offer_id == "off_dirty"
 
 
-def test_judges_memo_key_covers_every_field_evaluate_reads() -> None:
-    """judge() memoises evaluate() per line (issue 16): a line field evaluate (or _where)
-    reads but the key leaves out would hand one line another's rule outcomes."""
-    import inspect
-    import re
-
-    from service.core import quote as module
-
-    def reads(*functions: Callable[..., object]) -> set[str]:
-        return set(re.findall(r"\bline\.([a-z_]+)",
-                              "".join(inspect.getsource(f) for f in functions)))
-
-    read = reads(module.evaluate, module._where, module._money_rules, module._fixed_rules)
-    judge = inspect.getsource(module.judge)
-    key = judge[judge.index("fixed = ("):judge.index("hit = memo.get(key)")]
-    keyed = set(re.findall(r"\bline\.([a-z_]+)", key)) | ({"amounts"} if "id(a)" in key
-                                                          else set())
-    assert read, "evaluate reads no line field?"
-    assert read <= keyed, sorted(read - keyed)
-    # The rules kept across quotes: keyed on ``fixed`` and the instances, not the amounts.
-    fixed = judge[judge.index("fixed = ("):judge.index("key = (fixed")]
-    fixed_read = reads(module._fixed_rules, module._where)
-    assert fixed_read <= set(re.findall(r"\bline\.([a-z_]+)", fixed)), sorted(
-        fixed_read - set(re.findall(r"\bline\.([a-z_]+)", fixed)))
-    assert "line." not in inspect.getsource(module._money_rules)
-    assert "(fixed, a.instances)" in judge
-
-
-def test_the_offer_facts_context_covers_every_job_and_option_field_read() -> None:
-    """price_all keeps ``_offer_facts`` per offer under ``facts_context`` (issue 16): a job or
-    request field the facts read but the context leaves out would hand one quote another's
-    goodput."""
-    import inspect
-    import re
-
-    source = inspect.getsource(q._offer_facts)
-    context = inspect.getsource(q.facts_context)
-    for name in ("job", "options"):
-        read = set(re.findall(rf"\b{name}\.([a-z_]+)", source))
-        assert read, f"_offer_facts reads no {name} field?"
-        assert read <= set(re.findall(rf"\b{name}\.([a-z_]+)", context)), name
-
-
-class TestMemoisedOfferFacts:
-    """The goodput, basis and flags of an offer are kept across quotes (issue 16)."""
+class TestRepeatedOfferFacts:
+    """The goodput, basis and flags of an offer are the same from quote to quote."""
 
     def test_a_kept_line_equals_a_fresh_one(self) -> None:
         spot = offer(term=Term.SPOT, interruption_rate_per_hour=0.002,
                      interruption_rate_source="test", interruption_rate_assumed=True)
         options = Options()
-        q._facts_memos.clear()
         cold = only_line(priced(spot, options=options))
         warm = only_line(priced(spot, options=options))
         assert warm == cold
@@ -459,28 +403,14 @@ class TestMemoisedOfferFacts:
         # -0.0 == 0.0, but the basis prints the rate: "-0" is not "0".
         plus = dataclasses.replace(Options(), failure_rate_per_gpu_hour=0.0)
         minus = dataclasses.replace(Options(), failure_rate_per_gpu_hour=-0.0)
-        q._facts_memos.clear()
         assert only_line(priced(offer(), options=plus)).goodput_basis == (
             "hardware failures 0 per GPU-hour")
         assert only_line(priced(offer(), options=minus)).goodput_basis == (
             "hardware failures -0 per GPU-hour")
 
 
-def test_the_fits_context_covers_every_job_field_node_fit_reads() -> None:
-    """price_all keeps each offer's node fit (and its rejection) under ``fits_context``
-    (issue 16)."""
-    import inspect
-    import re
-
-    read = set(re.findall(r"\bjob\.([a-z_]+)", inspect.getsource(q._fit)
-                          + inspect.getsource(q.node_fit)))
-    assert read
-    assert read <= set(re.findall(r"\bjob\.([a-z_]+)", inspect.getsource(q.fits_context)))
-
-
 def test_a_kept_rejection_equals_a_fresh_one() -> None:
     small = offer(fabric=Fabric(gpus_per_instance=8, nvlink_domain=4, inter_node_gbps=3200.0))
-    q._fits_memos.clear()
     cold = priced(small)
     warm = priced(small)
     assert cold.rejected == warm.rejected

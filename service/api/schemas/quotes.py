@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -30,8 +30,8 @@ from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTra
 from service.api.schemas.prices import DecimalString, ElectricityPrice, PurchasePrice
 from service.api.schemas.serving import ServingPlanRequest, ServingRequest
 from service.catalog.currencies import is_currency
-from service.catalog.quoting import ALL_TERMS
 from service.core import pricing
+from service.core.quote import TERM_NAMES, TermValue
 from service.core.specs import RecomputeMode
 
 
@@ -59,12 +59,11 @@ PolicyField = Annotated[PolicyName | None, Field(
     description="A stored policy (GET /v1/policies) to judge by; default: the server's "
                 "default policy.", examples=["finance-2027"])]
 
-QuoteTerm = TypeAliasType("QuoteTerm", Literal["on_demand", "spot", "reserved_1y", "reserved_3y",
-                                               "capacity_block", "onprem"])
-"""A term a quote can price: an offer's term (the schema ``Term``) or ``onprem``."""
+QuoteTerm = TypeAliasType("QuoteTerm", TermValue)
+"""A term a quote can price: an offer's term (the schema ``Term``) or ``onprem``
+(``service.core.quote.TermValue``, the one list)."""
 TermName = QuoteTerm
-ALL_TERM_NAMES: tuple[TermName, ...] = get_args(QuoteTerm.__value__)
-assert set(ALL_TERM_NAMES) == set(ALL_TERMS)  # noqa: S101 - the catalogue's terms, plus onprem
+ALL_TERM_NAMES: tuple[TermName, ...] = TERM_NAMES
 Slug = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Fraction = Annotated[str, StringConstraints(pattern=r"^(0(\.\d{1,6})?|1(\.0{1,6})?)$")]
 UtilisationField = Annotated[Fraction | None, Field(
@@ -86,7 +85,7 @@ QUOTE_EXAMPLE: dict[str, Any] = {
         "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 2e12,
                      "precision": "bf16"},
     }},
-    "terms": ["on_demand", "spot", "reserved_1y", "reserved_3y", "capacity_block", "onprem"],
+    "terms": list(TERM_NAMES),
     "providers": ["aws", "gcp", "onprem"],
     "budget": {"amount": "5000000.00", "currency": "USD"},
     "deadline_s": 2592000,

@@ -63,12 +63,16 @@ pytest: venv browser
 
 test: lint typecheck pytest
 
-# Per-row table, then in-sample, leave-one-source-out and leave-one-stack-out errors side by
-# side, each source family's error in sample and held out, and the band's out-of-sample
-# coverage (about 3 minutes: six stack refits).
+# Per-row table and the <= 8-GPU rows of small-scale-runs.csv (error and band coverage), then
+# in-sample, leave-one-source-out and leave-one-stack-out errors side by side, each source
+# family's error in sample and held out, the band's out-of-sample coverage, the rows outside
+# the envelope and the out-of-band rows without a coded warning (benchmarks.warning_coverage,
+# from band), and the calibration protocol (about 4 minutes: six stack refits, then 5 x 5-run
+# calibrations per family). docs/validation.md, "What make accuracy prints".
 accuracy: venv
 	$(BIN)/python -m benchmarks.accuracy
 	$(BIN)/python -m benchmarks.band --stack
+	$(BIN)/python -m benchmarks.calibration_protocol
 
 band: venv
 	$(BIN)/python -m benchmarks.band

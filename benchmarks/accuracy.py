@@ -4,9 +4,12 @@ Runs every usable row of ``benchmarks/data/published-runs.csv`` through ``servic
 (the code path ``POST /v1/estimates`` uses, with the seed catalogue's accelerators) and prints,
 per row, predicted and measured tokens/s per GPU with the signed error, and predicted and
 measured peak memory where the source gives it. Below the table: median, 90th-percentile and
-maximum absolute error.
+maximum absolute error. Then the same figures, and the share of rows inside the answer's own
+80% band, for the rows of ``benchmarks/data/small-scale-runs.csv`` on at most 8 GPUs (never
+fitted; mapped to requests by the same ``row_inputs``).
 
-Usage: ``make accuracy`` or ``python -m benchmarks.accuracy [--csv]``.
+Usage: ``make accuracy`` or ``python -m benchmarks.accuracy [--csv] [--small-scale]``
+(``--small-scale``: only the small-scale section, a few seconds).
 
 Rules for fields a source leaves open (documented in docs/validation.md):
 - micro_batch empty, and vp empty where pp > 1 -> ``"auto"``, as a caller who does not know
@@ -66,6 +69,9 @@ from service.core.specs import (
 from service.core.units import bytes_to_gib
 
 DATA = Path(__file__).parent / "data" / "published-runs.csv"
+SMALL_SCALE = Path(__file__).parent / "data" / "small-scale-runs.csv"
+"""Published single-node runs (``small-scale-runs.md``): held out, never fitted (issue 37)."""
+SMALL_SCALE_MAX_GPUS = 8
 HEAD_DIM_FROM_PUBLIC_CONFIG = {"gpt-oss-120b": 64, "qwen3-235b": 128, "custom-moe-700b": 256}
 """Per-head width where it is not hidden / heads, from the row's notes: gpt-oss and Qwen3 from
 their public configs; MaxText's custom 700B MoE from custom_model.md and
@@ -253,9 +259,25 @@ def seed_accelerators() -> dict[str, AcceleratorSpec]:
     return {seed.id: accelerator_to_spec(seed) for seed in accelerator_seeds()}
 
 
-def usable_inputs() -> list[RowInputs]:
+def usable_inputs(path: Path = DATA) -> list[RowInputs]:
     accelerators = seed_accelerators()
-    return [row_inputs(row, accelerators) for row in load_rows() if is_usable(row)]
+    return [row_inputs(row, accelerators) for row in load_rows(path) if is_usable(row)]
+
+
+def small_scale_inputs(path: Path = SMALL_SCALE) -> list[RowInputs]:
+    """The usable rows of ``path`` on at most ``SMALL_SCALE_MAX_GPUS`` GPUs, mapped to
+    requests exactly as the published rows are (same columns, same fill-in rules)."""
+    return [row for row in usable_inputs(path)
+            if row.cluster.num_gpus <= SMALL_SCALE_MAX_GPUS]
+
+
+def in_band(result: RowResult) -> bool:
+    """Whether the measured tokens/s lies inside the answer's own 80% band
+    (``throughput.tokens_per_s_low`` .. ``tokens_per_s_high``, what ``/v1/estimates``
+    answers)."""
+    throughput = result.estimate.throughput
+    measured = result.inputs.measured_tokens_per_s_per_gpu * result.inputs.cluster.num_gpus
+    return throughput.tokens_per_s_low <= measured <= throughput.tokens_per_s_high
 
 
 UNKNOWN_OFFLOAD_ORDER = (
@@ -372,10 +394,31 @@ def summarise(results: list[RowResult]) -> Summary:
     )
 
 
+def print_small_scale(results: list[RowResult]) -> None:
+    """The small-scale section: one line per row, then the summary and the band coverage."""
+    print(f"rows on <= {SMALL_SCALE_MAX_GPUS} GPUs ({SMALL_SCALE.name}, held out, never "
+          "fitted):")
+    for r in results:
+        measured = r.inputs.measured_tokens_per_s_per_gpu
+        print(f"  {r.inputs.id:44s} {r.predicted:10.1f} {measured:10.1f} "
+              f"{r.error_fraction:+7.1%}  {'in band' if in_band(r) else 'OUT of band'}")
+    s = summarise(results)
+    covered = sum(in_band(r) for r in results)
+    print(f"rows: {s.rows}   tokens/s per GPU absolute error: median {s.median_abs_error:.1%}, "
+          f"p90 {s.p90_abs_error:.1%}, max {s.max_abs_error:.1%}; inside the answer's 80% "
+          f"band: {covered} of {s.rows} ({covered / s.rows:.0%})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    parser.add_argument("--small-scale", action="store_true",
+                        help=f"only the rows of {SMALL_SCALE.name}")
     args = parser.parse_args(argv)
+    small = [evaluate(inputs) for inputs in small_scale_inputs()]
+    if args.small_scale:
+        print_small_scale(small)
+        return 0
     results = run()
     # pred_mem_gib is the allocated peak; pred_reserved_gib is what the summary's memory
     # error compares with the published peaks (they are reserved memory).
@@ -411,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"peak memory: {s.memory_rows} rows, median absolute error "
               f"{s.memory_median_abs_error:.1%}, {s.memory_rows_within_10pct} within 10%")
     print(f"calibration: {DEFAULT_CALIBRATION.version}")
+    print()
+    print_small_scale(small)
     return 0
 
 

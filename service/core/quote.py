@@ -542,10 +542,8 @@ its 10th and 90th percentiles, accounting, utilisation, deadline)."""
 
 
 def _amounts_context(timing: JobTiming, options: Options) -> _AmountsContext:
-    """``_price_amounts``' key part for the timing and the options: the fields it reads, as
-    plain values. Hashed and compared in C, where the two dataclasses were hashed and compared
-    field by field in Python on every line (issue 16). Equal as the dataclasses were equal:
-    their equality is that of these fields' values (the timing's basis and the other options
+    """What ``_price_amounts`` reads of the timing and the options, as plain values (part of
+    ``price_all``'s per-call key, ``_AmountsKey``; the timing's basis and the other options
     are not read)."""
     return (timing.wall_s, timing.wall_s_p10, timing.wall_s_p90, options.accounting,
             options.utilisation_fraction, options.deadline_s)
@@ -642,10 +640,10 @@ def _flags(offer: PriceOffer, instances: int) -> tuple[str, ...]:
     return tuple(flags)
 
 
-_OfferFacts = tuple[PriceOffer, pricing.Goodput, str, tuple[str, ...], float | None,
+_OfferFacts = tuple[pricing.Goodput, str, tuple[str, ...], float | None,
                     tuple[Term, float, Decimal, int | str, float, float | None, float,
                           Decimal | None, int | str | None] | None]
-"""(offer, goodput, goodput basis, flags, carbon intensity, the offer's part of
+"""(goodput, goodput basis, flags, carbon intensity, the offer's part of
 ``_price_amounts``' arguments or None when infeasible): ``_offer_facts``."""
 
 
@@ -683,7 +681,7 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
                   None if loss.interval_s is None else loss.interval_s + 0.0,
                   (carbon if carbon is not None else options.grid_gco2e_per_kwh) + 0.0,
                   on_demand, None if on_demand is None else on_demand.as_tuple().exponent)
-    return offer, loss, basis, _flags(offer, instances), carbon, priced
+    return loss, basis, _flags(offer, instances), carbon, priced
 
 
 def _line_fields_of_offer(offer: PriceOffer) -> dict[str, object]:
@@ -746,7 +744,7 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
     ``amounts_seen`` is ``price_all``'s reuse of amounts within one call (offers in many
     regions share a price); ``job_fields`` the line's fields the job, the request and the
     version decide (``line_fields_of_job``), made once per job by ``price_all``."""
-    _, loss, basis, flags, carbon, priced = _offer_facts(job, offer, options)
+    loss, basis, flags, carbon, priced = _offer_facts(job, offer, options)
     amounts = None
     if priced is not None:
         term, gpus, price, exponent, lost, interval, intensity, on_demand, od_exponent = priced

@@ -247,7 +247,8 @@ def _counts(session: Session) -> tuple[int, ...]:
 
 @pytest.fixture
 def writer(api_key: Callable[..., dict[str, str]]) -> dict[str, str]:
-    return api_key("catalog:write", "policies:write", "discounts:write", "quotes:write")
+    return api_key("catalog:write", "policies:write", "discounts:write", "quotes:write",
+                   "calibrations:write")
 
 
 def _named(problem: dict[str, Any], field: str) -> bool:

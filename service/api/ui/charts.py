@@ -16,8 +16,9 @@ import itertools
 import math
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
+from typing import Protocol, TypeVar
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
            "#000000")
@@ -246,13 +247,24 @@ def grid_lines(x_ticks: Sequence[float], y_ticks: Sequence[float],
     return out
 
 
-def _drawable_points(points: Sequence[Point]) -> list[Point]:
-    """``points`` whose coordinates are numbers, clipped to ±``VALUE_CAP`` (``drawable``)."""
+class _Plotted(Protocol):
+    @property
+    def x(self) -> float: ...
+    @property
+    def y(self) -> float: ...
+
+
+P = TypeVar("P", bound=_Plotted)
+
+
+def drawable_points(points: Sequence[P]) -> list[P]:
+    """``points`` (any dataclass with ``x`` and ``y``: a scatter's or a latency curve's) whose
+    coordinates are numbers, clipped to ±``VALUE_CAP`` (``drawable``)."""
     out = []
     for p in points:
         x, y = drawable(p.x), drawable(p.y)
         if x is not None and y is not None:
-            out.append(Point(x, y, p.label))
+            out.append(replace(p, x=x, y=y))  # type: ignore[type-var]
     return out
 
 
@@ -268,8 +280,8 @@ def scatter(ident: str, title: str, points: Sequence[Point], front: Sequence[Poi
     height = 300 if narrow else 420
     left, right, top_pad, bottom = (56 if narrow else 78), 16 if narrow else 24, 40, 64
     # Points that are not numbers are left out; the rest are drawn clipped to VALUE_CAP.
-    points, front = _drawable_points(points), _drawable_points(front)
-    marked = next(iter(_drawable_points([marked] if marked else [])), None)
+    points, front = drawable_points(points), drawable_points(front)
+    marked = next(iter(drawable_points([marked] if marked else [])), None)
     every = [*points, *front, *([marked] if marked else [])]
     xs = [p.x for p in every] or [0.0, 1.0]
     # Equal costs: a tenth of the cost either side (a cost of 1e-300 keeps its own scale).

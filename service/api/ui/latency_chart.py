@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from html import escape
 
 from service.api.ui import charts
-from service.api.ui.charts import INK, NARROW_W, PALETTE, WIDE_W, drawable, nice_ticks, tick_text
+from service.api.ui.charts import (
+    INK,
+    NARROW_W,
+    PALETTE,
+    WIDE_W,
+    drawable,
+    drawable_points,
+    nice_ticks,
+    tick_text,
+)
 
 CLIP_FACTOR = 2.5
 """How far above the SLO (or the requested load's latency) the latency axis reaches before
@@ -48,16 +57,6 @@ def _legend_rows(items: Sequence[str], width: float) -> list[list[tuple[int, flo
     return rows
 
 
-def _drawable(points: Sequence[CurvePoint]) -> list[CurvePoint]:
-    """``points`` whose coordinates are numbers, clipped to ±``charts.VALUE_CAP``."""
-    out = []
-    for p in points:
-        x, y = drawable(p.x), drawable(p.y)
-        if x is not None and y is not None:
-            out.append(CurvePoint(x, y, p.label))
-    return out
-
-
 def _star(cx: float, cy: float, outer: float = 11.0, inner: float = 4.5) -> str:
     return " ".join(
         f"{cx + (outer if k % 2 == 0 else inner) * math.sin(k * math.pi / 5):.1f},"
@@ -78,8 +77,8 @@ def latency_curve(ident: str, title: str, points: Sequence[CurvePoint], *,
     plot_h = 200 if narrow else 260
     # Loads that are not numbers are left out, the rest drawn clipped to charts.VALUE_CAP
     # (as a limit is), so every tick and coordinate is a finite float.
-    points = _drawable(points)
-    marked = next(iter(_drawable([marked] if marked else [])), None)
+    points = drawable_points(points)
+    marked = next(iter(drawable_points([marked] if marked else [])), None)
     limit = drawable(limit) if limit is not None else None
     every = [*points, *([marked] if marked else [])]
     x_ticks = nice_ticks(max((p.x for p in every), default=1.0) * 1.05, 4 if narrow else 6)

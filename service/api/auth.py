@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from service.api.deps import held
 from service.catalog.errors import AuthError
 from service.catalog.keys import authenticate, grants, key_digest
+from service.catalog.quotes import Reader
 
 ANONYMOUS = "anonymous"
 
@@ -29,6 +30,13 @@ class Principal:
     name: str
     scopes: tuple[str, ...]
     team: str | None = None
+
+
+def reader_of(principal: Principal, admin_scope: str) -> Reader:
+    """Who ``principal`` may read stored rows of: its own, its team's, and every principal's
+    with ``admin_scope`` (``quotes:admin``, ``calibrations:admin``)."""
+    return Reader(principal=principal.name, team=principal.team,
+                  every_principal=admin_scope in principal.scopes)
 
 
 def _verify(token: str, pepper: str) -> Callable[[Session], Principal | None]:

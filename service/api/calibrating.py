@@ -19,7 +19,7 @@ from anyio import from_thread
 from fastapi import Request
 from sqlalchemy.orm import Session
 
-from service.api.auth import Principal, _caller
+from service.api.auth import _caller, reader_of
 from service.api.deps import AcceleratorCache, held
 from service.api.work import SearchDeadlineError
 from service.api.workers import run_cpu_bound
@@ -59,10 +59,6 @@ class StoredCalibration:
     runs_used: int
     base_calibration_version: str
     fit: dict[str, Any]
-
-    def may_read(self, reader: Reader) -> bool:
-        return (reader.every_principal or self.principal == reader.principal
-                or (reader.team is not None and self.team == reader.team))
 
     def calibration(self, base: Calibration = DEFAULT_CALIBRATION) -> Calibration:
         bands = dict(base.bands)
@@ -134,9 +130,9 @@ async def resolve(request: Request, calibration_id: str | None,
 
     found = await held(request, ("user-calibration", calibration_id), read,
                        keep=lambda value: value is not None)
-    if found is None or principal is None or not found.may_read(reader_of(principal)):
-        raise InvalidSpecError(
-            NOT_VISIBLE, field="calibration_id")
+    if (found is None or principal is None
+            or not reader_of(principal, "calibrations:admin").may_read(found)):
+        raise InvalidSpecError(NOT_VISIBLE, field="calibration_id")
     return found
 
 
@@ -149,12 +145,6 @@ def resolve_in_thread(request: Request, calibration_id: str | None,
         return None
     stored: StoredCalibration | None = from_thread.run(resolve, request, calibration_id)
     return stored
-
-
-def reader_of(principal: Principal) -> Reader:
-    """Who reads stored calibrations: the quotes' rule, with ``calibrations:admin``."""
-    return Reader(principal=principal.name, team=principal.team,
-                  every_principal="calibrations:admin" in principal.scopes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,11 +33,6 @@ class CalibrationNotFoundError(NotFoundError):
         return "No calibration with this id"
 
 
-def may_read(reader: Reader, row: UserCalibration) -> bool:
-    return (reader.every_principal or row.principal == reader.principal
-            or (reader.team is not None and row.team == reader.team))
-
-
 def find_by_key(session: Session, principal: str, key: str) -> UserCalibration | None:
     return session.scalars(select(UserCalibration).where(
         UserCalibration.principal == principal,
@@ -81,7 +76,7 @@ def get_calibration(session: Session, calibration_id: str,
     """The calibration, if ``reader`` may read it (None: any, for a stored quote's own
     reference). Another principal's is "not found", as a missing one is."""
     row = session.get(UserCalibration, calibration_id)
-    if row is None or (reader is not None and not may_read(reader, row)):
+    if row is None or (reader is not None and not reader.may_read(row)):
         raise CalibrationNotFoundError(calibration_id)
     return row
 
@@ -96,10 +91,7 @@ def list_calibrations(
         defer(UserCalibration.response), defer(UserCalibration.runs_zstd),
         defer(UserCalibration.fit)).order_by(
         UserCalibration.created_at.desc(), UserCalibration.id.desc())
-    if not reader.every_principal:
-        mine = UserCalibration.principal == reader.principal
-        query = query.where(mine | (UserCalibration.team == reader.team)
-                            if reader.team else mine)
+    query = query.where(reader.visible(UserCalibration.principal, UserCalibration.team))
     if name is not None:
         query = query.where(UserCalibration.name == name)
     if after is not None:

@@ -11,10 +11,10 @@ import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import zstandard
-from sqlalchemy import Executable, Table, bindparam, select
+from sqlalchemy import ColumnElement, Executable, Table, bindparam, select, true
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer
@@ -27,18 +27,35 @@ class IdempotencyKeyReusedError(CatalogError):
     """The key was used before with a different request body (HTTP 422)."""
 
 
+class Owned(Protocol):
+    """A stored row with an owner: a quote, a user calibration."""
+
+    @property
+    def principal(self) -> str: ...
+    @property
+    def team(self) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Reader:
-    """Who reads stored quotes: a principal sees its own, its team's, or (``every_principal``,
-    the ``quotes:admin`` scope) all of them. Issue 14, OWASP API1:2023."""
+    """Who reads stored quotes and calibrations: a principal sees its own, its team's, or
+    (``every_principal``, the ``quotes:admin`` or ``calibrations:admin`` scope) all of them.
+    Issue 14, OWASP API1:2023."""
 
     principal: str
     team: str | None = None
     every_principal: bool = False
 
-    def may_read(self, row: Quote) -> bool:
+    def may_read(self, row: Owned) -> bool:
         return (self.every_principal or row.principal == self.principal
                 or (self.team is not None and row.team == self.team))
+
+    def visible(self, principal: Any, team: Any) -> ColumnElement[bool]:
+        """``may_read`` as a WHERE clause over a table's owner columns."""
+        if self.every_principal:
+            return true()
+        mine = principal == self.principal
+        return cast(ColumnElement[bool], mine | (team == self.team) if self.team else mine)
 
 
 def canonical_json(value: Any) -> str:
@@ -210,9 +227,7 @@ def list_quotes(
     query = select(Quote).options(defer(Quote.request), defer(Quote.response),
                                   defer(Quote.lines), defer(Quote.lines_zstd)).order_by(
         Quote.created_at.desc(), Quote.id.desc())
-    if not reader.every_principal:
-        mine = Quote.principal == reader.principal
-        query = query.where(mine | (Quote.team == reader.team) if reader.team else mine)
+    query = query.where(reader.visible(Quote.principal, Quote.team))
     if principal is not None:
         query = query.where(Quote.principal == principal)
     if created_after is not None:

@@ -12,8 +12,8 @@ import zstandard
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response
 from sqlalchemy.orm import Session
 
-from service.api.auth import Principal, require
-from service.api.calibrating import fit_json, fit_or_refuse, reader_of, run_specs
+from service.api.auth import Principal, reader_of, require
+from service.api.calibrating import fit_json, fit_or_refuse, run_specs
 from service.api.deps import AcceleratorsDep, SessionDep, SettingsDep, commit_before_answer
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import problem_responses
@@ -42,7 +42,7 @@ def calibration_reader(
     """Stored calibrations always need a key with ``calibrations:read`` (or write/admin):
     they belong to the principal that made them and its team; ``calibrations:admin`` reads
     every principal's."""
-    return reader_of(principal)
+    return reader_of(principal, "calibrations:admin")
 
 
 ReaderDep = Annotated[Reader, Depends(calibration_reader)]

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query
 from sqlalchemy.orm import Session
 
 from service.api import calibrating
-from service.api.auth import Principal, read_access, require
+from service.api.auth import Principal, read_access, reader_of, require
 from service.api.budget_plans import budget_plan
 from service.api.calibrating import StoredCalibration
 from service.api.deps import (
@@ -70,12 +70,7 @@ def quote_reader(principal: Annotated[Principal, require("quotes:read")]) -> sto
     """Stored quotes always need a key with ``quotes:read``, whatever CQ_REQUIRE_READ_AUTH
     says: a quote belongs to the principal that made it (and its team); ``quotes:admin``
     reads every principal's (issue 14, OWASP API1:2023)."""
-    return reader_of(principal)
-
-
-def reader_of(principal: Principal) -> store.Reader:
-    return store.Reader(principal=principal.name, team=principal.team,
-                        every_principal="quotes:admin" in principal.scopes)
+    return reader_of(principal, "quotes:admin")
 
 
 ReaderDep = Annotated[store.Reader, Depends(quote_reader)]
@@ -158,8 +153,8 @@ def _calibration(session: Session, body: QuoteRequest,
     (calibrations are immutable, so it recomputes the same)."""
     if body.calibration_id is None:
         return None
-    return calibrating.load(session, body.calibration_id,
-                            None if principal is None else calibrating.reader_of(principal))
+    reader = None if principal is None else reader_of(principal, "calibrations:admin")
+    return calibrating.load(session, body.calibration_id, reader)
 
 
 def offer_cache(request: Request) -> OfferCache | None:
@@ -466,7 +461,7 @@ def requote_quote(
     does: a retried requote replays one quote instead of making another."""
     if not idempotency_key:
         raise HTTPException(400, "the Idempotency-Key header is required")
-    old = store.get_quote(session, quote_id, reader_of(principal))
+    old = store.get_quote(session, quote_id, reader_of(principal, "quotes:admin"))
     canonical = dict(old.request)
     canonical["catalog_version"] = None
     body = QuoteRequest.model_validate(canonical)

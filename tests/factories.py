@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import Any
 
 from service.catalog.mapping import accelerator_to_spec
@@ -107,3 +108,22 @@ def date_offers_at(url: str, **kwargs: Any) -> str:
     finally:
         engine.dispose()
     return version
+
+
+def auth_headers(session: Any, keys: dict[str, tuple[tuple[str, ...], str | None]],
+                 ) -> dict[str, dict[str, str]]:
+    """An Authorization header per name of ``keys`` ({name: (scopes, team)}), each key and
+    team named with a fresh suffix so tests sharing a database do not meet, and
+    ``"anonymous"``: no header."""
+    from service.catalog.keys import create_key
+    from service.settings import Settings
+
+    pepper = Settings().api_key_pepper.get_secret_value()
+    suffix = uuid.uuid4().hex[:6]
+    made: dict[str, dict[str, str]] = {}
+    for who, (scopes, team) in keys.items():
+        _, key = create_key(session, name=f"{who}-{suffix}", scopes=list(scopes),
+                            team=f"{team}-{suffix}" if team else None, pepper=pepper)
+        made[who] = {"Authorization": f"Bearer {key}"}
+    made["anonymous"] = {}
+    return made

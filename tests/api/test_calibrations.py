@@ -15,8 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from service.catalog.keys import create_key
-from service.settings import Settings
+from tests.factories import auth_headers
 
 KEYS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "owner": (("calibrations:write", "quotes:write"), "alpha"),
@@ -47,15 +46,7 @@ LAYOUTS = [layout(1, 1), layout(2, 1), layout(1, 2), layout(2, 2), layout(1, 4),
 
 @pytest.fixture
 def keys(db_session: Session) -> dict[str, dict[str, str]]:
-    pepper = Settings().api_key_pepper.get_secret_value()
-    suffix = uuid.uuid4().hex[:6]
-    made = {}
-    for who, (scopes, team) in KEYS.items():
-        _, key = create_key(db_session, name=f"{who}-{suffix}", scopes=scopes,
-                            team=f"{team}-{suffix}" if team else None, pepper=pepper)
-        made[who] = {"Authorization": f"Bearer {key}"}
-    made["anonymous"] = {}
-    return made
+    return auth_headers(db_session, KEYS)
 
 
 def predicted_step(client: TestClient, body: dict[str, Any], **extra: Any) -> float:

@@ -13,8 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from service.catalog.keys import create_key
-from service.settings import Settings
+from tests.factories import auth_headers
 
 BODY: dict[str, Any] = {
     "workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 1000,
@@ -44,15 +43,7 @@ REQUOTE = {"owner": 201, "teammate": 403, "stranger": 404, "loner": 403, "admin"
 
 @pytest.fixture
 def keys(db_session: Session) -> dict[str, dict[str, str]]:
-    pepper = Settings().api_key_pepper.get_secret_value()
-    suffix = uuid.uuid4().hex[:6]
-    made = {}
-    for who, (scopes, team) in KEYS.items():
-        _, key = create_key(db_session, name=f"{who}-{suffix}", scopes=scopes,
-                            team=f"{team}-{suffix}" if team else None, pepper=pepper)
-        made[who] = {"Authorization": f"Bearer {key}"}
-    made["anonymous"] = {}
-    return made
+    return auth_headers(db_session, KEYS)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,19 +163,38 @@ def db_session(migrated_engine: Engine) -> Iterator[Session]:
 
 
 @pytest.fixture
-def client(migrated_engine: Engine, db_session: Session) -> Iterator[TestClient]:
+def app_with(migrated_engine: Engine,
+             db_session: Session) -> Iterator[Callable[..., TestClient]]:
+    """``app_with(search_deadline_s=...)``: the app on the migrated database with those
+    settings; request sessions join the test's transaction. Every app made is closed and
+    disposed after the test."""
+    made: list[tuple[Any, TestClient]] = []
+
+    def make(**overrides: Any) -> TestClient:
+        settings = Settings(database_url=migrated_engine.url.render_as_string(
+            hide_password=False), **overrides)
+        app = create_app(settings)
+
+        def session_override() -> Iterator[Session]:
+            yield db_session
+            db_session.flush()
+
+        app.dependency_overrides[get_session] = session_override
+        test_client = TestClient(app, raise_server_exceptions=False)
+        test_client.__enter__()
+        made.append((app, test_client))
+        return test_client
+
+    yield make
+    for app, test_client in made:
+        test_client.__exit__(None, None, None)
+        dispose(app)
+
+
+@pytest.fixture
+def client(app_with: Callable[..., TestClient]) -> TestClient:
     """The app on the migrated database; request sessions join the test's transaction."""
-    settings = Settings(database_url=migrated_engine.url.render_as_string(hide_password=False))
-    app = create_app(settings)
-
-    def session_override() -> Iterator[Session]:
-        yield db_session
-        db_session.flush()
-
-    app.dependency_overrides[get_session] = session_override
-    with TestClient(app, raise_server_exceptions=False) as test_client:
-        yield test_client
-    dispose(app)
+    return app_with()
 
 
 @pytest.fixture

@@ -6,21 +6,18 @@ numbers it refuses naming the field and its limit, never as a 500."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.api import ui
-from service.api.deps import get_session
 from service.api.ui import charts
 from service.catalog.models import Quote
-from service.main import create_app, dispose
-from service.settings import Settings
 from tests.api.test_ui import FORM, error_of
 
 WAIT_S = 60.0
@@ -31,33 +28,6 @@ BEYOND = ["inf", "-inf", "Infinity", "1e308", "1e400", "9" * 400, "NaN", "-1", "
 """Money values the API refuses (issue 36: 500 on the Estimate form's cost)."""
 PRICES_BEYOND = [*BEYOND, "1000000.000001", "9999999999999"]
 """And prices above the API's 1,000,000 per GPU-hour."""
-
-
-@pytest.fixture
-def app_with(migrated_engine: Engine,
-             db_session: Session) -> Iterator[Callable[..., TestClient]]:
-    """``app_with(search_deadline_s=...)``: the app on the test's database with settings."""
-    made: list[tuple[Any, TestClient]] = []
-
-    def make(**overrides: Any) -> TestClient:
-        settings = Settings(database_url=migrated_engine.url.render_as_string(
-            hide_password=False), **overrides)
-        app = create_app(settings)
-
-        def session_override() -> Iterator[Session]:
-            yield db_session
-            db_session.flush()
-
-        app.dependency_overrides[get_session] = session_override
-        client = TestClient(app, raise_server_exceptions=False)
-        client.__enter__()
-        made.append((app, client))
-        return client
-
-    yield make
-    for app, client in made:
-        client.__exit__(None, None, None)
-        dispose(app)
 
 
 class _Stuck:

@@ -27,15 +27,11 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from service.api import ui
-from service.api.deps import get_session
 from service.catalog.db import make_engine
 from service.catalog.seed import seed_catalog
-from service.main import create_app, dispose
-from service.settings import Settings
 from tests.databases import upgrade
 from tests.live_server import server_process
 
@@ -88,20 +84,10 @@ def _report() -> Iterator[None]:
 
 
 @pytest.fixture
-def portal(migrated_engine: Engine, db_session: Session) -> Iterator[TestClient]:
+def portal(app_with: Callable[..., TestClient]) -> TestClient:
     """The app on the test's database, with a 2 s search deadline (a fuzzed search that
     reaches a big space is truncated, not waited for)."""
-    app = create_app(Settings(database_url=migrated_engine.url.render_as_string(
-        hide_password=False), search_deadline_s=2.0))
-
-    def session_override() -> Iterator[Session]:
-        yield db_session
-        db_session.flush()
-
-    app.dependency_overrides[get_session] = session_override
-    with TestClient(app, raise_server_exceptions=False) as client:
-        yield client
-    dispose(app)
+    return app_with(search_deadline_s=2.0)
 
 
 @pytest.fixture

@@ -475,9 +475,7 @@ def export_json(version: CatalogVersion, rows: Sequence[OfferRevision]) -> str:
     offers = []
     for row in rows:
         item: dict[str, Any] = {k: (v if v != "" else None) for k, v in export_row(row).items()}
-        for name in ("gpus_per_instance", "vcpus", "memory_gib", "gpu_memory_gib",
-                     "nvlink_domain", "inter_node_gbps",
-                     "interruption_rate_per_hour", "region_carbon_g_per_kwh"):
+        for name in NUMBER_COLUMNS:
             item[name] = getattr(row, name)
         item["indicative"] = row.indicative
         item["quality_flags"] = row.quality_flags

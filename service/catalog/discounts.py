@@ -38,7 +38,7 @@ def create(session: Session, *, name: str, description: str,
                             entries=[dict(e) for e in entries])
 
 
-def revise(session: Session, *, name: str, expected_revision: int | None, description: str,
+def revise(session: Session, *, name: str, expected_revision: int, description: str,
            entries: Sequence[Mapping[str, Any]], created_by: str) -> DiscountBookRevision:
     return revisions.revise(session, DiscountBookRevision, KIND, name=name,
                             expected_revision=expected_revision, created_by=created_by,

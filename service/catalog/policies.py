@@ -36,9 +36,9 @@ def create(session: Session, *, name: str, description: str, rules: Mapping[str,
                             created_by=created_by, description=description, rules=dict(rules))
 
 
-def revise(session: Session, *, name: str, expected_revision: int | None, description: str,
+def revise(session: Session, *, name: str, expected_revision: int, description: str,
            rules: Mapping[str, Any], created_by: str) -> PolicyRevision:
-    """A new revision, if the newest is still ``expected_revision`` (None: ``If-Match: *``)."""
+    """A new revision, if the newest is still ``expected_revision``."""
     return revisions.revise(session, PolicyRevision, KIND, name=name,
                             expected_revision=expected_revision, created_by=created_by,
                             description=description, rules=dict(rules))

@@ -419,11 +419,11 @@ EDITABLE_COLUMNS = (
 
 
 def edit_offer(
-    session: Session, offer_id: str, *, expected_revision_id: int | None,
+    session: Session, offer_id: str, *, expected_revision_id: int,
     changes: Mapping[str, Any], created_by: str, note: str,
 ) -> tuple[CatalogVersion, OfferRevision]:
     """Change one offer of the current version, if it is still at ``expected_revision_id``
-    (``None``: whatever it is now, as ``If-Match: *`` asks)."""
+    (the revision the client's If-Match named; ``If-Match: *`` is refused before this)."""
     lock_catalog(session)
     current = get_version(session, None)
     revisions = version_revisions(session, current.id)
@@ -431,7 +431,7 @@ def edit_offer(
     old = by_id.get(offer_id)
     if old is None:
         raise NotFoundError("offer", offer_id)
-    if expected_revision_id is not None and old.id != expected_revision_id:
+    if old.id != expected_revision_id:
         raise PreconditionFailedError(
             f"offer {offer_id} has changed (now revision {old.id}); GET it again and retry"
         )

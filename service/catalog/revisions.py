@@ -12,10 +12,9 @@ with the session rolled back (a failed flush leaves it unusable) and the winner'
 back to tell a lost race from any other integrity fault:
 
 - a lost ``create`` is a ``ConflictError`` (409): the name exists now;
-- a lost ``revise`` with an If-Match revision is a ``PreconditionFailedError`` (412): the
-  revision it named is no longer the newest, exactly as if it had come a moment later;
-- a lost ``revise`` with ``If-Match: *`` is a ``ConflictError`` (409): its precondition
-  held, but another revision was stored at the same moment; sending it again stores it.
+- a lost ``revise`` is a ``PreconditionFailedError`` (412): the revision its If-Match named
+  is no longer the newest, exactly as if it had come a moment later (``If-Match: *`` is
+  refused with 428 before any read, ``service/api/etags.py``).
 
 No lock is taken, so writers of different documents never wait for each other, and nothing
 is stored twice or lost: the loser stores nothing, the winner's revision is the one it
@@ -80,25 +79,22 @@ def create(session: Session, model: type[R], kind: str, path: str, *, name: str,
 
 
 def revise(session: Session, model: type[R], kind: str, *, name: str,
-           expected_revision: int | None, created_by: str, description: str,
+           expected_revision: int, created_by: str, description: str,
            **content: Any) -> R:
-    """A new revision, if the newest is still ``expected_revision`` (None: ``If-Match: *``).
-    412 if it is not, or if another revision was stored at the same moment; 409 for that
-    race under ``If-Match: *`` (module docstring). Flushes; the caller commits."""
+    """A new revision, if the newest is still ``expected_revision``: 412 if it is not, or if
+    another revision was stored at the same moment (module docstring). Flushes; the caller
+    commits."""
     current = latest(session, model, kind, name)
-    if expected_revision is not None and current.revision != expected_revision:
+    if current.revision != expected_revision:
         raise PreconditionFailedError(
             f"{kind} {name} has changed (now revision {current.revision}); GET it again")
     revision = current.revision + 1
     row = _insert(session, model, name, revision, created_by, description, content)
     if row is not None:
         return row
-    if expected_revision is not None:
-        raise PreconditionFailedError(
-            f"{kind} {name} has changed (another request stored revision {revision} at the "
-            "same moment); GET it again and send the edit with its ETag")
-    raise ConflictError(f"another request stored revision {revision} of {kind} {name} at "
-                        "the same moment; send the edit again")
+    raise PreconditionFailedError(
+        f"{kind} {name} has changed (another request stored revision {revision} at the "
+        "same moment); GET it again and send the edit with its ETag")
 
 
 def _insert(session: Session, model: type[R], name: str, revision: int, created_by: str,

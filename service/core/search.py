@@ -41,6 +41,7 @@ from service.core.geometry import PlanVars, build_geometry, shard_unit
 from service.core.memory import memory_breakdown, stage_activation_bytes
 from service.core.params import count_parameters
 from service.core.specs import (
+    MAX_NUM_GPUS,
     ClusterSpec,
     EnergySpec,
     Framework,
@@ -89,8 +90,6 @@ CLOSEST_SHOWN = 3
 NEAREST_PROBES = 4096
 """(GPU count, batch) pairs ``nearest_layout_counts`` tries at most, outwards from the count
 asked: about 0.1 ms each, so at most about half a second of CPU, and only on a refusal."""
-MAX_NUM_GPUS = 1_000_000
-"""The largest GPU count a cluster may have (``ClusterSpec``)."""
 
 
 class Objective(StrEnum):

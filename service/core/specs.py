@@ -52,6 +52,8 @@ class Optimizer(StrEnum):
     """Plain SGD without momentum: no state (MaxText ``opt_type: sgd``)."""
 
 
+MAX_NUM_GPUS = 1_000_000
+"""The largest GPU count a cluster may have (the API's ``Count`` allows the same)."""
 DEFAULT_VOCAB_SIZE = 128_256
 """The vocabulary assumed when a caller gives none: Llama 3's tokenizer (Meta, Llama 3 model
 card and tokenizer.json: 128,000 BPE tokens + 256 special), the largest common open vocabulary,
@@ -373,7 +375,7 @@ class ClusterSpec:
     takes ``EnergySpec.grid_gco2e_per_kwh``. Only the search reads it (carbon objective)."""
 
     def __post_init__(self) -> None:
-        _require_positive_int(self.num_gpus, "cluster.num_gpus", maximum=1_000_000)
+        _require_positive_int(self.num_gpus, "cluster.num_gpus", maximum=MAX_NUM_GPUS)
         _require_positive_int(self.gpus_per_node, "cluster.gpus_per_node", maximum=1_000_000)
         grid = self.grid_gco2e_per_kwh
         if grid is not None and (not math.isfinite(grid) or not 0 <= grid <= 2000):

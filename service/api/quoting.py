@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -64,7 +64,7 @@ from service.core.plausibility import (
 )
 from service.core.quote import (
     Accounting,
-    Amounts,
+    Band,
     Fabric,
     JobTiming,
     OnPremInputs,
@@ -75,7 +75,6 @@ from service.core.quote import (
     QuoteResult,
     RuleResult,
     SizedJob,
-    remember,
 )
 from service.core.search import (
     DEFAULT_DEADLINE_S,
@@ -622,7 +621,34 @@ def plausibility_warnings(lines: Sequence[QuoteLine], max_reasonable_train_s: fl
     return out
 
 
-def _offer_head(line: QuoteLine) -> dict[str, Any]:
+def line_json(line: QuoteLine, legacy_fraction: Decimal,
+              conversion: Conversion | None = None,
+              warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """One line in the documented shape (QuoteLineOut), in its key order; with the budget's
+    ``conversion``, its amounts also in the budget's currency (``in_budget_currency``);
+    ``warnings`` from ``plausibility_warnings``. The one writer of a line: the answer's
+    lines and the stored lines are these dicts."""
+    a = line.amounts
+    reserved = None
+    uncertainty = None
+    if a is not None:
+        if a.reserved is not None:
+            r = a.reserved
+            even = r.break_even_utilisation_fraction
+            reserved = {
+                "dedicated_total": _money(r.dedicated_total),
+                "amortised_total": _money(pricing.cents(a.job_cost_total / legacy_fraction)),
+                "terms_bought": r.terms_bought, "utilisation_fraction": str(legacy_fraction),
+                "break_even_utilisation_fraction": None if even is None else str(even),
+            }
+        w = a.wall_clock_band_s
+        uncertainty = {
+            "wall_clock_s": {"p10": float(w.p10), "p50": float(w.p50), "p90": float(w.p90)},
+            "job_cost_total": _money_band(a.job_cost_band),
+            "commitment_total": _money_band(a.commitment_band),
+            "deadline_probability": a.deadline_probability,
+            "basis": line.timing_basis,
+        }
     return {
         "provider": line.provider, "region": line.region, "zone": line.zone,
         "instance_type": line.instance_type, "term": line.term.value,
@@ -630,109 +656,61 @@ def _offer_head(line: QuoteLine) -> dict[str, Any]:
         "num_gpus": line.num_gpus, "gpus_per_instance": line.gpus_per_instance,
         "nvlink_domain": line.nvlink_domain, "inter_node_gbps": line.inter_node_gbps,
         "fabric_source": line.fabric_source,
-    }
-
-
-def _offer_price(line: QuoteLine) -> dict[str, Any]:
-    return {
-        "unit_price": str(line.unit_price) if line.unit_price is not None else None,
-        "list_unit_price": (str(line.list_unit_price) if line.list_unit_price is not None
-                            else None),
-        "discount": line.discount, "unit": line.unit,
-    }
-
-
-def _amounts_parts(line: QuoteLine, legacy_fraction: Decimal,
-                   ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any],
-                              dict[str, Any] | None, dict[str, Any] | None]:
-    """The line's figures in the order ``line_json`` shows them, in six runs of keys (the
-    runs are interleaved with the offer's and the verdict's keys)."""
-    a = line.amounts
-    reserved = None
-    if a is not None and a.reserved is not None:
-        r = a.reserved
-        amortised = pricing.cents(a.job_cost_total / legacy_fraction)
-        reserved = {
-            "dedicated_total": _money(r.dedicated_total),
-            "amortised_total": _money(amortised),
-            "terms_bought": r.terms_bought, "utilisation_fraction": str(legacy_fraction),
-            "break_even_utilisation_fraction": (
-                str(r.break_even_utilisation_fraction)
-                if r.break_even_utilisation_fraction is not None else None),
-        }
-    uncertainty = None
-    if a is not None:
-        uncertainty = {
-            "wall_clock_s": {k: float(getattr(a.wall_clock_band_s, k)) for k in
-                             ("p10", "p50", "p90")},
-            "job_cost_total": {k: _money(getattr(a.job_cost_band, k)) for k in
-                               ("p10", "p50", "p90")},
-            "commitment_total": {k: _money(getattr(a.commitment_band, k)) for k in
-                                 ("p10", "p50", "p90")},
-            "deadline_probability": a.deadline_probability,
-            "basis": line.timing_basis,
-        }
-    return ({
         "instances": a.instances if a else _instances(line),
         "rounded_up": a.rounded_up if a else None,
         "wall_clock_s": a.wall_clock_s if a else None,
-        "billed_hours": str(a.billed_hours.quantize(Decimal("0.0001"))) if a else None,
-        "gpu_hours": str(a.gpu_hours.quantize(Decimal("0.0001"))) if a else None,
-    }, {
+        "billed_hours": str(a.billed_hours.quantize(_HOURS)) if a else None,
+        "gpu_hours": str(a.gpu_hours.quantize(_HOURS)) if a else None,
+        "unit_price": None if line.unit_price is None else str(line.unit_price),
+        "list_unit_price": None if line.list_unit_price is None else str(line.list_unit_price),
+        "discount": line.discount, "unit": line.unit,
+        "accounting": line.accounting.value,
         "commitment_total": _money(a.commitment_total) if a else None,
         "job_cost_total": _money(a.job_cost_total) if a else None,
         "total": _money(a.total) if a else None,
         "term_s": a.term_s if a else None,
         "terms_bought": a.terms_bought if a else None,
-    }, {
+        "currency": line.currency,
         "goodput_loss_fraction": _finite(a.goodput_loss_fraction) if a else None,
         "checkpoint_interval_s": a.checkpoint_interval_s if a else None,
-    }, {
+        "goodput_basis": line.goodput_basis, "timing_basis": line.timing_basis,
         "energy_kwh": str(a.energy_kwh) if a else None,
         "co2e_kg": str(a.co2e_kg) if a else None,
-    }, uncertainty, reserved)
-
-
-def _verdict_part(line: QuoteLine) -> dict[str, Any]:
-    return {
         "carbon_basis": line.carbon_basis,
         "flags": list(line.flags), "feasible": line.feasible,
         "infeasible_reason": line.infeasible_reason,
         "within_budget": line.within_budget, "meets_deadline": line.meets_deadline,
         "policy_outcome": line.outcome.value,
         "rules": [rule_json(r) for r in line.rules if r.outcome is not core_quote.Outcome.PASS],
-    }
-
-
-def _job_part(line: QuoteLine) -> dict[str, Any]:
-    return {
-        "plan": dict(line.plan) if line.plan else None,
-        "global_batch_seqs": line.global_batch_seqs,
-        "serving": dict(line.serving) if line.serving else None,
-    }
-
-
-def line_json(line: QuoteLine, legacy_fraction: Decimal,
-              conversion: Conversion | None = None,
-              warnings: Sequence[str] = ()) -> dict[str, Any]:
-    """One line in the documented shape (QuoteLineOut); with the budget's ``conversion``, its
-    amounts also in the budget's currency (``in_budget_currency``); ``warnings`` from
-    ``plausibility_warnings``. ``LineTexts`` writes the same keys in the same order as JSON
-    text from cached runs of them."""
-    figures, money, goodput, energy, uncertainty, reserved = _amounts_parts(
-        line, legacy_fraction)
-    return {
-        **_offer_head(line), **figures, **_offer_price(line),
-        "accounting": line.accounting.value, **money, "currency": line.currency, **goodput,
-        "goodput_basis": line.goodput_basis, "timing_basis": line.timing_basis, **energy,
-        **_verdict_part(line), "uncertainty": uncertainty,
+        "uncertainty": uncertainty,
         "price_as_of": line.price_as_of,
         "reserved": reserved, "onprem": dict(line.onprem) if line.onprem else None,
         "in_budget_currency": _in_budget_currency(line, conversion),
         "offer_id": line.offer_id, "catalog_version": line.catalog_version,
-        **_job_part(line), "warnings": list(warnings),
+        "plan": dict(line.plan) if line.plan else None,
+        "global_batch_seqs": line.global_batch_seqs,
+        "serving": dict(line.serving) if line.serving else None,
+        "warnings": list(warnings),
         "warning_details": _details_json(line, warnings),
     }
+
+
+def _money_band(band: Band) -> dict[str, str | None]:
+    """A band of money (its points are Decimals) to the cent."""
+    return {"p10": _money(cast(Decimal, band.p10)), "p50": _money(cast(Decimal, band.p50)),
+            "p90": _money(cast(Decimal, band.p90))}
+
+
+_HOURS = Decimal("0.0001")
+"""Billed hours and GPU-hours are shown to a ten-thousandth of an hour."""
+
+
+def lines_text(lines: Sequence[dict[str, Any]]) -> str:
+    """Every line as the stored JSON text ``{"lines":[...]}``: the standard library's
+    encoder with compact separators, other characters escaped (decision 169: an ASCII text is
+    held at one byte a character; one "×" in one warning made Python hold the whole 525 KB
+    text at two)."""
+    return json.dumps({"lines": lines}, separators=(",", ":"))
 
 
 def _details_json(line: QuoteLine, warnings: Sequence[str]) -> list[dict[str, Any]]:
@@ -741,279 +719,6 @@ def _details_json(line: QuoteLine, warnings: Sequence[str]) -> list[dict[str, An
     and quotes stored before 2026-12-02 have none."""
     return [{"code": d.code, "field": d.field, "message": d.message}
             for d in (*line.warning_details, *details_of(warnings))]
-
-
-def _keys(value: dict[str, Any]) -> str:
-    """A dict's members as compact JSON without the braces: ``"a":1,"b":2``. Joined with
-    commas and wrapped in braces, runs of members are exactly ``json.dumps`` of the merged
-    dict with the same separators (the form stored quotes use)."""
-    return _dumps(value)[1:-1]
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
-"""``json.dumps(value, separators=(",", ":"))`` without building an encoder per call
-(``json.dumps`` makes one for any non-default argument). The stored lines' text is ASCII,
-other characters escaped (decision 169): one "×" in one warning made Python hold the whole
-525 KB text at two bytes a character, and 0.3 ms went on encoding it as UTF-8."""
-_LITERALS = {True: "true", False: "false", None: "null"}
-_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
-_c_encoder: Any = None if _make_encoder is None else _make_encoder(
-    None, _ENCODER.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False,
-    True)
-"""The C iterencoder ``_ENCODER.encode`` makes on every call, made once (without the check
-for circular references, which only changes the error on a cycle: lines have none)."""
-
-
-def _dumps(value: Any) -> str:
-    if _c_encoder is None or isinstance(value, str):
-        return _ENCODER.encode(value)
-    return "".join(_c_encoder(value, 0))
-
-
-def _scalar(value: bool | str | None) -> str:
-    return _LITERALS[value] if value is None or value is True or value is False else (
-        _ENCODER.encode(value))
-
-
-_float_text: Callable[[Any], str] = float.__repr__
-_int_text: Callable[[Any], str] = int.__repr__
-_str_text: Callable[[Any], str] = json.encoder.encode_basestring_ascii
-_isfinite = math.isfinite
-
-
-def _json(value: Any) -> str:
-    """``_dumps(value)`` for a scalar (None, a bool, an int, a float or a string) without the
-    encoder: the C encoder writes a finite float as ``float.__repr__``, an int as
-    ``int.__repr__`` and a string with ``encode_basestring_ascii``; anything else is
-    ``_dumps``."""
-    kind = type(value)
-    if kind is float:
-        return _float_text(value) if _isfinite(value) else _dumps(value)
-    if kind is str:
-        return _str_text(value)
-    if kind is int:
-        return _int_text(value)
-    if value is None or value is True or value is False:
-        return _LITERALS[value]
-    return _dumps(value)
-
-
-def _money_json(amount: Decimal | float | None) -> str:
-    """``_dumps(_money(amount))``: a Decimal's text needs no escaping. (Money bands are
-    Decimals; a float fails in ``cents`` as it does in ``_money``.)"""
-    return "null" if amount is None else f'"{pricing.cents(amount)!s}"'  # type: ignore[arg-type]
-
-
-_HOURS_EXPONENT = Decimal("0.0001")
-
-
-def _float_json(value: float) -> str:
-    """``_json`` of a float: ``float.__repr__`` when finite (as the C encoder writes it)."""
-    return _float_text(value) if _isfinite(value) else _dumps(value)
-
-
-def _amounts_runs(a: Amounts, basis: str, legacy_fraction: Decimal, legacy_text: str,
-                  ) -> tuple[str, str, str, str, str, str]:
-    """``_amounts_parts`` of a priced line as its six runs of JSON text (``_keys`` of each,
-    the uncertainty and reserved runs under their names), written directly: building the
-    dicts and encoding them was most of a line's serialisation (issue 16). Values of a known
-    type are written by that type's writer (``_json``'s branches, without the dispatch)."""
-    j = _json
-    f = _float_json
-    m = _money_json
-    w, job, commit = a.wall_clock_band_s, a.job_cost_band, a.commitment_band
-    job_cost, commitment = a.job_cost_total, a.commitment_total
-    job_text, commitment_text = m(job_cost), m(commitment)
-
-    def band(value: Decimal | float, same: Decimal, text: str) -> str:
-        # Equal Decimals round to the same cents: a band's point is often the total itself.
-        return text if value == same else m(value)
-
-    r = a.reserved
-    if r is None:
-        reserved = '"reserved":null'
-    else:
-        amortised = pricing.cents(a.job_cost_total / legacy_fraction)
-        even = r.break_even_utilisation_fraction
-        reserved = (
-            f'"reserved":{{"dedicated_total":{m(r.dedicated_total)},'
-            f'"amortised_total":{m(amortised)},"terms_bought":{j(r.terms_bought)},'
-            f'"utilisation_fraction":{j(legacy_text)},'
-            f'"break_even_utilisation_fraction":{"null" if even is None else j(str(even))}}}')
-    return (
-        f'"instances":{j(a.instances)},"rounded_up":{j(a.rounded_up)},'
-        f'"wall_clock_s":{j(a.wall_clock_s)},'
-        f'"billed_hours":"{a.billed_hours.quantize(_HOURS_EXPONENT)!s}",'
-        f'"gpu_hours":"{a.gpu_hours.quantize(_HOURS_EXPONENT)!s}"',
-        f'"commitment_total":{commitment_text},"job_cost_total":{job_text},'
-        f'"total":{m(a.total)},"term_s":{j(a.term_s)},"terms_bought":{j(a.terms_bought)}',
-        f'"goodput_loss_fraction":{j(_finite(a.goodput_loss_fraction))},'
-        f'"checkpoint_interval_s":{j(a.checkpoint_interval_s)}',
-        f'"energy_kwh":"{a.energy_kwh!s}","co2e_kg":"{a.co2e_kg!s}"',
-        f'"uncertainty":{{"wall_clock_s":{{"p10":{f(float(w.p10))},'
-        f'"p50":{f(float(w.p50))},"p90":{f(float(w.p90))}}},'
-        f'"job_cost_total":{{"p10":{band(job.p10, job_cost, job_text)},'
-        f'"p50":{band(job.p50, job_cost, job_text)},"p90":{band(job.p90, job_cost, job_text)}}},'
-        f'"commitment_total":{{"p10":{band(commit.p10, commitment, commitment_text)},'
-        f'"p50":{band(commit.p50, commitment, commitment_text)},'
-        f'"p90":{band(commit.p90, commitment, commitment_text)}}},'
-        f'"deadline_probability":{j(a.deadline_probability)},'
-        f'"basis":{j(basis)}}}',
-        reserved)
-
-
-_PASS = core_quote.Outcome.PASS
-"""A global, not ``Outcome.PASS`` (an enum metaclass lookup) in the per-line filter."""
-_OUTCOME_VALUES = {outcome: outcome.value for outcome in core_quote.Outcome}
-"""Each outcome's value, looked up: ``Enum.value`` is a Python property (issue 16)."""
-_CACHE_ENTRIES = 20_000
-"""Entries per cache of line text runs (offers, amounts, rules): a few catalogue versions'
-offers; each entry is a few hundred bytes to a few KB."""
-_offer_texts: dict[tuple[int, int], tuple[PriceOffer, tuple[str, str, str]]] = {}
-_amounts_texts: dict[tuple[int, str, str], tuple[object, tuple[str, ...]]] = {}
-_rules_texts: dict[int, tuple[tuple[RuleResult, ...], str]] = {}
-_flags_texts: dict[tuple[str, ...], str] = {}
-_labels_texts: dict[tuple[object, ...], tuple[str, ...]] = {}
-_ids_texts: dict[tuple[str | None, str], str] = {}
-
-
-_RULE_RUNS = {outcome: (f',"outcome":"{outcome.value}","code":',
-                        f',"severity":"{core_quote.SEVERITY[outcome]}","message":')
-              for outcome in core_quote.Outcome}
-"""The runs of a rule's JSON text that its outcome decides (plain ASCII words)."""
-
-
-def _rule_text(rule: RuleResult) -> str:
-    """``_dumps(rule_json(rule))``, written directly: the C encoder writes each string with
-    ``encode_basestring_ascii``, and so does this, in ``rule_json``'s key order. Not cached:
-    writing it costs about what hashing the rule to look it up did, and a rule whose message
-    holds a line's money (over budget, say) is new in every quote of new figures (issue 16)."""
-    outcome, severity = _RULE_RUNS[rule.outcome]
-    return "".join(('{"rule":', _str_text(rule.rule), outcome, _str_text(rule.code), severity,
-                    _str_text(rule.message), "}"))
-
-
-class LineTexts:
-    """Lines as the JSON text ``line_json`` gives (``json.dumps`` with compact separators),
-    written from runs of keys cached by what they depend on: an offer's (its immutable
-    ``PriceOffer``, by identity, with the job's GPU count), a line's figures (its memoised,
-    immutable ``Amounts``, by identity, with the reservation fraction and timing basis), and
-    the rules' (their tuple, by identity: ``core.quote.judge`` memoises it). Issue 16: the
-    lines' dicts and their serialisation were a third of a quote's CPU. The entries hold the
-    objects they were built from, so an id is never matched to another object."""
-
-    def __init__(self, legacy_fraction: Decimal, conversion: Conversion | None) -> None:
-        self.legacy_fraction = legacy_fraction
-        self.legacy_text = str(legacy_fraction)
-        self.conversion = conversion
-        self._jobs: dict[tuple[int, int, int | None], tuple[QuoteLine, str]] = {}
-        self._job_details: dict[int, tuple[tuple[WarningDetail, ...], str]] = {}
-
-    @staticmethod
-    def _labels(line: QuoteLine) -> tuple[str, ...]:
-        """The one-key runs of the line's labels, looked up together (they recur across
-        lines and quotes); the offer id and catalogue version as one run."""
-        key = (line.carbon_basis, line.accounting, line.currency, line.goodput_basis,
-               line.timing_basis)
-        texts = _labels_texts.get(key)
-        if texts is None:
-            texts = remember(_labels_texts, key, (
-                _keys({"carbon_basis": line.carbon_basis}),
-                _keys({"accounting": line.accounting.value}),
-                _keys({"currency": line.currency}),
-                _keys({"goodput_basis": line.goodput_basis}),
-                _keys({"timing_basis": line.timing_basis})), _CACHE_ENTRIES)
-        ids = (line.offer_id, line.catalog_version)
-        where = _ids_texts.get(ids)
-        if where is None:
-            where = remember(_ids_texts, ids, _keys(
-                {"offer_id": line.offer_id, "catalog_version": line.catalog_version}),
-                _CACHE_ENTRIES)
-        return (*texts, where)
-
-    def _offer(self, line: QuoteLine, offer: PriceOffer) -> tuple[str, str, str]:
-        key = (id(offer), line.num_gpus)
-        hit = _offer_texts.get(key)
-        if hit is not None and hit[0] is offer:
-            return hit[1]
-        texts = (_keys(_offer_head(line)), _keys(_offer_price(line)),
-                 _keys({"price_as_of": line.price_as_of}))
-        remember(_offer_texts, key, (offer, texts), _CACHE_ENTRIES)
-        return texts
-
-    def _amounts(self, line: QuoteLine, a: Amounts) -> tuple[str, ...]:
-        """The runs of the line's figures: written as text (``_amounts_runs``), and kept for
-        the same ``Amounts`` priced again (the same offers priced for the same job)."""
-        key = (id(a), self.legacy_text, line.timing_basis)
-        hit = _amounts_texts.get(key)
-        if hit is not None and hit[0] is a:
-            return hit[1]
-        texts = _amounts_runs(a, line.timing_basis, self.legacy_fraction, self.legacy_text)
-        remember(_amounts_texts, key, (a, texts), _CACHE_ENTRIES)
-        return texts
-
-    def _rules(self, rules: tuple[RuleResult, ...]) -> str:
-        hit = _rules_texts.get(id(rules))
-        if hit is not None and hit[0] is rules:
-            return hit[1]
-        text = "[" + ",".join([_rule_text(r) for r in rules
-                               if r.outcome is not _PASS]) + "]"
-        remember(_rules_texts, id(rules), (rules, text), _CACHE_ENTRIES)
-        return text
-
-    def _job(self, line: QuoteLine) -> str:
-        key = (id(line.plan), id(line.serving), line.global_batch_seqs)
-        hit = self._jobs.get(key)
-        if hit is not None and hit[0].plan is line.plan and hit[0].serving is line.serving:
-            return hit[1]
-        text = _keys(_job_part(line))
-        self._jobs[key] = (line, text)
-        return text
-
-    def text(self, line: QuoteLine, warnings: Sequence[str] = ()) -> str:
-        """``_dumps(line_json(line, legacy_fraction, conversion, warnings))``."""
-        offer = line.offer
-        amounts = line.amounts
-        if offer is None or line.onprem is not None or amounts is None:
-            return _dumps(line_json(line, self.legacy_fraction, self.conversion, warnings))
-        head, price, as_of = self._offer(line, offer)
-        figures, money, goodput, energy, uncertainty, reserved = self._amounts(line, amounts)
-        carbon, accounting, currency, goodput_basis, timing_basis, ids = self._labels(line)
-        flags = _flags_texts.get(line.flags)
-        if flags is None:
-            flags = remember(_flags_texts, line.flags, _dumps(list(line.flags)),
-                             _CACHE_ENTRIES)
-        verdict = (f'{carbon},'
-                   f'"flags":{flags},"feasible":true,'
-                   f'"infeasible_reason":{_scalar(line.infeasible_reason)},'
-                   f'"within_budget":{_scalar(line.within_budget)},'
-                   f'"meets_deadline":{_scalar(line.meets_deadline)},'
-                   f'"policy_outcome":"{_OUTCOME_VALUES[line.outcome]}",'
-                   f'"rules":{self._rules(line.rules)}')
-        converted = _in_budget_currency(line, self.conversion)
-        return "".join((
-            "{", head, ",", figures, ",", price, ",", accounting, ",", money, ",", currency,
-            ",", goodput, ",", goodput_basis, ",", timing_basis, ",", energy, ",", verdict, ",",
-            uncertainty, ",", as_of, ",", reserved, ',"onprem":null,"in_budget_currency":',
-            "null" if converted is None else _dumps(converted), ",", ids, ",",
-            self._job(line),
-            ',"warnings":', _dumps(list(warnings)) if warnings else "[]",
-            ',"warning_details":', self._details(line, warnings), "}"))
-
-    def _details(self, line: QuoteLine, warnings: Sequence[str]) -> str:
-        """``_dumps(_details_json(line, warnings))``, once per job's details when the line has
-        no warnings of its own (most lines)."""
-        if warnings:
-            return _dumps(_details_json(line, warnings))
-        if not line.warning_details:
-            return "[]"
-        key = id(line.warning_details)
-        hit = self._job_details.get(key)
-        if hit is not None and hit[0] is line.warning_details:
-            return hit[1]
-        text = _dumps(_details_json(line, ()))
-        self._job_details[key] = (line.warning_details, text)
-        return text
 
 
 def _instances(line: QuoteLine) -> int:
@@ -1075,8 +780,8 @@ def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,
     """(the answer, every line as the stored JSON text ``{"lines":[...]}``): the answer holds
     the best line per provider and term unless ``all_lines``; every line is stored for
     ``GET /v1/quotes/{id}/lines`` and ``verify``. Lines over ``max_reasonable_train_s`` or ten
-    times the cheapest carry warnings. The stored text is written once, from cached runs of
-    keys (``LineTexts``); only the few lines the answer shows are built as dicts."""
+    times the cheapest carry warnings. Each line's JSON is built once (``line_json``): the
+    stored text and the answer's lines are the same dicts."""
     result = computed.result
     fraction = computed.request_fraction
     warned = plausibility_warnings(result.lines, max_reasonable_train_s)
@@ -1086,21 +791,13 @@ def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,
         for line in result.lines:
             if line.serving is not None:
                 warned[id(line)] = [*warned.get(id(line), ()), *said]
-    texts = LineTexts(fraction, computed.conversion)
-    every = '{"lines":[' + ",".join(texts.text(x, warned.get(id(x), ()))
-                                    for x in result.lines) + "]}"
-    # The shown, cheapest, fastest and recommended lines are lines of ``result.lines``: each
-    # one's JSON is built once (read-only from here on: it is only validated and serialised).
-    built: dict[int, dict[str, Any]] = {}
+    built = {id(x): line_json(x, fraction, computed.conversion, warned.get(id(x), ()))
+             for x in result.lines}
+    every = lines_text(list(built.values()))
 
     def one(line: QuoteLine | None) -> dict[str, Any] | None:
-        if line is None:
-            return None
-        found = built.get(id(line))
-        if found is None:
-            found = built[id(line)] = line_json(line, fraction, computed.conversion,
-                                                warned.get(id(line), ()))
-        return found
+        # The shown, cheapest, fastest and recommended lines are lines of ``result.lines``.
+        return None if line is None else built[id(line)]
 
     shown = result.lines if all_lines else best_per_provider_term(result.lines)
     totals = sorted(result.summary_totals)

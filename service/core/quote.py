@@ -27,7 +27,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from decimal import ROUND_CEILING, Decimal
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Literal, TypeVar, get_args
+from typing import Literal, get_args
 
 from service.core import pricing
 from service.core.plausibility import WarningDetail
@@ -380,9 +380,6 @@ class QuoteLine:
     """The serving deployment a serving fleet's line prices (``SizedJob.serving``)."""
     warning_details: tuple[WarningDetail, ...] = ()
     """``SizedJob.warning_details`` of the line's job (advisory)."""
-    offer: PriceOffer | None = field(default=None, compare=False, repr=False)
-    """The catalogue offer a cloud line prices (None on-premises): its immutable values let
-    the API reuse what it built from them (issue 16); no figure reads it."""
 
     @property
     def feasible(self) -> bool:
@@ -698,22 +695,7 @@ def _line_fields_of_offer(offer: PriceOffer) -> dict[str, object]:
         "offer_id": offer.offer_id, "onprem": None, "price_as_of": offer.as_of,
         "price_as_of_day": offer.as_of_day,
         "list_unit_price": offer.list_price_per_instance_hour, "discount": offer.discount,
-        "offer": offer,
     }
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-def remember(memo: dict[_K, _V], key: _K, value: _V, size: int) -> _V:
-    """``memo[key] = value``, the memo emptied first once it holds ``size`` entries (bounded
-    memory); returns ``value``. The line-text caches of ``service/api/quoting.py`` bound
-    themselves with it (the core keeps no memo of its own)."""
-    if len(memo) >= size:
-        memo.clear()
-    memo[key] = value
-    return value
 
 
 _Fit = tuple[PriceOffer, tuple[str, str] | None, RejectedOffer | None]

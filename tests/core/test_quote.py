@@ -433,7 +433,7 @@ class TestLineConstruction:
                     if f.default is dataclasses.MISSING}
         made = q._new_line(required)
         assert made == q.QuoteLine(**required)
-        assert (made.rules, made.within_budget, made.offer) == ((), None, None)
+        assert (made.rules, made.within_budget) == ((), None)
 
     def test_a_judged_copy_changes_only_the_judgement_and_leaves_the_line(self) -> None:
         line = only_line(priced(offer()))

@@ -26,7 +26,7 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
@@ -177,6 +177,50 @@ def run_cpu_bound(workers: int, function: Callable[..., T], *args: Any,
             f"({_memory_limit_bytes:,} bytes, CQ_SEARCH_MEMORY_BYTES): fix some dimensions, "
             "or narrow the GPU counts or batches") from None
     return result
+
+
+def run_each_cpu_bound(workers: int, function: Callable[..., T],
+                       calls: Sequence[tuple[Any, ...]], *, start_by: float | None = None,
+                       ends_at: float | None = None,
+                       stop: Callable[[], bool] | None = None) -> list[T]:
+    """``function(*args)`` for each ``args`` of ``calls``, spread across the workers (as many
+    at once as there are free workers; inline, one after the other, when ``workers`` is 0);
+    the results in the order of ``calls``. Each call waits for a free worker as
+    ``run_cpu_bound``'s does, until ``start_by`` (``SearchQueueTimeoutError``); ``ends_at``
+    (a ``time.monotonic()`` instant) bounds the whole (``TimeoutError``); ``stop`` abandons
+    it (``ClientGoneError``). The first error cancels the calls not yet started and is
+    raised. Issue 38: the groups of a sweep are independent, so one request uses every
+    worker instead of one."""
+    if workers <= 0:
+        return [function(*args) for args in calls]
+    submitted = time.monotonic()
+    try:
+        executor, slots = _executor_and_slots(workers)
+    except (RuntimeError, BrokenProcessPool) as exc:
+        return [_inline(exc, function, args, {}) for args in calls]
+    futures: list[Future[T]] = []
+    try:
+        for args in calls:
+            if any(f.done() and not f.cancelled() and f.exception() is not None
+                   for f in futures):
+                break  # waiting on them below raises the first error
+            _take_slot(slots, start_by, stop, submitted)
+            try:
+                future: Future[T] = executor.submit(function, *args)
+            except BaseException:
+                slots.release()
+                raise
+            future.add_done_callback(lambda _: slots.release())
+            futures.append(future)
+        return [_wait(future, ends_at, stop) for future in futures]
+    except MemoryError:
+        raise MemoryError(
+            "the search needed more memory than a worker may use "
+            f"({_memory_limit_bytes:,} bytes, CQ_SEARCH_MEMORY_BYTES): fix some dimensions, "
+            "or narrow the GPU counts or batches") from None
+    finally:
+        for future in futures:
+            future.cancel()  # no-op for those done; frees the slots of those not started
 
 
 def _inline(exc: BaseException, function: Callable[..., T], args: tuple[Any, ...],

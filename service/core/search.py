@@ -16,7 +16,12 @@ dimensions it depends on, not once per candidate.
 The returned plans are re-estimated one by one with ``estimate()``, so their blocks are exactly
 what ``POST /v1/estimates`` answers.
 
-The core reads no clock: the caller passes ``clock`` for the search deadline.
+The work is counted in candidates (``max_candidates``, checked before any is evaluated), so a
+request gets the same answer however busy the machine is. The core reads no clock: the caller
+passes ``clock`` for the deadline, a safety net past which the search raises
+``SearchTimeoutError`` instead of answering from part of the space (issue 38). The groups of
+a sweep (one per cluster and global batch) are independent: ``search_part`` evaluates some of
+them and ``merge_parts`` ranks the parts together into the answer ``search`` gives.
 """
 
 from __future__ import annotations
@@ -79,10 +84,12 @@ who fixes ``zero_stage`` gets the stage given."""
 DEFAULT_MAX_CANDIDATES = 50_000_000
 """Work cap: a request whose space is larger is refused before any work (docs/decisions.md)."""
 DEFAULT_DEADLINE_S = 10.0
-"""Search wall-clock limit (issue 4); the API passes ``CQ_SEARCH_DEADLINE_S``."""
+"""Search wall-clock safety net (issue 4; issue 38: past it the search raises, it no longer
+answers from what it has); the API passes ``CQ_SEARCH_DEADLINE_S``."""
 CHUNK_CANDIDATES = 1 << 18
 """Candidates evaluated per numpy pass: bounds memory (about 0.5 GB of temporaries) and sets
-how often the deadline is checked."""
+how often the deadline is checked. The answer does not depend on it (every kept list is
+chosen per chunk and merged exactly)."""
 PARETO_POINTS_MAX = 50
 """Front points returned; a longer front is thinned evenly (both ends kept)."""
 CLOSEST_SHOWN = 3
@@ -105,6 +112,19 @@ class Objective(StrEnum):
 
 class SearchTooLargeError(InvalidSpecError):
     """The space holds more candidates than the work cap allows."""
+
+
+class SearchTimeoutError(TimeoutError):
+    """The search ran past ``SearchRequest.deadline_s``: a safety net, never a partial answer
+    (issue 38: a sweep cut at its deadline once answered from 67% of its space). A
+    ``TimeoutError``, which callers that wait on a worker already treat as out of time."""
+
+    def __init__(self, deadline_s: float) -> None:
+        super().__init__(f"the search did not finish within its {deadline_s:g} s deadline")
+        self.deadline_s = deadline_s
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles across the worker processes
+        return (type(self), (self.deadline_s,))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,7 +175,16 @@ class SearchStats:
     feasible: int
     pruned_by_rule: dict[str, int]
     elapsed_s: float
-    truncated: bool
+    """How long the work took, by the caller's clock: reported, never used to choose."""
+    max_candidates: int = DEFAULT_MAX_CANDIDATES
+    """The work cap the search ran under (``SearchRequest.max_candidates``)."""
+
+    @property
+    def truncated(self) -> bool:
+        """Always false: a search past its deadline raises ``SearchTimeoutError`` instead of
+        answering from part of the space (issue 38). Kept for the callers that still read it
+        (quote sizing, tracing)."""
+        return False
 
     @property
     def candidates_per_s(self) -> float:
@@ -163,7 +192,7 @@ class SearchStats:
 
     @property
     def covered_fraction(self) -> float:
-        """Share of the enumerated candidates that were evaluated (1 unless truncated)."""
+        """Share of the enumerated candidates that were evaluated: always 1 (issue 38)."""
         if self.candidates_total <= 0:
             return 1.0
         return min(1.0, self.candidates_evaluated / self.candidates_total)
@@ -203,13 +232,6 @@ class _Skeleton:
 
     def count(self, inner: int) -> int:
         return len(self.vps) * len(self.micro_batches) * len(self.sps) * inner
-
-
-@dataclass(slots=True)
-class _Group:
-    cluster: ClusterSpec
-    batch: int
-    skeletons: list[_Skeleton]
 
 
 def _options(space: SearchSpace, name: str, values: Sequence[Any]) -> list[Any]:
@@ -595,73 +617,139 @@ def frozen_clock() -> float:
     return 0.0
 
 
-def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
-    """Enumerate, evaluate, filter and rank. Raises ``SearchTooLargeError`` before any work
-    when the space exceeds ``max_candidates``, and ``NoFeasiblePlanError`` with the closest
-    misses when nothing fits the memory, deadline and budget."""
-    started = clock()
-    model, space = request.model, request.space
+def _check_prices(request: SearchRequest) -> None:
     if request.objective is Objective.COST and not request.price_per_gpu_hour_usd:
         raise InvalidSpecError("the cost objective needs price_per_gpu_hour_usd",
                                field="price_per_gpu_hour_usd")
     if request.budget_usd is not None and not request.price_per_gpu_hour_usd:
         raise InvalidSpecError("a budget needs price_per_gpu_hour_usd",
                                field="price_per_gpu_hour_usd")
+    if request.price_per_gpu_hour_usd:
+        for cluster in request.clusters:
+            if cluster.accelerator.id not in request.price_per_gpu_hour_usd:
+                raise InvalidSpecError(
+                    f"no price_per_gpu_hour_usd for accelerator {cluster.accelerator.id}",
+                    field="price_per_gpu_hour_usd")
+
+
+def _batches(request: SearchRequest) -> tuple[int, ...]:
+    return request.global_batches or (request.training.global_batch_seqs,)
+
+
+def group_count(request: SearchRequest) -> int:
+    """Search groups of a request: one per (cluster, global batch), cluster-major. A group is
+    the unit ``search_part`` evaluates and the ``cluster_index`` of a candidate's key."""
+    return len(request.clusters) * len(_batches(request))
+
+
+def _group_of(request: SearchRequest, index: int) -> tuple[ClusterSpec, int]:
+    """The (cluster, global batch) of group ``index``."""
+    batches = _batches(request)
+    return request.clusters[index // len(batches)], batches[index % len(batches)]
+
+
+def _too_large(limit: int) -> SearchTooLargeError:
+    return SearchTooLargeError(
+        f"the search space holds more than {limit:,} candidates; the limit is {limit:,} "
+        "(counting stopped there): fix some dimensions, narrow the GPU counts or batches",
+        field="constraints")
+
+
+def _no_layout(request: SearchRequest) -> NoLayoutError:
+    first = request.clusters[0].num_gpus
+    others = len(request.clusters) - 1
+    return NoLayoutError(
+        f"no layout of exactly {first:,} GPUs"
+        + (f" (nor of the other {others:,} GPU counts asked)" if others else "")
+        + f": no tp x pp x cp x dp that the model and the constraints allow multiplies to "
+        f"{first:,} (tp at most max_tp and dividing the heads, pp at most the layers, cp "
+        "dividing training.seq_len, dp dividing the global batch); nothing was evaluated",
+        cluster_index=0, num_gpus=first, counts_asked=others + 1)
+
+
+def search_size(request: SearchRequest) -> tuple[int, ...]:
+    """The candidates of each group (``group_count``), counted by the enumeration the search
+    runs, without evaluating any. Raises what ``search`` raises before any work: a missing
+    price, ``SearchTooLargeError`` as soon as the count passes ``max_candidates``, and
+    ``NoLayoutError`` when no group has a layout. The API counts a sweep with it before it
+    spreads the groups across its search workers."""
+    _check_prices(request)
+    zeros, codes = _inner(request.space, request.training.framework)
+    inner = len(zeros) * len(codes)
+    sizes: list[int] = []
+    total = 0
+    for index in range(group_count(request)):
+        cluster, batch = _group_of(request, index)
+        size = 0
+        for skeleton in _skeletons(request.model, cluster, batch, request.training.seq_len,
+                                   request.space, {}):
+            size += skeleton.count(inner)
+            if total + size > request.max_candidates:
+                raise _too_large(request.max_candidates)
+        total += size
+        sizes.append(size)
+    if sizes and not any(sizes):
+        raise _no_layout(request)
+    return tuple(sizes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchPart:
+    """What ``search_part`` keeps of some groups: enough for ``merge_parts`` to rank them
+    with the other groups exactly as one ``search`` over all of them would (every kept list is
+    chosen per chunk, and chunks never span groups)."""
+
+    kept: tuple[_Candidate, ...]
+    front: tuple[_Candidate, ...]
+    closest: tuple[_Candidate, ...]
+    candidates_total: int
+    candidates_evaluated: int
+    feasible: int
+    pruned_by_rule: tuple[tuple[str, int], ...]
+    """(rule, count) pairs: a tuple, so the part pickles."""
+    groups_with_layout: int
+
+
+def search_part(request: SearchRequest, clock: Callable[[], float],
+                groups: Sequence[int] | None = None) -> SearchPart:
+    """Enumerate and evaluate the given groups (default: all) of ``request``. Raises
+    ``SearchTooLargeError`` before any work when they hold more than ``max_candidates``, and
+    ``SearchDeadlineError`` when ``clock`` passes ``deadline_s`` (checked before each chunk):
+    a search past its deadline answers nothing rather than a part of the space."""
+    started = clock()
+    model, space = request.model, request.space
+    _check_prices(request)
     priced = bool(request.price_per_gpu_hour_usd)
-    for cluster in request.clusters:
-        if priced and cluster.accelerator.id not in request.price_per_gpu_hour_usd:
-            raise InvalidSpecError(
-                f"no price_per_gpu_hour_usd for accelerator {cluster.accelerator.id}",
-                field="price_per_gpu_hour_usd")
-    batches = request.global_batches or (request.training.global_batch_seqs,)
     zeros, codes = _inner(space, request.training.framework)
     inner = len(zeros) * len(codes)
     pruned: dict[str, int] = {}
-    groups: list[_Group] = []
+    chosen = range(group_count(request)) if groups is None else groups
+    layouts: list[tuple[int, ClusterSpec, int, list[_Skeleton]]] = []
     total = 0
-    for cluster in request.clusters:
-        for batch in batches:
-            group = _Group(cluster, batch, [])
-            for skeleton in _skeletons(model, cluster, batch, request.training.seq_len, space,
-                                       pruned):
-                total += skeleton.count(inner)
-                if total > request.max_candidates:
-                    raise SearchTooLargeError(
-                        f"the search space holds more than {request.max_candidates:,} "
-                        f"candidates; the limit is {request.max_candidates:,} (counting "
-                        "stopped there): fix some dimensions, narrow the GPU counts or "
-                        "batches", field="constraints")
-                group.skeletons.append(skeleton)
-            groups.append(group)
-    if groups and not any(group.skeletons for group in groups):
-        first = request.clusters[0].num_gpus
-        others = len(request.clusters) - 1
-        raise NoLayoutError(
-            f"no layout of exactly {first:,} GPUs"
-            + (f" (nor of the other {others:,} GPU counts asked)" if others else "")
-            + f": no tp x pp x cp x dp that the model and the constraints allow multiplies to "
-            f"{first:,} (tp at most max_tp and dividing the heads, pp at most the layers, cp "
-            "dividing training.seq_len, dp dividing the global batch); nothing was evaluated",
-            cluster_index=0, num_gpus=first, counts_asked=others + 1)
+    for index in chosen:
+        cluster, batch = _group_of(request, index)
+        skeletons = []
+        for skeleton in _skeletons(model, cluster, batch, request.training.seq_len, space,
+                                   pruned):
+            total += skeleton.count(inner)
+            if total > request.max_candidates:
+                raise _too_large(request.max_candidates)
+            skeletons.append(skeleton)
+        layouts.append((index, cluster, batch, skeletons))
 
     kept: list[_Candidate] = []
     front: list[_Candidate] = []
     closest: list[_Candidate] = []
     evaluated = feasible = 0
-    truncated = False
     headroom = 1.0 - space.memory_headroom_fraction
-    for cluster_index, group in enumerate(groups):
-        if truncated:
-            break
-        cluster = group.cluster
-        training = dataclasses.replace(request.training, global_batch_seqs=group.batch)
+    for cluster_index, cluster, batch, skeletons in layouts:
+        training = dataclasses.replace(request.training, global_batch_seqs=batch)
         usable = cluster.accelerator.memory_bytes * headroom
         price = float(request.price_per_gpu_hour_usd.get(cluster.accelerator.id, 0))
-        for chunk in _chunks(group.skeletons, inner):
+        for chunk in _chunks(skeletons, inner):
             if clock() - started > request.deadline_s:
-                truncated = True
-                break
-            grid = _grid(chunk, zeros, codes, group.batch)
+                raise SearchTimeoutError(request.deadline_s)
+            grid = _grid(chunk, zeros, codes, batch)
             figures = _flat_figures(grid, evaluate_bulk(
                 model, cluster, training, grid.columns, energy=request.energy,
                 calibration=request.calibration, base=space.base))
@@ -684,7 +772,7 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
                                           _energy_for(request, cluster))
             picked = _top(objective, _sort_keys(grid, objective, figures, cluster_index), ok,
                           request.top_k)
-            make = _maker(grid, figures, cost, usable, cluster_index, group.batch,
+            make = _maker(grid, figures, cost, usable, cluster_index, batch,
                           objective, figures.train_s, space.base)
             kept.extend(make(picked))
             front.extend(make(_pareto_indices(figures.train_s, cost, ok)))
@@ -693,28 +781,59 @@ def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
                 near = np.where(fits, figures.train_s, np.inf) if fits.any() else ratio
                 closest.extend(make([int(i) for i in np.argsort(near, kind="stable")[
                     :CLOSEST_SHOWN]]))
-    elapsed = clock() - started
-    stats = SearchStats(candidates_total=total, candidates_evaluated=evaluated,
-                        feasible=feasible, pruned_by_rule=dict(sorted(pruned.items())),
-                        elapsed_s=elapsed, truncated=truncated)
+    return SearchPart(kept=tuple(kept), front=tuple(front), closest=tuple(closest),
+                      candidates_total=total, candidates_evaluated=evaluated,
+                      feasible=feasible, pruned_by_rule=tuple(pruned.items()),
+                      groups_with_layout=sum(1 for *_, sk in layouts if sk))
+
+
+def merge_parts(request: SearchRequest, parts: Sequence[SearchPart],
+                elapsed_s: float) -> SearchResult:
+    """Rank the parts of one request together: the answer ``search`` gives when its groups
+    are spread over several ``search_part`` calls (in any split, in any order), since the
+    ranking keys (objective, time, GPU-hours, group, layout) order candidates totally.
+    ``elapsed_s`` is the caller's measure of the work (reported, never used to choose)."""
+    total = sum(p.candidates_total for p in parts)
+    if group_count(request) and not any(p.groups_with_layout for p in parts):
+        raise _no_layout(request)
+    pruned: dict[str, int] = {}
+    for part in parts:
+        for rule, count in part.pruned_by_rule:
+            pruned[rule] = pruned.get(rule, 0) + count
+    stats = SearchStats(candidates_total=total,
+                        candidates_evaluated=sum(p.candidates_evaluated for p in parts),
+                        feasible=sum(p.feasible for p in parts),
+                        pruned_by_rule=dict(sorted(pruned.items())), elapsed_s=elapsed_s,
+                        max_candidates=request.max_candidates)
+    kept = sorted((c for p in parts for c in p.kept), key=lambda c: c.key)
     if not kept:
+        closest = [c for p in parts for c in p.closest]
         raise NoFeasiblePlanError(
-            "no candidate fits in memory within the deadline and budget"
-            + (" (the search was truncated at its deadline)" if truncated else ""),
-            closest=[_closest_entry(c, request, groups) for c in sorted(
+            "no candidate fits in memory within the deadline and budget",
+            closest=[_closest_entry(c, request) for c in sorted(
                 closest, key=lambda c: (c.peak_bytes / c.usable_bytes, c.key))[:CLOSEST_SHOWN]],
-            candidates_total=total, truncated=truncated,
+            candidates_total=total,
         )
-    kept.sort(key=lambda c: c.key)
-    pareto = _merge_front(front)
+    pareto = _merge_front([c for p in parts for c in p.front])
     chosen = pareto[: request.top_k] if request.objective is Objective.PARETO else (
         kept[: request.top_k])
     return SearchResult(
-        plans=tuple(_rank(c, request, groups) for c in chosen),
-        pareto=tuple(_rank(c, request, groups) for c in _thin(pareto)),
+        plans=tuple(_rank(c, request) for c in chosen),
+        pareto=tuple(_rank(c, request) for c in _thin(pareto)),
         stats=stats,
-        cost_basis="usd" if priced else "gpu_hours",
+        cost_basis="usd" if request.price_per_gpu_hour_usd else "gpu_hours",
     )
+
+
+def search(request: SearchRequest, clock: Callable[[], float]) -> SearchResult:
+    """Enumerate, evaluate, filter and rank, in this process. Raises ``SearchTooLargeError``
+    before any work when the space exceeds ``max_candidates``, ``NoLayoutError`` when no
+    layout has the GPU counts asked, ``SearchDeadlineError`` past ``deadline_s`` (by
+    ``clock``; never a partial answer), and ``NoFeasiblePlanError`` with the closest misses
+    when nothing fits the memory, training deadline and budget."""
+    started = clock()
+    part = search_part(request, clock)
+    return merge_parts(request, [part], clock() - started)
 
 
 def _energy_for(request: SearchRequest, cluster: ClusterSpec) -> EnergySpec:
@@ -831,23 +950,22 @@ def _thin(front: list[_Candidate]) -> list[_Candidate]:
     return [front[round(i * step)] for i in range(PARETO_POINTS_MAX)]
 
 
-def _rank(c: _Candidate, request: SearchRequest, groups: Sequence[_Group]) -> RankedPlan:
-    group = groups[c.cluster_index]
+def _rank(c: _Candidate, request: SearchRequest) -> RankedPlan:
+    cluster, _ = _group_of(request, c.cluster_index)
     training = dataclasses.replace(request.training, global_batch_seqs=c.batch)
-    energy = _energy_for(request, group.cluster)
-    result = estimate(request.model, group.cluster, c.plan, training, energy=energy,
+    energy = _energy_for(request, cluster)
+    result = estimate(request.model, cluster, c.plan, training, energy=energy,
                       calibration=request.calibration)
-    price = request.price_per_gpu_hour_usd.get(group.cluster.accelerator.id)
+    price = request.price_per_gpu_hour_usd.get(cluster.accelerator.id)
     cost = None
     if price is not None:
         cost = (Decimal(repr(result.throughput.gpu_hours)) * price).quantize(Decimal("0.01"))
-    return RankedPlan(cluster=group.cluster, plan=c.plan, global_batch_seqs=c.batch,
+    return RankedPlan(cluster=cluster, plan=c.plan, global_batch_seqs=c.batch,
                       estimate=result, cost_usd=cost, energy=energy)
 
 
-def _closest_entry(c: _Candidate, request: SearchRequest,
-                   groups: Sequence[_Group]) -> dict[str, Any]:
-    cluster = groups[c.cluster_index].cluster
+def _closest_entry(c: _Candidate, request: SearchRequest) -> dict[str, Any]:
+    cluster, _ = _group_of(request, c.cluster_index)
     reasons = []
     if c.peak_bytes > c.usable_bytes:
         reasons.append(

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
+from service.api.schemas.plans import MAX_SEARCH_CANDIDATES, PLAN_SEARCH_EXAMPLE, SWEEP_EXAMPLE
 from service.main import create_app, dispose
 from service.settings import Settings
 from tests.api.test_estimates import assert_problem
@@ -211,3 +211,50 @@ def test_plans_nobody_would_run_are_warned(client: TestClient) -> None:
         assert bool(slow) == (plan["time"]["train_s"] > 365 * 86_400)
     assert any(w.startswith("impractical cost: ") for p in plans for w in p["warnings"])
     assert any(w.startswith("impractical wall-clock: ") for p in plans for w in p["warnings"])
+
+
+def test_the_cap_is_published_in_the_answer_and_the_openapi_document(
+    app_with: Any,
+) -> None:
+    """Issue 38: the work is counted in candidates; the cap a search ran under is in its
+    answer, and the request fields that size the space say what it is."""
+    client = app_with(search_max_candidates=300_000)
+    answer = client.post("/v1/parallelism-plans", json=PLAN_SEARCH_EXAMPLE).json()
+    assert answer["search"]["max_candidates"] == 300_000
+    assert answer["search"]["candidates_total"] <= 300_000
+    default = app_with().post("/v1/parallelism-plans", json=PLAN_SEARCH_EXAMPLE).json()
+    assert default["search"]["max_candidates"] == MAX_SEARCH_CANDIDATES
+    schemas = app_with().get("/openapi.json").json()["components"]["schemas"]
+    published = f"at most {MAX_SEARCH_CANDIDATES:,} candidates"
+    request = schemas["PlanSearchRequest"]["properties"]
+    assert published in request["clusters"]["description"]
+    assert published in request["constraints"]["description"]
+    assert published in schemas["SearchOut"]["properties"]["max_candidates"]["description"]
+
+
+def test_a_request_over_the_cap_names_the_field_and_the_limit_before_any_work(
+    app_with: Any,
+) -> None:
+    client = app_with(search_max_candidates=1_000_000)
+    sweep = copy.deepcopy(SWEEP_EXAMPLE)  # millions of candidates over 64 clusters
+    problem = assert_problem(client.post("/v1/parallelism-plans", json=sweep), 422,
+                             "constraints")
+    assert "the limit is 1,000,000" in problem["detail"]
+    assert "closest" not in problem
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_past_the_deadline_a_search_is_503_with_retry_after_never_a_partial_plan(
+    app_with: Any, workers: int,
+) -> None:
+    """The deadline is a safety net: a 405B sweep of millions of candidates cannot finish in
+    a millisecond on any machine, and it is refused, where it used to answer 200 from the
+    part it had reached (``truncated``)."""
+    client = app_with(search_deadline_s=0.001, search_workers=workers)
+    sweep = copy.deepcopy(SWEEP_EXAMPLE)
+    sweep["constraints"] = {}
+    response = client.post("/v1/parallelism-plans", json=sweep)
+    problem = assert_problem(response, 503)
+    assert problem["type"].rsplit("/", 1)[-1] in ("search-deadline", "search-queue-timeout")
+    assert "plans" not in problem
+    assert int(response.headers["retry-after"]) == problem["retry_after_s"] >= 1

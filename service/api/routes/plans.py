@@ -7,20 +7,27 @@ from decimal import Decimal
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
+from fastapi.responses import JSONResponse
 
 from service.api.calibrating import resolve_in_thread
 from service.api.deps import AcceleratorsDep, SettingsDep
 from service.api.observability import search_attributes, timed_search
-from service.api.problems import SEARCH_UNAVAILABLE, problem_responses
+from service.api.plan_search import plan_search
+from service.api.problems import (
+    SEARCH_UNAVAILABLE,
+    problem_response,
+    problem_responses,
+    search_retry_after_s,
+)
 from service.api.schemas.estimate import training_defaults
 from service.api.schemas.plans import (
+    MAX_SEARCH_CANDIDATES,
     PLAN_SEARCH_EXAMPLE,
     SWEEP_EXAMPLE,
     PlanSearchRequest,
     PlanSearchResponse,
 )
-from service.api.work import ClientGoneDep, search_until
-from service.api.workers import run_cpu_bound
+from service.api.work import ClientGoneDep
 from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.errors import NoLayoutError
 from service.core.search import SearchRequest, no_layout_problem
@@ -49,14 +56,17 @@ def optimise_parallelism(
     accelerators: AcceleratorsDep,
     settings: SettingsDep,
     gone: ClientGoneDep,
-) -> PlanSearchResponse:
+) -> PlanSearchResponse | JSONResponse:
     """Enumerate every valid tp/pp/dp/cp/ep/vp, micro-batch, ZeRO stage, recomputation and
     sequence-parallel layout, evaluate them in bulk with the estimate's model, drop those that
     do not fit in memory (or miss the deadline or budget), and rank the rest. 422 with the
     closest candidates when nothing fits; 422 naming the GPU count, with the nearest counts
     that have one, when no layout multiplies to the count asked; 422 before any work when the
-    space is over the cap; 503 with Retry-After when no search worker was free before the
-    deadline."""
+    space holds more candidates than the cap (search.max_candidates in every answer; the work
+    is counted in candidates, so the same request gets the same answer however busy the
+    server is, and the groups of a sweep are spread across the search workers); 503 with
+    Retry-After when the search did not finish within the deadline, a safety net (never a
+    partial answer), or no search worker was free before it."""
     # One deadline for the wait for a worker and the search: a search not started by then
     # is dropped (503 search-queue-timeout, Retry-After); one started late gets what is left.
     ends_at = time.monotonic() + settings.search_deadline_s
@@ -94,13 +104,24 @@ def optimise_parallelism(
             max_train_s=constraints.max_train_s,
             budget_usd=Decimal(constraints.budget_usd) if constraints.budget_usd else None,
             price_per_gpu_hour_usd=price_map, energy=energy,
-            max_candidates=settings.search_max_candidates,
+            max_candidates=min(settings.search_max_candidates, MAX_SEARCH_CANDIDATES),
             deadline_s=settings.search_deadline_s,
             calibration=DEFAULT_CALIBRATION if stored is None else stored.calibration(),
         )
         try:
-            result = run_cpu_bound(settings.search_workers, search_until, search_request,
-                                   ends_at, start_by=ends_at, stop=gone)
+            result = plan_search(search_request, workers=settings.search_workers,
+                                 ends_at=ends_at, stop=gone)
+        except TimeoutError:
+            # The safety net, not a limit a request within the cap meets: never a partial plan.
+            retry_after = search_retry_after_s(settings.search_deadline_s)
+            return problem_response(
+                http_request, status=503, slug="search-deadline",
+                title="The searches did not finish in time",
+                detail=(f"the search did not finish within {settings.search_deadline_s:g} s "
+                        "(CQ_SEARCH_DEADLINE_S), the server being too busy; it never answers "
+                        "from part of the space: retry after Retry-After seconds"),
+                headers={"Retry-After": str(retry_after)},
+                deadline_s=settings.search_deadline_s, retry_after_s=retry_after)
         except NoLayoutError as exc:
             # Nothing was evaluated: say so, with the nearest counts that have a layout (a
             # bounded scan, run only on this refusal), not "nothing fits in memory".

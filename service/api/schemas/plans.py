@@ -48,6 +48,23 @@ Dimension = Annotated[str, Field(pattern="^(" + "|".join(DIMENSIONS) + ")$")]
 MAX_CLUSTER_OPTIONS = 1024
 """GPU counts per request across all candidate clusters (each is a separate search group)."""
 MAX_BATCH_OPTIONS = 64
+MAX_SEARCH_CANDIDATES = 40_000_000
+"""Candidates one plan search may hold (CQ_SEARCH_MAX_CANDIDATES may lower it); a request
+over it is refused with 422 before any is evaluated. Sized from the measured rate with
+headroom (issue 38; benchmarks/optimiser_speed.py, docs/optimiser.md): the search evaluates
+the 405B sweep at 6.4 M candidates per CPU-second on the 2-core development machine
+(benchmarks/optimiser_speed.py, 2026-12-03), so 40 M candidates are about 6.3 CPU-seconds,
+spread across the two search workers: about 3.1 s on a quiet machine and 6.3 s with two
+CPU-burning processes beside the server, inside the 10 s CQ_SEARCH_DEADLINE_S (a safety net:
+503 with Retry-After, never a partial plan). It admits a 12-accelerator 405B sweep (384
+clusters, 31.4 M candidates); the 50 M it replaces did not fit the deadline under load."""
+CAP_DESCRIPTION = (
+    f"A search holds at most {MAX_SEARCH_CANDIDATES:,} candidates (layouts x micro-batches x "
+    "ZeRO stages x recomputation x sequence parallelism, over every cluster, GPU count and "
+    "batch; search.max_candidates in the answer, CQ_SEARCH_MAX_CANDIDATES may lower it): a "
+    "request over it is refused with 422 naming the field and the limit before any work. "
+    "The work is counted in candidates, not seconds, so the same request gets the same "
+    "answer however busy the server is.")
 
 PLAN_SEARCH_EXAMPLE: dict[str, Any] = {
     "model": {"preset": "gpt3-175b"},
@@ -275,8 +292,12 @@ class PlanSearchRequest(RequestModel):
     training: PlanTrainingIn
     cluster: CandidateClusterIn | None = Field(default=None, description="One cluster.")
     clusters: list[CandidateClusterIn] | None = Field(
-        default=None, max_length=16, description="Candidate accelerators and GPU counts.")
-    constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
+        default=None, max_length=16, description=(
+            "Candidate accelerators and GPU counts (at most "
+            f"{MAX_CLUSTER_OPTIONS:,} (accelerator, GPU count) pairs). " + CAP_DESCRIPTION))
+    constraints: ConstraintsIn = Field(
+        default_factory=ConstraintsIn, description=(
+            "What the search may vary and must meet. " + CAP_DESCRIPTION))
     objective: Objective = Field(default=Objective.TIME, description=(
         "What ranks the plans: time (training wall-clock), gpu_hours, cost (needs "
         "constraints.price_per_gpu_hour_usd), energy (kWh with PUE), carbon (kWh x each "
@@ -305,14 +326,22 @@ class SearchOut(BaseModel):
     pruned_by_rule: dict[str, int] = Field(
         description="Layouts dropped by each enumeration rule (counted where the rule "
                     "applies), and candidates dropped by memory, deadline and budget.")
-    elapsed_s: float
-    candidates_per_s: float
-    truncated: bool = Field(description="The search stopped at its deadline; the answer is "
-                                        "the best of what was evaluated.")
+    max_candidates: int = Field(
+        default=MAX_SEARCH_CANDIDATES, description=(
+            "The cap this search ran under: a request whose space holds more candidates is "
+            "refused with 422 before any work (issue 38). " + CAP_DESCRIPTION))
+    elapsed_s: float = Field(description=(
+        "How long the search took on this server: a measure of the run, not part of the "
+        "answer (it varies with load; everything else is the same for the same request)."))
+    candidates_per_s: float = Field(description="candidates_evaluated / elapsed_s (a measure "
+                                                "of the run, like elapsed_s).")
+    truncated: bool = Field(description=(
+        "Always false (issue 38): every candidate is evaluated. A search that cannot finish "
+        "within CQ_SEARCH_DEADLINE_S, a safety net, is refused with 503 and Retry-After, "
+        "never answered from part of the space."), json_schema_extra={"deprecated": True})
     covered_fraction: float = Field(default=1.0, description=(
-        "Share of candidates_total that was evaluated: 1 unless truncated. A truncated search "
-        "depends on the machine's load; narrow the space or raise the deadline for a "
-        "complete one."))
+        "Share of candidates_total that was evaluated: always 1 (issue 38; see truncated)."),
+        json_schema_extra={"deprecated": True})
 
 
 class PlanOut(BaseModel):
@@ -386,7 +415,8 @@ class PlanSearchResponse(BaseModel):
             search=SearchOut(
                 candidates_total=stats.candidates_total,
                 candidates_evaluated=stats.candidates_evaluated, feasible=stats.feasible,
-                pruned_by_rule=stats.pruned_by_rule, elapsed_s=stats.elapsed_s,
+                pruned_by_rule=stats.pruned_by_rule, max_candidates=stats.max_candidates,
+                elapsed_s=stats.elapsed_s,
                 candidates_per_s=stats.candidates_per_s, truncated=stats.truncated,
                 covered_fraction=stats.covered_fraction),
             calibration_version=calibration_version,

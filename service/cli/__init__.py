@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.text import Text
 
 from service.catalog.scopes import SCOPES
-from service.cli import calibrate, commands, tables
+from service.cli import commands, tables
+from service.cli.common import labelled, out
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -39,17 +40,8 @@ app = typer.Typer(help="ComputeQuote: what will it take to train this model?",
 keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True,
                        rich_markup_mode=None)
 app.add_typer(keys_app, name="keys")
-catalog_app = typer.Typer(help="Catalogue versions: list, export, import.", no_args_is_help=True,
-                          rich_markup_mode=None)
-app.add_typer(catalog_app, name="catalog")
-quotes_app = typer.Typer(help="Stored quotes: get, verify, requote, diff.", no_args_is_help=True,
-                         rich_markup_mode=None)
-app.add_typer(quotes_app, name="quotes")
-commands.register(app)
-commands.register_catalog(catalog_app)
-commands.register_quotes(quotes_app)
-calibrate.register(app)  # cq calibrate create|get (issue 37)
-err = Console(stderr=True, markup=False, emoji=False)  # printed as written (commands.py)
+commands.register(app)  # every other command and group, one module per group
+err = Console(stderr=True, markup=False, emoji=False)  # printed as written (common.py)
 
 
 def _print_version(value: bool) -> None:
@@ -73,7 +65,7 @@ def _root(
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(commands.labelled("error:", "bold red", message))
+    err.print(labelled("error:", "bold red", message))
     return typer.Exit(code=1)
 
 
@@ -144,10 +136,10 @@ def keys_list() -> None:
                 for r in list_keys(session)]
     table = tables.table(f"API keys: {len(rows)}",
                          ["name", "id", tables.Col("scopes", max_width=30), "team",
-                          "created_at", "revoked_at"], width=commands.out.width)
+                          "created_at", "revoked_at"], width=out.width)
     for row in rows:
         table.add_row(*row)
-    commands.out.print(table)
+    out.print(table)
 
 
 @keys_app.command("revoke")

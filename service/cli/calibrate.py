@@ -33,7 +33,7 @@ from typing import Annotated, Any
 import typer
 
 from service.cli.client import DEFAULT_API_URL, CliError, connect
-from service.cli.commands import (
+from service.cli.common import (
     ApiKey,
     ApiUrl,
     AsJson,

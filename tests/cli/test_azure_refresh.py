@@ -9,8 +9,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from service.cli.catalog import AZURE_HOST, _fetch
 from service.cli.client import CliError
-from service.cli.commands import AZURE_HOST, _fetch
 
 FIRST = "https://prices.azure.com/api/retail/prices"
 

@@ -280,10 +280,10 @@ def test_remote_quote_needs_a_key(database_url_factory: Callable[[str], str]) ->
 def test_a_terminal_gets_a_progress_bar(local: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from rich.console import Console
 
-    from service.cli import commands
+    from service.cli import common
 
     screen = io.StringIO()
-    monkeypatch.setattr(commands, "err", Console(file=screen, force_terminal=True, width=100))
+    monkeypatch.setattr(common, "err", Console(file=screen, force_terminal=True, width=100))
     result = cq("optimise", "--local", "--json", "--model", "llama3.1-8b", "--accelerator",
                 "h100-sxm5-80gb", "--gpus-range", "8:64:8", "--tokens", "1e11")
     assert result.exit_code == 0, result.output
@@ -706,7 +706,8 @@ def test_gpu_counts_are_integers_and_fractions_stay() -> None:
 
 
 def test_plans_with_identical_figures_share_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.cli import commands
+    from service.cli import common
+    from service.cli import plan as cli_plan
 
     def plan(rank: int, tp: int, train_s: float) -> dict[str, Any]:
         return {"rank": rank, "accelerator": "h100-sxm5-80gb", "num_gpus": 64,
@@ -721,10 +722,9 @@ def test_plans_with_identical_figures_share_a_row(monkeypatch: pytest.MonkeyPatc
               "pareto": [], "search": {"candidates_evaluated": 10, "elapsed_s": 0.1,
                                        "feasible": 1234, "truncated": False}}
     screen = io.StringIO()
-    from rich.console import Console
-
-    monkeypatch.setattr(commands, "out", Console(file=screen, width=80))
-    commands.render_plans(answer)
+    monkeypatch.setattr(common.out, "_file", screen)  # undone to None: sys.stdout again
+    monkeypatch.setenv("COLUMNS", "80")
+    cli_plan.render_plans(answer)
     text = legible(screen.getvalue())
     assert "3 of 1,234 feasible plans, 1 alike folded" in flat(text)
     assert "(+1 alike)" in flat(text)
@@ -970,19 +970,19 @@ def test_the_service_text_is_printed_as_written(api: TestClient,
 
     import typer
 
-    from service.cli import commands
+    from service.cli import common, estimate
     from service.cli.client import ApiProblemError
 
     screen, errors = io.StringIO(), io.StringIO()
-    monkeypatch.setattr(commands.out, "_file", screen)  # undone to None: sys.stdout again
-    monkeypatch.setattr(commands.err, "_file", errors)
+    monkeypatch.setattr(common.out, "_file", screen)  # undone to None: sys.stdout again
+    monkeypatch.setattr(common.err, "_file", errors)
     monkeypatch.setenv("COLUMNS", "400")
     answer = api.post("/v1/estimates", json=ESTIMATE_EXAMPLE).json()
     answer["warnings"] = [SERVICE_TEXT]
-    commands.render_estimate(answer)
+    estimate.render_estimate(answer)
     assert f"warning: {SERVICE_TEXT}" in screen.getvalue()
 
-    @commands.handled
+    @common.handled
     def fails() -> None:
         raise ApiProblemError(status=422, title="Request validation failed",
                               detail=SERVICE_TEXT)

@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from service.api import presentation as fmt
 from service.api.schemas.serving import SERVING_EXAMPLE, SERVING_PLAN_EXAMPLE
-from service.cli import commands, report
+from service.cli import report
+from service.cli import serving as cli_serving
 from service.core import serving
 from service.settings import Settings
 from tests.cli.test_cli import cq, flat, legible
@@ -246,10 +247,10 @@ def test_serving_commands_over_http(local_url: str, local: str) -> None:
 
 def test_the_cli_choices_are_the_cores() -> None:
     """The CLI repeats the core's closed sets (so cq --help does not import the core)."""
-    for cli, core in ((commands.WeightPrecision, serving.WeightPrecision),
-                      (commands.KvPrecision, serving.KvPrecision),
-                      (commands.Engine, serving.Engine),
-                      (commands.TrafficMode, serving.TrafficMode)):
+    for cli, core in ((cli_serving.WeightPrecision, serving.WeightPrecision),
+                      (cli_serving.KvPrecision, serving.KvPrecision),
+                      (cli_serving.Engine, serving.Engine),
+                      (cli_serving.TrafficMode, serving.TrafficMode)):
         assert [c.value for c in cli] == [c.value for c in core]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from service.cli import commands
+from service.cli import common
 from service.cli.client import CliError
 
 
@@ -34,20 +34,20 @@ class _Server:
 
 def test_a_list_that_ends_is_read_whole() -> None:
     server = _Server(lambda n: f"t{n}" if n < 5 else None)
-    items = commands._paged(server, "/v1/models", {"page_size": 200})  # type: ignore[arg-type]
+    items = common._paged(server, "/v1/models", {"page_size": 200})  # type: ignore[arg-type]
     assert [item["n"] for item in items] == [1, 2, 3, 4, 5]
 
 
 def test_a_repeated_token_is_an_error_not_a_loop() -> None:
     server = _Server(lambda n: "same")
     with pytest.raises(CliError, match="already given"):
-        commands._paged(server, "/v1/models", {})  # type: ignore[arg-type]
+        common._paged(server, "/v1/models", {})  # type: ignore[arg-type]
     assert server.calls == 2
 
 
 def test_a_list_that_never_ends_stops_at_the_page_cap() -> None:
     server = _Server(lambda n: f"t{n}")
     with pytest.raises(CliError, match="more than 7 pages"):
-        commands._paged(server, "/v1/quotes/q_x/lines", {}, max_pages=7)  # type: ignore[arg-type]
+        common._paged(server, "/v1/quotes/q_x/lines", {}, max_pages=7)  # type: ignore[arg-type]
     assert server.calls == 7
-    assert commands.MAX_PAGES * 200 >= 100_000
+    assert common.MAX_PAGES * 200 >= 100_000

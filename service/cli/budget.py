@@ -1,0 +1,187 @@
+"""``cq budget-plan``: the soonest plans within a budget and the cheapest before a deadline,
+or the largest model they can train (``POST /v1/budget-plans``)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from service.api import presentation as fmt
+from service.cli import report
+from service.cli import tables as tb
+from service.cli.client import DEFAULT_API_URL, connect
+from service.cli.common import (
+    Accelerator,
+    Accounting,
+    ApiKey,
+    ApiUrl,
+    AsJson,
+    Batch,
+    GpuRange,
+    Gpus,
+    Local,
+    Model,
+    PolicyOption,
+    RequestFile,
+    SeqLen,
+    Tokens,
+    Utilisation,
+    _defaults,
+    _emit,
+    _gpu_range,
+    _load,
+    _put,
+    _put_accounting,
+    _put_budget_and_deadline,
+    _put_model_and_training,
+    _table,
+    handled,
+    out,
+    working,
+)
+from service.cli.quote import _line_amounts, _line_label
+
+PLAN_ROWS = 10
+"""Rows of each budget-plan table (the title says how many lines there are)."""
+
+
+class PlanObjective(StrEnum):
+    soonest = "soonest"
+    largest_model = "largest_model"
+
+
+def _plan_table(title: str, lines: list[dict[str, Any]]) -> Table:
+    """A budget plan's lines: the commitment (cash signed for) first, then the job's own cost,
+    then how long and where."""
+    amortised = any(line.get("accounting") == "amortised" for line in lines)
+    currency = tb.common_currency(lines)
+    columns: list[tb.Col | str] = [
+        tb.num("#"), tb.num(tb.money_header("commitment", currency)),
+        tb.num(tb.money_header("job cost", currency)),
+        *([tb.num(tb.money_header("judged", currency))] if amortised else []),
+        tb.Col("days p50 (p10–p90)", max_width=11), tb.Col("line", max_width=14),
+        tb.Col("policy", max_width=6), tb.Col("flags", max_width=6)]
+    table = _table(title, columns)
+    letters = tb.FlagLetters()
+    for rank, line in enumerate(lines, 1):
+        judged = ([tb.amount(line.get("total"), line["currency"], currency)]
+                  if amortised else [])
+        table.add_row(str(rank), *_line_amounts(line, currency), *judged, report.days(line),
+                      _line_label(line), line.get("policy_outcome") or "—",
+                      letters.cell(line.get("flags") or []))
+    table.caption = letters.legend() or None
+    table.caption_justify = "left"
+    return table
+
+
+def render_budget_plan(answer: dict[str, Any]) -> None:
+    budget = answer.get("budget") or {}
+    deadline = answer.get("deadline_s")
+    policy = answer.get("policy") or {}
+    out.print(f"budget {fmt.money(budget.get('amount'), budget.get('currency', 'USD'))} "
+              f"({answer.get('accounting', 'commitment')} accounting); deadline "
+              f"{fmt.duration(deadline) if deadline else 'none'}; policy "
+              f"{policy.get('name') or 'default'}@"
+              f"{'built-in' if policy.get('revision') is None else policy['revision']}; "
+              f"catalogue {answer.get('catalog_version')}", highlight=False)
+    if answer.get("objective") == "largest_model":
+        _render_largest(answer)
+    explanation = answer.get("explanation") or ""
+    for title, key, empty in (
+            ("Soonest within the budget", "soonest_within_budget", "no line is within the "
+                                                                    "budget"),
+            ("Cheapest before the deadline" if deadline else "Cheapest (no deadline given)",
+             "cheapest_before_deadline", "no line meets the deadline")):
+        lines = answer.get(key) or []
+        if lines:
+            shown = tb.shown_of(min(len(lines), PLAN_ROWS), len(lines), "lines")
+            out.print(_plan_table(f"{title}: {shown}", lines[:PLAN_ROWS]))
+        else:
+            out.print(f"{title}: {empty}", highlight=False)
+    if explanation:
+        out.print(f"why: {explanation}", highlight=False)
+
+
+def _render_largest(answer: dict[str, Any]) -> None:
+    largest = answer.get("largest_model")
+    if largest:
+        line = largest["line"]
+        out.print(f"largest model: {largest['preset']}, {fmt.si(largest['params'])} "
+                  f"parameters on {fmt.si(largest['tokens'])} tokens "
+                  f"({largest['tokens'] / largest['params']:,.1f} per parameter)",
+                  highlight=False)
+        out.print(f"its best line: commitment {report.commitment(line)}, job cost "
+                  f"{report.job_cost(line)}, {report.days(line)} days, "
+                  f"{fmt.line_where(line)}, {line['term']}, {line['num_gpus']:,} GPUs",
+                  highlight=False)
+    else:
+        out.print("largest model: none: no candidate has a line within the budget and "
+                  "deadline that the policy passes (the lists are the smallest candidate's)",
+                  highlight=False)
+    tried = Table("model", "parameters", "tokens", "lines within", "note",
+                  title="Models tried, smallest first", title_justify="left")
+    for model in answer.get("models_tried") or []:
+        tried.add_row(model["preset"], fmt.si(model["params"]), fmt.si(model["tokens"]),
+                      f"{model['lines_within']:,}", model["note"])
+    out.print(tried)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("budget-plan")
+    @handled
+    def budget_plan(
+        model: Model = None, accelerator: Accelerator = None, gpus_range: GpuRange = None,
+        gpus: Gpus = None, tokens: Tokens = None, seq_len: SeqLen = None,
+        global_batch: Batch = None,
+        budget: Annotated[str | None, typer.Option(help="Budget amount.")] = None,
+        currency: Annotated[str, typer.Option(help="Budget currency.")] = "USD",
+        deadline_days: Annotated[float | None, typer.Option(help="Wall-clock limit.")]
+        = None,
+        provider: Annotated[list[str] | None, typer.Option(
+            help="Only this provider; repeat for several ('onprem' included).")] = None,
+        term: Annotated[list[str] | None, typer.Option(
+            help="on_demand, spot, reserved_1y, reserved_3y, capacity_block, onprem.")]
+        = None,
+        objective: Annotated[PlanObjective | None, typer.Option(
+            help="soonest (default: the lines for --model) or largest_model (the largest "
+                 "compute-optimal candidate with a line within the budget and deadline).")]
+        = None,
+        candidate_model: Annotated[list[str] | None, typer.Option(
+            help="largest_model: a candidate preset; repeat for several (default: the "
+                 "dense Llama presets).")] = None,
+        tokens_per_param: Annotated[float | None, typer.Option(
+            help="largest_model: training tokens per parameter (default 20, Chinchilla).")]
+        = None,
+        accounting: Accounting = None, utilisation: Utilisation = None,
+        policy: PolicyOption = None,
+        request: RequestFile = None, api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None,
+        local: Local = False, as_json: AsJson = False,
+    ) -> None:
+        """The soonest plans within a budget and the cheapest before a deadline; or, with
+        --objective largest_model, the largest compute-optimal model they can train."""
+        body = _load(request)
+        _put_model_and_training(body, model, tokens, seq_len, global_batch)
+        _put(body, "objective", objective.value if objective else None)
+        _put(body, "candidate_models", candidate_model)
+        _put(body, "tokens_per_param", tokens_per_param)
+        if body.get("objective") == "largest_model":
+            # Replaced by tokens_per_param × each candidate's parameters; the schema wants one.
+            body.setdefault("training", {}).setdefault("tokens", 1.0)
+        _put(body, "providers", provider)
+        _put(body, "terms", term)
+        if accelerator:
+            cluster: dict[str, Any] = {"accelerator": accelerator}
+            if gpus_range:
+                cluster["num_gpus_range"] = _gpu_range(gpus_range)
+            else:
+                cluster["num_gpus"] = gpus
+            body["clusters"] = [cluster]
+        _put_budget_and_deadline(body, budget, currency, deadline_days)
+        _put_accounting(body, accounting, utilisation, policy)
+        _defaults(body)
+        with connect(api, api_key, local) as client, working("sweeping plans and offers"):
+            answer = client.call("POST", "/v1/budget-plans", json=body).json()
+        _emit(answer, as_json, render_budget_plan)

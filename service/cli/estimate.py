@@ -1,0 +1,187 @@
+"""``cq estimate``: one training run on one layout (``POST /v1/estimates``), with the 80%
+band, and a cost at ``--price`` or at ``--provider``'s cheapest on-demand offer."""
+
+from __future__ import annotations
+
+import functools
+from decimal import Decimal
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from service.api import presentation as fmt
+from service.cli import tables as tb
+from service.cli.client import DEFAULT_API_URL, Api, CliError, connect
+from service.cli.common import (
+    Accelerator,
+    ApiKey,
+    ApiUrl,
+    AsJson,
+    Batch,
+    Gpus,
+    Local,
+    Model,
+    RequestFile,
+    SeqLen,
+    Tokens,
+    _defaults,
+    _emit,
+    _load,
+    _price,
+    _put,
+    _put_model_and_training,
+    _table,
+    handled,
+    labelled,
+    out,
+)
+
+
+def _count_or_auto(text: str | None) -> int | str | None:
+    """--vp and --micro-batch: a count, or "auto" (the API names any other word)."""
+    if text is None:
+        return None
+    return int(text) if text.isdigit() else text
+
+
+def _provider_price(client: Api, accelerator: str, provider: str) -> dict[str, Any]:
+    """The provider's cheapest on-demand offer of the accelerator, per GPU-hour (the offers
+    list is sorted by it)."""
+    page = client.call("GET", "/v1/offers", params={
+        "accelerator": accelerator, "provider": provider, "term": "on_demand",
+        "page_size": 1}).json()
+    if not page["items"]:
+        raise CliError(f"the catalogue has no on-demand offer of {accelerator} from "
+                       f"{provider}; cq offers --accelerator {accelerator} lists who has one")
+    offer = page["items"][0]
+    where = " ".join(p for p in (offer["provider"], offer["region"], offer.get("zone"),
+                                 offer["instance_type"]) if p)
+    return {"price_per_gpu_hour": offer["price_per_gpu_hour"], "currency": offer["currency"],
+            "source": f"{where} on demand, offer {offer['id']}", "offer_id": offer["id"]}
+
+
+def _cost_json(answer: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
+    """--json with a price: the API's answer plus a ``cost`` block (amounts as decimal
+    strings, like the API's money)."""
+    time = answer["time"]
+    total = Decimal(cost["price_per_gpu_hour"]) * Decimal(str(time["gpu_hours"]))
+    tps = time["tokens_per_s"]
+    return {"price_per_gpu_hour": cost["price_per_gpu_hour"], "currency": cost["currency"],
+            "source": cost["source"], "offer_id": cost.get("offer_id"),
+            "total": f"{total:.2f}",
+            "total_low": f"{total * Decimal(str(tps / time['tokens_per_s_high'])):.2f}",
+            "total_high": f"{total * Decimal(str(tps / time['tokens_per_s_low'])):.2f}"}
+
+
+def _figures_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("figure", style="bold")
+    table.add_column("value")
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def band_figures(answer: dict[str, Any], cost: dict[str, Any] | None = None,
+                 ) -> list[tuple[str, str]]:
+    """The 80% band (time.tokens_per_s_low/high) as throughput, training time and, with a
+    price, cost: time and cost scale with tokens/s ÷ the band's end."""
+    time = answer["time"]
+    tps, low, high = time["tokens_per_s"], time["tokens_per_s_low"], time["tokens_per_s_high"]
+    rows = [("tokens/s, 80% band", f"{fmt.number(low)} – {fmt.number(high)}"),
+            ("time, 80% band", f"{fmt.duration(time['train_s'] * tps / high)} – "
+                               f"{fmt.duration(time['train_s'] * tps / low)}")]
+    if cost is not None:
+        price, currency = Decimal(cost["price_per_gpu_hour"]), cost["currency"]
+        total = price * Decimal(str(time["gpu_hours"]))
+        rows.insert(0, ("cost", f"{fmt.money(str(total), currency)} at "
+                                f"{fmt.money(str(price), currency)} per GPU-hour "
+                                f"({cost['source']})"))
+        rows.append(("cost, 80% band",
+                     f"{fmt.money(str(total * Decimal(str(tps / high))), currency)} – "
+                     f"{fmt.money(str(total * Decimal(str(tps / low))), currency)}"))
+    return rows
+
+
+def render_estimate(answer: dict[str, Any], cost: dict[str, Any] | None = None) -> None:
+    figures = fmt.estimate_figures(answer)
+    at = next(i for i, (name, _) in enumerate(figures) if name == "training time") + 1
+    out.print(_figures_table("Estimate", [*figures[:at], *band_figures(answer, cost),
+                                          *figures[at:]]))
+    step = answer["time"]["step_s"]
+    parts = _table("Step time", [tb.Col("step time part", max_width=40), tb.num("time"),
+                                   tb.num("share")])
+    for label, seconds in fmt.step_parts(answer):
+        parts.add_row(label, fmt.duration(seconds), fmt.percent(seconds / step))
+    out.print(parts)
+    memory = _table("Memory per GPU", [tb.Col("memory part", max_width=40),
+                                         tb.num("per GPU")])
+    for label, size in fmt.memory_parts(answer):
+        memory.add_row(label, fmt.gib(size))
+    memory.add_row("capacity", fmt.gib(answer["memory"]["capacity_bytes_per_gpu"]))
+    out.print(memory)
+    for warning in answer.get("warnings", []):
+        out.print(labelled("warning:", "yellow", warning))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @handled
+    def estimate(
+        model: Model = None, accelerator: Accelerator = None, gpus: Gpus = None,
+        tokens: Tokens = None, seq_len: SeqLen = None, global_batch: Batch = None,
+        tp: Annotated[int | None, typer.Option(help="Tensor-parallel size.")] = None,
+        pp: Annotated[int | None, typer.Option(help="Pipeline stages.")] = None,
+        dp: Annotated[int | None, typer.Option(help="Data-parallel size.")] = None,
+        cp: Annotated[int | None, typer.Option(help="Context-parallel size.")] = None,
+        ep: Annotated[int | None, typer.Option(help="Expert-parallel size (MoE).")] = None,
+        vp: Annotated[str | None, typer.Option(
+            help="Virtual pipeline stages per GPU, or auto.")] = None,
+        micro_batch: Annotated[str | None, typer.Option(
+            help="Sequences per micro-batch, or auto.")] = None,
+        zero_stage: Annotated[int | None, typer.Option(
+            "--zero-stage", "--zero", min=0, max=3, help="ZeRO stage (3 = FSDP).")] = None,
+        dp_shard: Annotated[int | None, typer.Option(
+            help="Hybrid sharding (HSDP): data-parallel ranks per shard group, a divisor "
+                 "of dp.")] = None,
+        recompute: Annotated[str | None, typer.Option(
+            help="none, selective, full or auto.")] = None,
+        sequence_parallel: Annotated[bool | None, typer.Option(
+            "--sequence-parallel/--no-sequence-parallel",
+            help="Megatron sequence parallelism (the API's default: on).")] = None,
+        price: Annotated[str | None, typer.Option(
+            help="USD per GPU-hour, to show a cost (and its 80% band).")] = None,
+        provider: Annotated[str | None, typer.Option(
+            help="Show the cost at this provider's cheapest on-demand offer of the "
+                 "accelerator (per GPU-hour), named.")] = None,
+        request: RequestFile = None, api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None,
+        local: Local = False, as_json: AsJson = False,
+    ) -> None:
+        """Time, memory, MFU, GPU-hours and energy of one training run on one layout, with
+        the 80% band; a cost with --price or --provider."""
+        if price is not None and provider is not None:
+            raise typer.BadParameter("give --price or --provider, not both",
+                                     param_hint="--price")
+        cost = None if price is None else {"price_per_gpu_hour": _price(price),
+                                           "currency": "USD", "source": "--price"}
+        body = _load(request)
+        _put_model_and_training(body, model, tokens, seq_len, global_batch)
+        for path, value in (("cluster.accelerator", accelerator), ("cluster.num_gpus", gpus),
+                            ("parallelism.tp", tp), ("parallelism.pp", pp),
+                            ("parallelism.dp", dp), ("parallelism.cp", cp),
+                            ("parallelism.ep", ep), ("parallelism.vp", _count_or_auto(vp)),
+                            ("parallelism.micro_batch", _count_or_auto(micro_batch)),
+                            ("parallelism.zero_stage", zero_stage),
+                            ("parallelism.dp_shard", dp_shard),
+                            ("parallelism.recompute", recompute),
+                            ("parallelism.sequence_parallel", sequence_parallel)):
+            _put(body, path, value)
+        _defaults(body)
+        with connect(api, api_key, local) as client:
+            answer = client.call("POST", "/v1/estimates", json=body).json()
+            if provider is not None:
+                cost = _provider_price(client, answer["resolved"]["accelerator"], provider)
+        if as_json and cost is not None:
+            answer = {**answer, "cost": _cost_json(answer, cost)}
+        _emit(answer, as_json, functools.partial(render_estimate, cost=cost))

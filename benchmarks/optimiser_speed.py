@@ -7,6 +7,9 @@ The baseline, measured in the same run, is the scalar ``estimate()`` on 300 cand
 first case: the ratio says how much faster one bulk candidate is than one scalar estimate.
 ``cpu s`` is the median process CPU time, steadier than wall time on a shared machine.
 ``--split`` adds where the 405B sweep's CPU time goes, by phase of ``core.search``.
+``--workers N`` adds the 12-accelerator 405B sweep (384 clusters, 31.4 M candidates) as the
+API runs it: its groups spread across N search worker processes (``api.plan_search``), in
+wall seconds (issue 38's target: 2 s with 2 workers).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import service.core.search as search_module
 from service.core.estimate import estimate
 from service.core.search import (
+    Objective,
     SearchRequest,
     SearchSpace,
     _columns,
@@ -56,6 +60,40 @@ def llama405b_sweep_request() -> SearchRequest:
         training=TrainingSpec(seq_len=8192, global_batch_seqs=2048, tokens=15.6e12),
         deadline_s=600.0,
     )
+
+
+TWELVE = ("gaudi2-96gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb",
+          "h100-96gb-500w", "h800-sxm5-80gb", "h200-sxm-141gb", "b200-sxm-180gb", "l40s-48gb",
+          "mi300x-192gb", "mi325x-256gb", "gaudi3-128gb")
+"""The catalogue's 12 accelerators with 8-GPU nodes."""
+
+
+def twelve_accelerator_request() -> SearchRequest:
+    clusters = tuple(ClusterSpec(accelerator=accelerator(acc), num_gpus=n, gpus_per_node=8)
+                     for acc in TWELVE for n in range(512, 16_385, 512))
+    return SearchRequest(
+        model=model("llama3.1-405b"), clusters=clusters,
+        training=TrainingSpec(seq_len=8192, global_batch_seqs=2048, tokens=15.6e12),
+        space=SearchSpace(memory_headroom_fraction=0.05), objective=Objective.PARETO,
+        max_candidates=40_000_000, deadline_s=600.0)
+
+
+def spread_sweep(workers: int, repeats: int) -> None:
+    """The 12-accelerator sweep through ``api.plan_search`` on ``workers`` processes."""
+    from service.api.plan_search import plan_search
+    from service.api.workers import prestart
+
+    for future in prestart(workers):
+        future.result()
+    request = twelve_accelerator_request()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = plan_search(request, workers=workers, ends_at=time.monotonic() + 600)
+        times.append(time.perf_counter() - start)
+    print(f"12-accelerator 405B sweep, {workers} workers: "
+          f"{result.stats.candidates_evaluated:,} candidates, median "
+          f"{statistics.median(times):.2f} s wall (max {max(times):.2f} s)")
 
 
 def scalar_seconds_per_candidate(request: SearchRequest, samples: int = 300) -> float:
@@ -119,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--split", action="store_true",
                         help="also print the 405B sweep's CPU time by phase")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="also time the 12-accelerator sweep on this many workers")
     args = parser.parse_args(argv)
+    if args.workers:
+        spread_sweep(args.workers, args.repeats)
     scalar = scalar_seconds_per_candidate(gpt3_request())
     print(f"baseline: scalar estimate() {scalar * 1e6:.1f} us per candidate "
           f"({1 / scalar:,.0f} candidates/s)")

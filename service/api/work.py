@@ -6,20 +6,19 @@ for ``largest_model`` per candidate model. ``WorkBudget`` holds them all togethe
 
 - **candidates** (``CQ_SEARCH_MAX_CANDIDATES``): counted, not timed, so it is the same on
   every machine and a quote still recomputes exactly;
-- **a deadline** (``CQ_SEARCH_DEADLINE_S``, the same one the plan search truncates at): a
-  quote cannot be truncated, since a partial search is not reproducible, so past the deadline
-  the request is refused with 503 ``search-deadline`` and nothing is stored. The wait for a
+- **a deadline** (``CQ_SEARCH_DEADLINE_S``, the plan search's safety net too): a partial
+  search is not reproducible, so past the deadline the request is refused with 503
+  ``search-deadline`` and nothing is stored. The wait for a
   free search worker counts against it: a search no worker has started by the deadline is
   dropped and the request refused with 503 ``search-queue-timeout`` and ``Retry-After``
   (issue 36: queued searches waited without a bound); a plan search that starts late gets
-  only what is left of the deadline (``search_until``);
+  only what is left of the deadline (``plan_search.search_until``);
 - **the client**: once it has disconnected, no further search starts and a queued one is
   cancelled (a running one stops at the deadline).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.core.errors import InvalidSpecError
-from service.core.search import SearchRequest, SearchResult, SearchTooLargeError, search
+from service.core.search import SearchTooLargeError
 from service.settings import Settings
 
 CLIENT_GONE_KEY = "cq_client_gone"
@@ -117,19 +116,6 @@ class WorkBudget:
             f"this request's searches together hold more than {self.limit:,} candidates "
             "(CQ_SEARCH_MAX_CANDIDATES): fix some dimensions, or narrow the GPU counts, "
             "batches or candidate models", field=field)
-
-
-MIN_SEARCH_S = 1e-3
-"""The least deadline a started search is given (it answers with what it has: truncated)."""
-
-
-def search_until(request: SearchRequest, ends_at: float) -> SearchResult:
-    """``search`` with the deadline that is left at ``ends_at`` (a ``time.monotonic()``
-    instant) when it starts: the time it waited for a worker is not given to it again. Runs
-    in the worker; a top-level function, so it pickles."""
-    left = ends_at - time.monotonic()
-    return search(dataclasses.replace(request, deadline_s=max(left, MIN_SEARCH_S)),
-                  time.monotonic)
 
 
 def request_budget(settings: Settings, gone: Callable[[], bool] = never) -> WorkBudget:

@@ -631,7 +631,11 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal,
     a = line.amounts
     reserved = None
     uncertainty = None
+    commitment = job_cost = total = None
     if a is not None:
+        commitment, job_cost = _money(a.commitment_total), _money(a.job_cost_total)
+        total = (commitment if a.total is a.commitment_total
+                 else job_cost if a.total is a.job_cost_total else _money(a.total))
         if a.reserved is not None:
             r = a.reserved
             even = r.break_even_utilisation_fraction
@@ -644,8 +648,9 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal,
         w = a.wall_clock_band_s
         uncertainty = {
             "wall_clock_s": {"p10": float(w.p10), "p50": float(w.p50), "p90": float(w.p90)},
-            "job_cost_total": _money_band(a.job_cost_band),
-            "commitment_total": _money_band(a.commitment_band),
+            "job_cost_total": _money_band(a.job_cost_band, a.job_cost_total, job_cost),
+            "commitment_total": _money_band(a.commitment_band, a.commitment_total,
+                                            commitment),
             "deadline_probability": a.deadline_probability,
             "basis": line.timing_basis,
         }
@@ -665,9 +670,7 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal,
         "list_unit_price": None if line.list_unit_price is None else str(line.list_unit_price),
         "discount": line.discount, "unit": line.unit,
         "accounting": line.accounting.value,
-        "commitment_total": _money(a.commitment_total) if a else None,
-        "job_cost_total": _money(a.job_cost_total) if a else None,
-        "total": _money(a.total) if a else None,
+        "commitment_total": commitment, "job_cost_total": job_cost, "total": total,
         "term_s": a.term_s if a else None,
         "terms_bought": a.terms_bought if a else None,
         "currency": line.currency,
@@ -695,10 +698,13 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal,
     }
 
 
-def _money_band(band: Band) -> dict[str, str | None]:
-    """A band of money (its points are Decimals) to the cent."""
-    return {"p10": _money(cast(Decimal, band.p10)), "p50": _money(cast(Decimal, band.p50)),
-            "p90": _money(cast(Decimal, band.p90))}
+def _money_band(band: Band, point: Decimal, text: str | None) -> dict[str, str | None]:
+    """A band of money (its points are Decimals) to the cent; a point that is ``point``
+    itself (the p50, and every point of a band without width) is its ``text``."""
+    low, mid, high = band.p10, band.p50, band.p90
+    return {"p10": text if low is point else _money(cast(Decimal, low)),
+            "p50": text if mid is point else _money(cast(Decimal, mid)),
+            "p90": text if high is point else _money(cast(Decimal, high))}
 
 
 _HOURS = Decimal("0.0001")

@@ -20,7 +20,6 @@ from fastapi import FastAPI
 
 from service import __version__
 from service.api.deps import AcceleratorCache
-from service.api.fast import EstimateMemo, FastPaths
 from service.api.limits import BodySizeLimitMiddleware
 from service.api.observability import (
     WARM_UP_HEADER,
@@ -211,7 +210,6 @@ def create_app(settings: Settings | None = None, *,
     app.state.warm_up_token = secrets.token_hex(16)
     app.state.offer_pages = PageCache[bytes]()
     app.state.quote_offers = PageCache[list[PriceOffer]](max_entries=64)
-    app.state.estimate_memo = EstimateMemo(max_entries=settings.estimate_memo_entries)
     # The current catalogue version and verified API keys, held while no writer anywhere has
     # changed them (service/catalog/changes.py); nothing is held until the lifespan starts
     # the feed.
@@ -221,13 +219,9 @@ def create_app(settings: Settings | None = None, *,
     app.state.metrics = Metrics()
     app.state.metrics.watch_caches({
         "accelerators": app.state.accelerators, "offer_pages": app.state.offer_pages,
-        "quote_offers": app.state.quote_offers, "catalog_state": app.state.state_cache,
-        "estimates": app.state.estimate_memo})
+        "quote_offers": app.state.quote_offers, "catalog_state": app.state.state_cache})
     tracer = install_tracing(app, settings, (engine, cache_engine), exporter=span_exporter)
     install_problem_handlers(app)
-    # Innermost of the service's layers: every one of them still sees the fast answers.
-    app.add_middleware(FastPaths, fastapi_app=app, enabled=settings.fast_paths,
-                       memo=app.state.estimate_memo)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics,
                        internal_token=app.state.warm_up_token, tracer=tracer)
     # Outside the request context, so a shed request costs as little as possible: no log
@@ -247,7 +241,6 @@ def create_app(settings: Settings | None = None, *,
                      # Up to 10,000 measured runs, each an estimate body (issue 37).
                      "/v1/calibrations": settings.max_import_bytes},
         body_timeout_s=settings.body_timeout_s,
-        known_bodies={"/v1/estimates": app.state.estimate_memo.known},
     )
     for module in (estimates, plans, quotes, policies, catalog, prices, fx, discounts, refreshes,
                    serving, calibrations, health, docs):

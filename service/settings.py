@@ -110,18 +110,6 @@ class Settings(BaseSettings):
         description="An estimate or plan whose training takes longer than this many days of "
                     "wall-clock time is still answered, with an 'impractical wall-clock' "
                     "warning: nobody would run it.")
-    fast_paths: bool = Field(
-        default=True,
-        description="Answer valid POST /v1/estimates requests and cached GET /v1/offers "
-                    "pages in a pure ASGI layer with the routes' own bytes "
-                    "(service/api/fast.py); off sends every request through FastAPI's routing "
-                    "(for comparison; the answers are the same).")
-    estimate_memo_entries: int = Field(
-        default=4096, ge=0, le=1_000_000,
-        description="Answers to valid POST /v1/estimates bodies kept per replica by the "
-                    "body's exact bytes (at most 32 MiB of bodies and answers; bodies over "
-                    "16 KiB are not kept); 0 keeps none. An answer is used again only while "
-                    "the accelerator specs it read are unchanged.")
     body_timeout_s: float = Field(
         default=10.0, gt=0, le=600,
         description="Seconds a request body may take to arrive (408 after); the body is read "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
@@ -75,16 +75,6 @@ async def caller(request: Request) -> Principal | None:
 CallerDep = Annotated[Principal | None, Depends(caller)]
 
 
-async def _caller(request: Request) -> Principal | None:
-    """``caller``, or what overrides it (``cq --local``), called directly: one dependency
-    level less per request for the scope checks below (issue 16: dependency resolution was
-    the largest share of a cached read's CPU)."""
-    override = request.app.dependency_overrides.get(caller)
-    if override is not None:
-        return cast(Principal | None, override())
-    return await caller(request)
-
-
 def check_scope(principal: Principal | None, scope: str) -> Principal:
     if principal is None:
         raise AuthError(f"this operation needs an API key with scope {scope}", status=401)
@@ -96,8 +86,8 @@ def check_scope(principal: Principal | None, scope: str) -> Principal:
 def require(scope: str) -> Any:
     """A dependency that demands ``scope``."""
 
-    async def dependency(request: Request) -> Principal:  # no I/O on a hit: no hand-off
-        return check_scope(await _caller(request), scope)
+    async def dependency(principal: CallerDep) -> Principal:
+        return check_scope(principal, scope)
 
     SCOPE_CHECKS[dependency] = (scope, False)
     return Depends(dependency)
@@ -106,8 +96,7 @@ def require(scope: str) -> Any:
 def read_access(scope: str) -> Any:
     """Open unless ``CQ_REQUIRE_READ_AUTH`` is set; then it demands ``scope``."""
 
-    async def dependency(request: Request) -> Principal:
-        principal = await _caller(request)
+    async def dependency(request: Request, principal: CallerDep) -> Principal:
         if not request.app.state.settings.require_read_auth:
             return principal or Principal(name=ANONYMOUS, scopes=())
         return check_scope(principal, scope)

@@ -32,6 +32,12 @@ class Principal:
     team: str | None = None
 
 
+NO_STORE = {"Cache-Control": "no-store"}
+"""On every answer that holds what a principal owns or priced (issue 36): stored quotes,
+budget plans and calibrations carry budgets, prices and measurements that a shared cache must
+not keep, nor a browser's history."""
+
+
 def reader_of(principal: Principal, admin_scope: str) -> Reader:
     """Who ``principal`` may read stored rows of: its own, its team's, and every principal's
     with ``admin_scope`` (``quotes:admin``, ``calibrations:admin``)."""

@@ -12,7 +12,7 @@ import zstandard
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response
 from sqlalchemy.orm import Session
 
-from service.api.auth import Principal, reader_of, require
+from service.api.auth import NO_STORE, Principal, reader_of, require
 from service.api.calibrating import fit_json, fit_or_refuse, run_specs
 from service.api.deps import AcceleratorsDep, SessionDep, SettingsDep, commit_before_answer
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
@@ -34,7 +34,6 @@ from service.core.calibration import DEFAULT_CALIBRATION
 router = APIRouter(tags=["calibrations"])
 
 CalibrationsWrite = Annotated[Principal, require("calibrations:write")]
-NO_STORE = {"Cache-Control": "no-store"}
 
 
 def calibration_reader(

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query
 from sqlalchemy.orm import Session
 
 from service.api import calibrating
-from service.api.auth import Principal, read_access, reader_of, require
+from service.api.auth import NO_STORE, Principal, read_access, reader_of, require
 from service.api.budget_plans import budget_plan
 from service.api.calibrating import StoredCalibration
 from service.api.deps import (
@@ -79,9 +79,6 @@ Timestamp = Annotated[str | None, Query(
     max_length=32, description="ISO 8601 date or date-time; UTC when no zone is given.",
     examples=["2026-11-01T00:00:00Z"])]
 QUOTE_ID_PATTERN = r"^q_[0-9a-f]{32}$"
-NO_STORE = {"Cache-Control": "no-store"}
-"""On every answer that holds a quote or a budget plan (issue 36): they carry budgets and
-prices a shared cache must not keep, nor a browser's history."""
 
 
 def _quote_id(quote_id: Annotated[str, Path(

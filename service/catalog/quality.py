@@ -4,7 +4,9 @@ They flag, never drop: each flag is stored with its offer revision and shown by 
 the version keeps a report of the counts. The problems they catch are the ones documented in
 the research data (``seed/prices/README.md``): GCP A100-80GB on-demand below its own spot
 price, GCP per-GPU prices 2.3× apart between regions, AWS p5e with no on-demand price, spot
-equal to on-demand in some AWS zones, and RunPod's memory written as MiB when it meant GB.
+equal to on-demand in some AWS zones, and RunPod's memory written as MiB when it meant GB;
+and (issue 39) GCP committed-use rates above the on-demand rate of the same machine and region,
+where the on-demand row is the one that is wrong (``docs/catalog.md``, "GCP A3 on-demand").
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from service.catalog.offers import OfferContent, QualityFlag, Term, micros_to_text
+from service.catalog.offers import RESERVED_YEARS, OfferContent, QualityFlag, Term, micros_to_text
 
 OUTLIER_FACTOR = 2.5
 """A per-GPU price more than this factor above or below its group median is an outlier
@@ -25,11 +27,18 @@ MEMORY_TOLERANCE_FRACTION = 0.10
 
 SPOT_ABOVE_ON_DEMAND = "spot_above_on_demand"
 SPOT_NOT_DISCOUNTED = "spot_not_discounted"
+RESERVED_ABOVE_ON_DEMAND = "reserved_above_on_demand"
+"""A reserved or committed-use price (``reserved_1y``, ``reserved_3y``; the effective rate, its
+up-front fee spread over the term) dearer per GPU-hour than the on-demand price of the same
+provider, region, instance type and currency. A commitment is sold as a discount on on-demand
+(AWS Reserved Instances and Savings Plans, GCP committed-use discounts, Azure reservations), so
+one of the two prices is wrong. Capacity blocks are not checked: they are priced on their own
+market, not as a discount."""
 PRICE_OUTLIER = "price_outlier"
 MISSING_ON_DEMAND = "missing_on_demand"
 GPU_MEMORY_MISMATCH = "gpu_memory_mismatch"
-FLAG_CODES = (SPOT_ABOVE_ON_DEMAND, SPOT_NOT_DISCOUNTED, PRICE_OUTLIER, MISSING_ON_DEMAND,
-              GPU_MEMORY_MISMATCH)
+FLAG_CODES = (SPOT_ABOVE_ON_DEMAND, SPOT_NOT_DISCOUNTED, RESERVED_ABOVE_ON_DEMAND,
+              PRICE_OUTLIER, MISSING_ON_DEMAND, GPU_MEMORY_MISMATCH)
 
 
 def _instance_key(offer: OfferContent) -> tuple[str, str, str, str]:
@@ -69,6 +78,16 @@ def check_offers(
                 flags[offer.offer_id].append(QualityFlag(
                     code=SPOT_NOT_DISCOUNTED,
                     detail="spot equals on-demand: no useful spot market here",
+                ))
+        elif offer.term in RESERVED_YEARS:
+            committed, od = offer.price_per_gpu_hour_micros, base.price_per_gpu_hour_micros
+            if committed > od:
+                flags[offer.offer_id].append(QualityFlag(
+                    code=RESERVED_ABOVE_ON_DEMAND,
+                    detail=f"{offer.term.value} {micros_to_text(committed)} per GPU-hour "
+                           f"(effective) is above on-demand {micros_to_text(od)} "
+                           f"({committed / od:.2f}x): a commitment is a discount on "
+                           "on-demand, so one of the two prices is wrong",
                 ))
 
     groups: dict[tuple[str, str, str, str, str], list[OfferContent]] = defaultdict(list)

@@ -152,6 +152,33 @@ class TestQualityChecks:
         codes = [[f.code for f in flags.get(o.offer_id, ())] for o in offers]
         assert codes == [[], ["spot_above_on_demand"], ["spot_not_discounted"], []]
 
+    def test_a_commitment_dearer_than_on_demand_is_flagged_on_its_effective_rate(self) -> None:
+        """Issue 39: a reserved or committed price is a discount on on-demand; one above it
+        (per GPU-hour, the up-front fee spread over the term) is flagged. Equal or below is
+        not, nor a capacity block (its own market), nor another region's on-demand."""
+        offers = parse_offers([
+            row(),  # on-demand 20.00 in eu-1
+            row(term="reserved_1y", price_per_hour="21", payment_option="no_upfront"),
+            row(term="reserved_3y", price_per_hour="20", payment_option="no_upfront"),
+            # 10/h + 105,120 up front over 3 x 8,760 h = 14/h: below on-demand
+            row(term="reserved_3y", price_per_hour="10", upfront_fee="105120",
+                payment_option="partial_upfront"),
+            # 15/h + 52,560 up front over 8,760 h = 21/h effective: above on-demand
+            row(term="reserved_1y", price_per_hour="15", upfront_fee="52560",
+                payment_option="partial_upfront"),
+            row(term="capacity_block", price_per_hour="30"),
+            row(region="eu-2", price_per_hour="25"),
+            row(region="eu-2", term="reserved_1y", price_per_hour="21",
+                payment_option="no_upfront"),
+        ], ACCELERATORS)
+        flags = check_offers(offers, MEMORY)
+        codes = [[f.code for f in flags.get(o.offer_id, ())] for o in offers]
+        assert codes == [[], ["reserved_above_on_demand"], [], [],
+                         ["reserved_above_on_demand"], [], [], []]
+        detail = flags[offers[1].offer_id][0].detail
+        assert detail.startswith("reserved_1y 2.625000 per GPU-hour (effective) is above "
+                                 "on-demand 2.500000 (1.05x)")
+
     def test_price_far_from_the_cross_region_median_is_flagged_both_ways(self) -> None:
         prices_usd = ["10", "11", "12", "40", "3"]
         offers = parse_offers([row(region=f"r{i}", price_per_hour=p)
@@ -235,6 +262,33 @@ class TestSeedVersion:
         assert "spot_not_discounted" in {
             f["code"] for r in rows if r.instance_type == "p5.48xlarge" and r.zone == "use1-az1"
             for f in r.quality_flags}
+
+    def test_gcp_commitments_above_the_seeds_on_demand_are_flagged(
+            self, db_session: Session) -> None:
+        """Issue 39: 17 of the 70 real GCP committed-use rows (Cyclenerd) are dearer than the
+        seed's on-demand row (SkyPilot) of the same machine and region: every 1-year row and
+        six 3-year rows in the eleven regions where SkyPilot's H100 GPU part is 4.20076 (or
+        H100 Mega 4.424) per GPU-hour, about half of GCP's list price (docs/catalog.md)."""
+        rows = prices.version_revisions(db_session, prices.get_version(db_session, None).id)
+        flagged = sorted((r.instance_type, r.region, r.term) for r in rows
+                         if any(f["code"] == "reserved_above_on_demand"
+                                for f in r.quality_flags))
+        low_h100 = {"asia-northeast1", "asia-southeast1", "australia-southeast1",
+                    "us-central1", "us-west1", "us-west4"}
+        low_mega = {"asia-northeast1", "asia-southeast1", "europe-west1", "europe-west3",
+                    "us-east5"}
+        assert len(flagged) == 17
+        assert {(i, g) for i, g, t in flagged if t == "reserved_1y"} == (
+            {("a3-highgpu-8g", g) for g in low_h100} | {("a3-megagpu-8g", g) for g in low_mega})
+        assert {(i, g) for i, g, t in flagged if t == "reserved_3y"} == {
+            ("a3-highgpu-8g", "asia-northeast1"), ("a3-highgpu-8g", "asia-southeast1"),
+            ("a3-highgpu-8g", "australia-southeast1"), ("a3-megagpu-8g", "asia-northeast1"),
+            ("a3-megagpu-8g", "asia-southeast1"), ("a3-megagpu-8g", "europe-west3")}
+        by_key = {(r.provider_id, r.instance_type, r.region, r.term): r for r in rows}
+        assert all(by_key[("gcp", i, g, t)].source.startswith("Cyclenerd")
+                   for i, g, t in flagged)
+        report = prices.get_version(db_session, None).report["quality"]["flags"]
+        assert report["reserved_above_on_demand"]["count"] == 17
 
 
 def _count(session: Session, model: type[Any]) -> int:

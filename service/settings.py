@@ -58,12 +58,12 @@ class Settings(BaseSettings):
     )
     search_deadline_s: float = Field(
         default=10.0, gt=0.0, le=600.0,
-        description="Wall-clock limit of one parallelism search (it then answers with what it "
-                    "has, marked truncated), and of all the searches of one quote, verify, "
-                    "requote or budget plan (refused with 503 search-deadline: a quote is "
-                    "never built from a partial search). The wait for a free search worker "
-                    "counts against it: past it the request is refused with 503 "
-                    "search-queue-timeout and Retry-After.",
+        description="Safety net on the wall clock of one parallelism search and of all the "
+                    "searches of one quote, verify, requote or budget plan: past it the "
+                    "request is refused with 503 search-deadline and Retry-After, never "
+                    "answered from a partial search (the work is bounded in candidates). "
+                    "The wait for a free search worker counts against it: past it the "
+                    "request is refused with 503 search-queue-timeout and Retry-After.",
     )
     search_workers: int = Field(
         default=2, ge=0, le=64,
@@ -84,7 +84,10 @@ class Settings(BaseSettings):
     )
     search_max_candidates: int = Field(
         default=50_000_000, ge=1, le=1_000_000_000,
-        description="Largest search space accepted; bigger requests get 422 before any work.",
+        description="Largest search space accepted, in candidates; bigger requests get 422 "
+                    "before any work. A plan search never exceeds MAX_SEARCH_CANDIDATES "
+                    "(40,000,000, service/api/schemas/plans.py) whatever this says; quotes "
+                    "and budget plans count all their searches against this figure.",
     )
     search_memory_bytes: int = Field(
         default=2 * 1024**3, ge=0, le=1024**4,

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service import __version__
@@ -36,17 +33,27 @@ from service.api.schemas.estimate import (
 )
 from service.api.schemas.fx import FxConversionOut
 from service.api.schemas.plans import CandidateClusterIn, ConstraintsIn, PlanTrainingIn
-from service.api.schemas.quotes import BudgetPlanRequest, QuoteRequest, ServingWorkload
+from service.api.schemas.quotes import (
+    BudgetPlanRequest,
+    QuoteRequest,
+    ServingWorkload,
+    cents_text,
+    lines_text,
+    policy_json,
+    rule_json,
+)
+from service.api.schemas.quotes import line_json as line_json  # api.budget_plans imports it
 from service.api.work import WorkBudget
 from service.api.workers import run_cpu_bound
 from service.catalog import discounts as discount_books
 from service.catalog import fx
+from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
 from service.catalog.fx import Conversion
-from service.catalog.models import CatalogVersionOffer, OfferRevision
 from service.catalog.quoting import load_offers, onprem_inputs
 from service.core import calibration as calibration_module
 from service.core import memory as memory_module
+from service.core import policy as policy_module
 from service.core import pricing, serving
 from service.core import quote as core_quote
 from service.core import timing as timing_module
@@ -59,21 +66,17 @@ from service.core.params import count_parameters
 from service.core.plausibility import (
     WarningDetail,
     costly_warnings,
-    details_of,
     long_run_warning,
 )
+from service.core.policy import Accounting, Policy
 from service.core.quote import (
-    Accounting,
-    Band,
     Fabric,
     JobTiming,
     OnPremInputs,
     Options,
-    Policy,
     PriceOffer,
     QuoteLine,
     QuoteResult,
-    RuleResult,
     SizedJob,
 )
 from service.core.search import (
@@ -113,11 +116,12 @@ def _constants(*modules: Any) -> list[tuple[str, str]]:
 ESTIMATOR_VERSION = "{}+cal.{}+{}".format(
     __version__, DEFAULT_CALIBRATION.version,
     hashlib.sha256((repr(DEFAULT_CALIBRATION) + repr(_constants(
-        pricing, core_quote, timing_module, memory_module, calibration_module, units_module,
+        pricing, core_quote, policy_module, timing_module, memory_module, calibration_module,
+        units_module,
     ))).encode()).hexdigest()[:12],
 )
 """Package version, calibration version and a hash of every model constant: calibration,
-timing, memory, units, pricing and quote rules."""
+timing, memory, units, pricing, quote and policy rules."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -396,7 +400,7 @@ def budget_conversion(session: Session, request: QuoteRequest | BudgetPlanReques
     catalogue version has no offers in the budget's currency; None when no conversion is
     needed. A currency the table lacks is invalid input naming budget.currency."""
     budget = request.budget
-    if budget is None or budget.currency == PRICING_CURRENCY or _prices_in(
+    if budget is None or budget.currency == PRICING_CURRENCY or store.prices_in(
             session, budget.currency, version_id):
         return None
     wanted = fx_version or request.fx_version
@@ -475,14 +479,6 @@ def fx_json(conversion: Conversion | None, requested: dt.date,
 
 PRICING_CURRENCY = "USD"
 """The currency a budget is converted into when the catalogue has no offers in its own."""
-
-
-def _prices_in(session: Session, currency: str, version_id: str) -> bool:
-    return session.scalar(
-        select(OfferRevision.id)
-        .join(CatalogVersionOffer, CatalogVersionOffer.revision_id == OfferRevision.id)
-        .where(CatalogVersionOffer.version_id == version_id,
-               OfferRevision.currency == currency).limit(1)) is not None
 
 
 def options_for(request: QuoteRequest | BudgetPlanRequest,
@@ -571,33 +567,6 @@ def _price(
                     conversion=conversion, num_offers=len(offers))
 
 
-# --- JSON ----------------------------------------------------------------------------------
-
-
-def _money(amount: Decimal | None) -> str | None:
-    return None if amount is None else str(pricing.cents(amount))
-
-
-def _in_budget_currency(line: QuoteLine, conversion: Conversion | None,
-                        ) -> dict[str, Any] | None:
-    a = line.amounts
-    if conversion is None or a is None or line.currency != conversion.into:
-        return None
-    back = conversion.in_budget_currency
-    return {"currency": conversion.currency, "total": f"{back(a.total):f}",
-            "commitment_total": f"{back(a.commitment_total):f}",
-            "job_cost_total": f"{back(a.job_cost_total):f}"}
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def rule_json(rule: RuleResult) -> dict[str, str]:
-    return {"rule": rule.rule, "outcome": rule.outcome.value, "code": rule.code,
-            "severity": core_quote.SEVERITY[rule.outcome], "message": rule.message}
-
-
 def plausibility_warnings(lines: Sequence[QuoteLine], max_reasonable_train_s: float | None,
                           ) -> dict[int, list[str]]:
     """Plans nobody would run (service/core/plausibility.py), by ``id(line)``: a training
@@ -618,132 +587,6 @@ def plausibility_warnings(lines: Sequence[QuoteLine], max_reasonable_train_s: fl
         found = [w for w in (long_run, ratio_warning) if w]
         if found:
             out[id(line)] = found
-    return out
-
-
-def line_json(line: QuoteLine, legacy_fraction: Decimal,
-              conversion: Conversion | None = None,
-              warnings: Sequence[str] = ()) -> dict[str, Any]:
-    """One line in the documented shape (QuoteLineOut), in its key order; with the budget's
-    ``conversion``, its amounts also in the budget's currency (``in_budget_currency``);
-    ``warnings`` from ``plausibility_warnings``. The one writer of a line: the answer's
-    lines and the stored lines are these dicts."""
-    a = line.amounts
-    reserved = None
-    uncertainty = None
-    commitment = job_cost = total = None
-    if a is not None:
-        commitment, job_cost = _money(a.commitment_total), _money(a.job_cost_total)
-        total = (commitment if a.total is a.commitment_total
-                 else job_cost if a.total is a.job_cost_total else _money(a.total))
-        if a.reserved is not None:
-            r = a.reserved
-            even = r.break_even_utilisation_fraction
-            reserved = {
-                "dedicated_total": _money(r.dedicated_total),
-                "amortised_total": _money(pricing.cents(a.job_cost_total / legacy_fraction)),
-                "terms_bought": r.terms_bought, "utilisation_fraction": str(legacy_fraction),
-                "break_even_utilisation_fraction": None if even is None else str(even),
-            }
-        w = a.wall_clock_band_s
-        uncertainty = {
-            "wall_clock_s": {"p10": float(w.p10), "p50": float(w.p50), "p90": float(w.p90)},
-            "job_cost_total": _money_band(a.job_cost_band, a.job_cost_total, job_cost),
-            "commitment_total": _money_band(a.commitment_band, a.commitment_total,
-                                            commitment),
-            "deadline_probability": a.deadline_probability,
-            "basis": line.timing_basis,
-        }
-    return {
-        "provider": line.provider, "region": line.region, "zone": line.zone,
-        "instance_type": line.instance_type, "term": line.term.value,
-        "payment_option": line.payment_option, "accelerator": line.accelerator,
-        "num_gpus": line.num_gpus, "gpus_per_instance": line.gpus_per_instance,
-        "nvlink_domain": line.nvlink_domain, "inter_node_gbps": line.inter_node_gbps,
-        "fabric_source": line.fabric_source,
-        "instances": a.instances if a else _instances(line),
-        "rounded_up": a.rounded_up if a else None,
-        "wall_clock_s": a.wall_clock_s if a else None,
-        "billed_hours": str(a.billed_hours.quantize(_HOURS)) if a else None,
-        "gpu_hours": str(a.gpu_hours.quantize(_HOURS)) if a else None,
-        "unit_price": None if line.unit_price is None else str(line.unit_price),
-        "list_unit_price": None if line.list_unit_price is None else str(line.list_unit_price),
-        "discount": line.discount, "unit": line.unit,
-        "accounting": line.accounting.value,
-        "commitment_total": commitment, "job_cost_total": job_cost, "total": total,
-        "term_s": a.term_s if a else None,
-        "terms_bought": a.terms_bought if a else None,
-        "currency": line.currency,
-        "goodput_loss_fraction": _finite(a.goodput_loss_fraction) if a else None,
-        "checkpoint_interval_s": a.checkpoint_interval_s if a else None,
-        "goodput_basis": line.goodput_basis, "timing_basis": line.timing_basis,
-        "energy_kwh": str(a.energy_kwh) if a else None,
-        "co2e_kg": str(a.co2e_kg) if a else None,
-        "carbon_basis": line.carbon_basis,
-        "flags": list(line.flags), "feasible": line.feasible,
-        "infeasible_reason": line.infeasible_reason,
-        "within_budget": line.within_budget, "meets_deadline": line.meets_deadline,
-        "policy_outcome": line.outcome.value,
-        "rules": [rule_json(r) for r in line.rules if r.outcome is not core_quote.Outcome.PASS],
-        "uncertainty": uncertainty,
-        "price_as_of": line.price_as_of,
-        "reserved": reserved, "onprem": dict(line.onprem) if line.onprem else None,
-        "in_budget_currency": _in_budget_currency(line, conversion),
-        "offer_id": line.offer_id, "catalog_version": line.catalog_version,
-        "plan": dict(line.plan) if line.plan else None,
-        "global_batch_seqs": line.global_batch_seqs,
-        "serving": dict(line.serving) if line.serving else None,
-        "warnings": list(warnings),
-        "warning_details": _details_json(line, warnings),
-    }
-
-
-def _money_band(band: Band, point: Decimal, text: str | None) -> dict[str, str | None]:
-    """A band of money (its points are Decimals) to the cent; a point that is ``point``
-    itself (the p50, and every point of a band without width) is its ``text``."""
-    low, mid, high = band.p10, band.p50, band.p90
-    return {"p10": text if low is point else _money(cast(Decimal, low)),
-            "p50": text if mid is point else _money(cast(Decimal, mid)),
-            "p90": text if high is point else _money(cast(Decimal, high))}
-
-
-_HOURS = Decimal("0.0001")
-"""Billed hours and GPU-hours are shown to a ten-thousandth of an hour."""
-
-
-def lines_text(lines: Sequence[dict[str, Any]]) -> str:
-    """Every line as the stored JSON text ``{"lines":[...]}``: the standard library's
-    encoder with compact separators, other characters escaped (decision 169: an ASCII text is
-    held at one byte a character; one "×" in one warning made Python hold the whole 525 KB
-    text at two)."""
-    return json.dumps({"lines": lines}, separators=(",", ":"))
-
-
-def _details_json(line: QuoteLine, warnings: Sequence[str]) -> list[dict[str, Any]]:
-    """The line's coded warnings: its job's (``SizedJob.warning_details``), then one per
-    sentence of its own ``warnings``. Advisory, like them: ``verify`` does not compare them,
-    and quotes stored before 2026-12-02 have none."""
-    return [{"code": d.code, "field": d.field, "message": d.message}
-            for d in (*line.warning_details, *details_of(warnings))]
-
-
-def _instances(line: QuoteLine) -> int:
-    return pricing.instances_for(line.num_gpus, line.gpus_per_instance)[0] if (
-        line.gpus_per_instance > 0) else line.num_gpus
-
-
-def policy_json(policy: Policy) -> dict[str, Any]:
-    """A policy's rules as JSON (the stored and answered form)."""
-    out: dict[str, Any] = {}
-    for f in fields(Policy):
-        if f.name in ("name", "revision"):
-            continue
-        value = getattr(policy, f.name)
-        if isinstance(value, frozenset):
-            value = sorted(value)
-        elif isinstance(value, Decimal):
-            value = str(value)
-        out[f.name] = value
     return out
 
 
@@ -821,9 +664,9 @@ def quote_body(computed: Computed, request: QuoteRequest, all_lines: bool,
         "recommended": one(result.recommended),
         "summary": {
             "lines": len(result.lines), "feasible_lines": len(totals),
-            "min_total": _money(totals[0]) if totals else None,
-            "median_total": _money(_median(totals)) if totals else None,
-            "max_total": _money(totals[-1]) if totals else None,
+            "min_total": cents_text(totals[0]) if totals else None,
+            "median_total": cents_text(_median(totals)) if totals else None,
+            "max_total": cents_text(totals[-1]) if totals else None,
             "currency": computed.options.currency,
         },
         "budget": request.budget.model_dump() if request.budget else None,

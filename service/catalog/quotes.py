@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer
 
 from service.catalog.errors import CatalogError, NotFoundError
-from service.catalog.models import Quote
+from service.catalog.models import CatalogVersionOffer, OfferRevision, Quote
 
 
 class IdempotencyKeyReusedError(CatalogError):
@@ -241,3 +241,13 @@ def list_quotes(
         query = query.where((Quote.created_at < at)
                             | ((Quote.created_at == at) & (Quote.id < quote_id)))
     return session.scalars(query.limit(limit)).all()
+
+
+def prices_in(session: Session, currency: str, version_id: str) -> bool:
+    """Whether catalogue version ``version_id`` has an offer priced in ``currency`` (a quote's
+    budget in another currency is converted, ``api.quoting.budget_conversion``)."""
+    return session.scalar(
+        select(OfferRevision.id)
+        .join(CatalogVersionOffer, CatalogVersionOffer.revision_id == OfferRevision.id)
+        .where(CatalogVersionOffer.version_id == version_id,
+               OfferRevision.currency == currency).limit(1)) is not None

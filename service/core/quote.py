@@ -1,4 +1,5 @@
-"""A quote as typed values: offers, lines, policy rules and the verdict (docs/pricing.md).
+"""A quote as typed values: offers, priced lines and the verdict (docs/pricing.md); the
+policy rules the lines are judged by are ``service/core/policy.py``.
 
 The quote vertical in one place, pure: ``PriceOffer`` values come in (built once from catalogue
 rows in ``catalog/mapping.py``), a ``SizedJob`` with one ``JobTiming`` per interconnect comes
@@ -31,6 +32,22 @@ from typing import Literal, get_args
 
 from service.core import pricing
 from service.core.plausibility import WarningDetail
+
+# DEFAULT_POLICY, Outcome, Policy and RULES are also imported from here by modules outside
+# issue 38's quote work (catalog.policies, schemas.policies, api.budget_plans): re-exported
+# until they import core.policy.
+from service.core.policy import DEFAULT_POLICY as DEFAULT_POLICY
+from service.core.policy import (
+    OUTCOME_RANK,
+    SPOT_CAPACITY_UNVERIFIED_GPUS,
+    Accounting,
+    RuleResult,
+    evaluate,
+    worst,
+)
+from service.core.policy import RULES as RULES
+from service.core.policy import Outcome as Outcome
+from service.core.policy import Policy as Policy
 from service.core.units import HOURS_PER_YEAR, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
@@ -62,27 +79,8 @@ class Verdict(StrEnum):
     REJECT = "reject"
 
 
-class Outcome(StrEnum):
-    PASS = "pass"  # noqa: S105 - an outcome, not a password
-    WARN = "warn"
-    FAIL = "fail"
-
-
-OUTCOME_RANK = MappingProxyType({Outcome.PASS: 0, Outcome.WARN: 1, Outcome.FAIL: 2})
 _TERM_VALUES = MappingProxyType({term: term.value for term in Term})
 """Each term's value, looked up: ``Enum.value`` is a Python property (issue 16)."""
-_PASS, _WARN, _FAIL = Outcome.PASS, Outcome.WARN, Outcome.FAIL
-"""The outcomes under module names, for the loops that run per line: reading
-``Outcome.FAIL`` goes through the enum's metaclass (about 50 ns on CPython 3.11, against 6
-for a global), and a quote of new figures reads them thousands of times (issue 16)."""
-SEVERITY = MappingProxyType({Outcome.PASS: "info", Outcome.WARN: "warning", Outcome.FAIL: "error"})
-
-
-class Accounting(StrEnum):
-    COMMITMENT = "commitment"
-    AMORTISED = "amortised"
-
-
 class RankBy(StrEnum):
     """What orders a quote's lines and picks its recommendation among lines of the same policy
     outcome: the money (``total``) or the run's emissions (``co2e``, energy × PUE × the
@@ -97,16 +95,6 @@ CAPACITY_BLOCK_MAX_DAYS = 182
 """AWS EC2 Capacity Blocks for ML: 1 to 14 days in 1-day steps, then 7-day steps up to 182 days
 (Amazon EC2 User Guide, 'Capacity Blocks for ML', durations)."""
 CAPACITY_BLOCK_DAILY_STEP_MAX_DAYS = 14
-
-SPOT_CAPACITY_UNVERIFIED_GPUS = 64
-"""Above this many GPUs of one spot offer in one zone (eight 8-GPU nodes) nothing public says
-the capacity exists: AWS publishes no spot capacity figures and its Spot placement score is an
-account-specific query. An assumption, documented in docs/pricing.md; the line is flagged
-``spot_capacity_unverified`` and the policy decides."""
-
-QUARANTINE_FLAGS = frozenset({"price_outlier", "spot_above_on_demand", "spot_not_discounted",
-                              "gpu_memory_mismatch"})
-"""Data-quality flags (service/catalog/quality.py) that make a price unfit to approve on."""
 
 Z_90 = 1.2815515655446004
 """The standard normal's 90th percentile: p10 and p90 are median × exp(∓1.2816 σ)."""
@@ -245,64 +233,6 @@ class Options:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Policy:
-    """A procurement policy's rules (docs/policies.md). ``None`` switches a limit off."""
-
-    name: str = "default"
-    revision: int | None = None
-    """None for the built-in default."""
-    currency: str = "USD"
-    max_commitment: Decimal | None = None
-    max_job_cost: Decimal | None = None
-    allowed_terms: frozenset[str] | None = None
-    allowed_providers: frozenset[str] | None = None
-    allowed_regions: frozenset[str] | None = None
-    forbid_indicative: bool = True
-    forbid_quarantined: bool = True
-    max_price_age_s: float | None = 180 * SECONDS_PER_DAY
-    max_duration_s: float | None = None
-    min_success_probability: float | None = None
-    require_node_fit: bool = True
-    forbid_unverified_spot_capacity: bool = True
-    forbid_assumed_interruption_rates: bool = False
-    warn_only: frozenset[str] = frozenset()
-    """Rules whose failure only warns."""
-
-
-DEFAULT_POLICY = Policy()
-"""The server default when a quote names no policy: strict on price quality and capacity, a
-price older than 180 days is stale (cloud GPU prices moved by 10-45 % within 2024-2025, see
-service/catalog/seed/prices/README.md), nothing approves on an indicative price."""
-
-RULES = ("budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",
-         "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
-         "max_price_age_s", "max_duration_s", "min_success_probability", "require_node_fit",
-         "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates")
-"""Every rule a line is judged by, in report order."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RuleResult:
-    rule: str
-    outcome: Outcome
-    code: str
-    message: str
-
-
-def _worst(rules: Sequence[RuleResult]) -> Outcome:
-    """``max`` of the outcomes by ``OUTCOME_RANK`` (``PASS`` for none), by identity: the three
-    outcomes are singletons, so the first worst one is the worst one."""
-    worst = _PASS
-    for rule in rules:
-        outcome = rule.outcome
-        if outcome is _FAIL:
-            return outcome
-        if outcome is _WARN:
-            worst = outcome
-    return worst
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Band:
     p10: Decimal | float
     p50: Decimal | float
@@ -388,7 +318,7 @@ class QuoteLine:
     @property
     def outcome(self) -> Outcome:
         """The worst of the rules' outcomes (``OUTCOME_RANK``); pass without rules."""
-        return _worst(self.rules)
+        return worst(self.rules)
 
     def sort_key(self) -> tuple[object, ...]:
         a = self.amounts
@@ -835,198 +765,6 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
     })
 
 
-# --- policy --------------------------------------------------------------------------------
-
-
-def _money(amount: Decimal, currency: str) -> str:
-    return f"{pricing.cents(amount):,} {currency}"
-
-
-def _days(seconds: float) -> str:
-    return f"{seconds / SECONDS_PER_DAY:,.1f} days"
-
-
-def _where(line: QuoteLine) -> str:
-    parts = [line.provider, line.region or "", line.instance_type or "", line.term.value]
-    return " ".join(p for p in parts if p)
-
-
-def _rule(policy: Policy, rule: str, ok: bool, code: str, message: str, *,
-          soft: bool = False) -> RuleResult:
-    """A passed rule, or a violated one that fails, or warns when ``soft`` or when the policy
-    lists it in ``warn_only``."""
-    if ok:
-        outcome = _PASS
-    elif soft or rule in policy.warn_only:
-        outcome = _WARN
-    else:
-        outcome = _FAIL
-    return RuleResult(rule=rule, outcome=outcome, code=code, message=message)
-
-
-def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
-             node_fit_reason: str | None = None) -> tuple[RuleResult, ...]:
-    """Every rule's outcome for one line, in ``RULES`` order. A rule that does not apply
-    passes silently (it is not reported); a violated rule fails, or warns when the policy lists
-    it in ``warn_only`` (the built-in warnings: amortised accounting, assumed interruption
-    rates, a wide band). The rules on the line's money and time (``_money_rules``) come around
-    those on the offer, the policy and the day (``_fixed_rules``)."""
-    a = line.amounts
-    if a is None:
-        return (RuleResult(rule="feasible", outcome=Outcome.FAIL, code="infeasible",
-                           message=f"{_where(line)}: {line.infeasible_reason}"),)
-    where, first, last = _fixed_rules(line, policy, today, a.instances, node_fit_reason)
-    head, tail = _money_rules(a, where, line.currency, policy, options)
-    return head + first + tail + last
-
-
-def _money_rules(a: Amounts, where: str, cur: str, policy: Policy, options: Options,
-                 ) -> tuple[tuple[RuleResult, ...], tuple[RuleResult, ...]]:
-    """The rules that read a feasible line's amounts: (budget, deadline, max_commitment,
-    max_job_cost) and (max_duration_s, min_success_probability), ``cur`` being the line's
-    currency."""
-    results: list[RuleResult] = []
-    append = results.append
-    amortised = options.accounting is Accounting.AMORTISED
-    if amortised:
-        append(RuleResult(
-            rule="budget", outcome=Outcome.WARN, code="amortised_accounting",
-            message=f"{where}: judged on the job's amortised share {_money(a.total, cur)} at "
-                    f"{options.utilisation_fraction} utilisation of reserved or owned "
-                    f"capacity, not on the {_money(a.commitment_total, cur)} committed"))
-    if options.budget is not None:
-        label = "amortised cost" if amortised else "commitment"
-        code = "job_cost_over_budget" if amortised else "commitment_over_budget"
-        over = a.total - options.budget
-        stated = _money(options.budget, cur) + (
-            f" ({options.budget_basis})" if options.budget_basis else "")
-        append(_rule(
-            policy, "budget", over <= 0, code if over > 0 else "within_budget",
-            f"{where}: {label} {_money(a.total, cur)} "
-            + (f"exceeds the budget of {stated} by {_money(over, cur)}"
-               if over > 0 else f"is within the budget of {stated}")))
-        high = a.commitment_band.p90 if not amortised else a.job_cost_band.p90
-        if over <= 0 and isinstance(high, Decimal) and high > options.budget:
-            append(_rule(
-                policy, "budget", False, "estimate_uncertain",
-                f"{where}: at the slow end of the estimate's 80 % band the {label} is "
-                f"{_money(high, cur)}, over the budget", soft=True))
-    if options.deadline_s is not None:
-        meets = a.wall_clock_s <= options.deadline_s
-        append(_rule(
-            policy, "deadline", meets, "deadline_met" if meets else "deadline_missed",
-            f"{where}: {_days(a.wall_clock_s)} {'meets' if meets else 'misses'} the deadline "
-            f"of {_days(options.deadline_s)}"))
-        p = a.deadline_probability
-        if meets and p is not None and float(a.wall_clock_band_s.p90) > options.deadline_s:
-            append(_rule(
-                policy, "deadline", False, "estimate_uncertain",
-                f"{where}: {p:.0%} likely to finish before the deadline (slow end of the "
-                f"band: {_days(float(a.wall_clock_band_s.p90))})", soft=True))
-    mismatch = policy.currency != cur
-    if policy.max_commitment is not None:
-        append(_rule(
-            policy, "max_commitment",
-            not mismatch and a.commitment_total <= policy.max_commitment,
-            "commitment_over_policy_limit",
-            f"{where}: commitment {_money(a.commitment_total, cur)} against the policy's "
-            f"limit of {_money(policy.max_commitment, policy.currency)}"))
-    if policy.max_job_cost is not None:
-        append(_rule(
-            policy, "max_job_cost", not mismatch and a.job_cost_total <= policy.max_job_cost,
-            "job_cost_over_policy_limit",
-            f"{where}: job cost {_money(a.job_cost_total, cur)} against the policy's limit of "
-            f"{_money(policy.max_job_cost, policy.currency)}"))
-    head = tuple(results)
-    results.clear()
-    if policy.max_duration_s is not None:
-        append(_rule(
-            policy, "max_duration_s", a.wall_clock_s <= policy.max_duration_s,
-            "duration_over_limit",
-            f"{where}: {_days(a.wall_clock_s)} against the policy's limit of "
-            f"{_days(policy.max_duration_s)}"))
-    if policy.min_success_probability is not None and a.deadline_probability is not None:
-        ok = a.deadline_probability >= policy.min_success_probability
-        append(_rule(
-            policy, "min_success_probability", ok, "success_probability_below_minimum",
-            f"{where}: {a.deadline_probability:.1%} likely to meet the deadline; the policy "
-            f"needs {policy.min_success_probability:.0%}"))
-    return head, tuple(results)
-
-
-def _fixed_rules(line: QuoteLine, policy: Policy, today: int, instances: int,
-                 node_fit_reason: str | None,
-                 ) -> tuple[str, tuple[RuleResult, ...], tuple[RuleResult, ...]]:
-    """The rules that read no money or time of a feasible line, only its offer, the policy,
-    the day and the line's instance count: (where, (allowed_terms ... max_price_age_s),
-    (require_node_fit, forbid_unverified_spot_capacity, forbid_assumed_interruption_rates))."""
-    results: list[RuleResult] = []
-    append = results.append
-    where = _where(line)
-    if policy.allowed_terms is not None:
-        append(_rule(
-            policy, "allowed_terms", line.term.value in policy.allowed_terms,
-            "term_not_allowed",
-            f"{where}: term {line.term.value} is "
-            f"{'' if line.term.value in policy.allowed_terms else 'not '}allowed by the policy"))
-    if policy.allowed_providers is not None:
-        ok = line.provider in policy.allowed_providers
-        append(_rule(
-            policy, "allowed_providers", ok, "provider_not_allowed",
-            f"{where}: provider {line.provider} is {'' if ok else 'not '}allowed by the "
-            "policy"))
-    if policy.allowed_regions is not None and line.region is not None:
-        ok = line.region in policy.allowed_regions
-        append(_rule(
-            policy, "allowed_regions", ok, "region_not_allowed",
-            f"{where}: region {line.region} is {'' if ok else 'not '}allowed by the policy"))
-    if "indicative_price" in line.flags or "derived_price" in line.flags:
-        kind = ("a derived (synthetic) price" if "derived_price" in line.flags
-                else "an indicative price")
-        append(_rule(
-            policy, "forbid_indicative", False,
-            "derived_price" if "derived_price" in line.flags else "indicative_price",
-            f"{where}: rests on {kind}, not a seller's firm figure",
-            soft=not policy.forbid_indicative))
-    quarantined = sorted(QUARANTINE_FLAGS.intersection(line.flags))
-    if quarantined:
-        append(_rule(
-            policy, "forbid_quarantined", False, "quarantined_price",
-            f"{where}: the price is quarantined by data-quality checks "
-            f"({', '.join(quarantined)})", soft=not policy.forbid_quarantined))
-    if policy.max_price_age_s is not None and "undated_price" in line.flags:
-        append(_rule(
-            policy, "max_price_age_s", False, "undated_price",
-            f"{where}: the price's source gives no date, so it cannot be shown to be within "
-            f"the policy's {_days(policy.max_price_age_s)}"))
-    elif policy.max_price_age_s is not None and line.price_as_of_day is not None:
-        age_s = (today - line.price_as_of_day) * SECONDS_PER_DAY
-        if age_s > policy.max_price_age_s:
-            append(_rule(
-                policy, "max_price_age_s", False, "stale_price",
-                f"{where}: the price is dated {line.price_as_of}, "
-                f"{_days(age_s)} old; the policy allows {_days(policy.max_price_age_s)}"))
-    first = tuple(results)
-    results.clear()
-    if node_fit_reason is not None:
-        append(_rule(
-            policy, "require_node_fit", False, "no_offer_fits_plan",
-            f"{where}: priced although it cannot host the plan ({node_fit_reason})",
-            soft=not policy.require_node_fit))
-    if "spot_capacity_unverified" in line.flags:
-        append(_rule(
-            policy, "forbid_unverified_spot_capacity", False, "spot_capacity_unverified",
-            f"{where}: {instances * line.gpus_per_instance:g} spot GPUs in one zone; nothing "
-            f"public shows that capacity (more than {SPOT_CAPACITY_UNVERIFIED_GPUS})",
-            soft=not policy.forbid_unverified_spot_capacity))
-    if "assumed_interruption_rate" in line.flags:
-        append(_rule(
-            policy, "forbid_assumed_interruption_rates", False, "assumed_interruption_rate",
-            f"{where}: the spot interruption rate is an assumption ({line.goodput_basis})",
-            soft=not policy.forbid_assumed_interruption_rates))
-    return where, first, tuple(results)
-
-
 # --- assembly ------------------------------------------------------------------------------
 
 
@@ -1044,7 +782,7 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
     for index, line in enumerate(lines):
         a = line.amounts
         rules = evaluate(line, policy, options, today, misfits.get(index))
-        rank = OUTCOME_RANK[_worst(rules)]
+        rank = OUTCOME_RANK[worst(rules)]
         within = None if budget is None else a is not None and a.total <= budget
         meets = None if deadline_s is None else a is not None and a.wall_clock_s <= deadline_s
         if _owned:

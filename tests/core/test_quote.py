@@ -10,13 +10,11 @@ import pytest
 
 from service.core import pricing
 from service.core import quote as q
+from service.core.policy import DEFAULT_POLICY, Accounting, Outcome, Policy
 from service.core.quote import (
-    Accounting,
     Fabric,
     JobTiming,
     Options,
-    Outcome,
-    Policy,
     PriceOffer,
     SizedJob,
     Term,
@@ -53,7 +51,7 @@ NO_FAILURES = Options(failure_rate_per_gpu_hour=0.0)
 
 
 def priced(o: PriceOffer, j: SizedJob | None = None, options: Options = NO_FAILURES,
-           policy: Policy = q.DEFAULT_POLICY) -> q.QuoteResult:
+           policy: Policy = DEFAULT_POLICY) -> q.QuoteResult:
     return q.price_all(jobs=[j or job()], offers=[o], timings={}, onprem={}, options=options,
                        policy=policy, today=TODAY, version_id="cv_000001", gated=True)
 
@@ -167,12 +165,12 @@ class TestRules:
     def test_budget_fails_on_the_commitment_and_passes_at_equality(self) -> None:
         at = dataclasses.replace(NO_FAILURES, budget=Decimal("153600.00"))
         under = dataclasses.replace(NO_FAILURES, budget=Decimal("153599.99"))
-        assert self.judged(q.DEFAULT_POLICY, at)["within_budget"] is Outcome.PASS
-        assert self.judged(q.DEFAULT_POLICY, under)["commitment_over_budget"] is Outcome.FAIL
+        assert self.judged(DEFAULT_POLICY, at)["within_budget"] is Outcome.PASS
+        assert self.judged(DEFAULT_POLICY, under)["commitment_over_budget"] is Outcome.FAIL
 
     def test_deadline(self) -> None:
         late = dataclasses.replace(NO_FAILURES, deadline_s=9 * DAY_S)
-        assert self.judged(q.DEFAULT_POLICY, late)["deadline_missed"] is Outcome.FAIL
+        assert self.judged(DEFAULT_POLICY, late)["deadline_missed"] is Outcome.FAIL
 
     @pytest.mark.parametrize(("policy", "code"), [
         (Policy(max_commitment=Decimal("100000")), "commitment_over_policy_limit"),
@@ -207,13 +205,13 @@ class TestRules:
     def test_price_quality_fails_by_default_and_warns_when_the_policy_allows_it(
         self, changes: dict[str, object], code: str, lenient: Policy,
     ) -> None:
-        assert self.judged(q.DEFAULT_POLICY, **changes)[code] is Outcome.FAIL
+        assert self.judged(DEFAULT_POLICY, **changes)[code] is Outcome.FAIL
         assert self.judged(lenient, **changes)[code] is Outcome.WARN
 
     def test_a_stale_price_under_the_default_policy(self) -> None:
-        old = self.judged(q.DEFAULT_POLICY, as_of_day=TODAY - 181)
+        old = self.judged(DEFAULT_POLICY, as_of_day=TODAY - 181)
         assert old["stale_price"] is Outcome.FAIL
-        assert "stale_price" not in self.judged(q.DEFAULT_POLICY, as_of_day=TODAY - 180)
+        assert "stale_price" not in self.judged(DEFAULT_POLICY, as_of_day=TODAY - 180)
 
     def test_spot_capacity_and_assumed_rates(self) -> None:
         spot = {"term": Term.SPOT, "zone": "use1-az1", "interruption_rate_per_hour": 1e-4,
@@ -238,7 +236,7 @@ class TestVerdict:
                       indicative=True)
         firm = offer(offer_id="off_firm", instance_type="p5e.48xlarge")
         result = q.price_all(jobs=[job()], offers=[cheap, firm], timings={}, onprem={},
-                             options=NO_FAILURES, policy=q.DEFAULT_POLICY, today=TODAY,
+                             options=NO_FAILURES, policy=DEFAULT_POLICY, today=TODAY,
                              version_id="cv_000001", gated=True)
         assert result.cheapest is not None
         assert result.cheapest.offer_id == "off_cheap"
@@ -259,7 +257,7 @@ class TestVerdict:
                                         wall_s_p90=20 * DAY_S, basis="slow fabric")}
         result = q.price_all(
             jobs=[j], offers=[offer(), offer(offer_id="off_2", fabric=slow)], timings=timings,
-            onprem={}, options=NO_FAILURES, policy=q.DEFAULT_POLICY, today=TODAY,
+            onprem={}, options=NO_FAILURES, policy=DEFAULT_POLICY, today=TODAY,
             version_id="cv_000001", gated=False)
         seconds = {x.offer_id: x.amounts.wall_clock_s for x in result.lines if x.amounts}
         assert seconds == {"off_1": pytest.approx(10 * DAY_S), "off_2": pytest.approx(20 * DAY_S)}
@@ -330,7 +328,7 @@ class TestBreakEven:
             jobs=[job(num_gpus=64)],
             offers=[offer(price_per_instance_hour=Decimal(cloud_price)),
                     offer(offer_id="off_2", price_per_instance_hour=Decimal("999.00"))],
-            timings={}, onprem={"h100": inputs}, options=options, policy=q.DEFAULT_POLICY,
+            timings={}, onprem={"h100": inputs}, options=options, policy=DEFAULT_POLICY,
             today=TODAY, version_id="cv_000001", gated=False)
         owned = [x for x in result.lines if x.term is Term.ONPREM]
         assert len(owned) == 1
@@ -374,7 +372,7 @@ def test_rank_by_co2e_recommends_the_cleaner_grid_and_keeps_the_cheapest() -> No
     results = {
         rank: q.price_all(jobs=[job()], offers=[dirty, clean], timings={}, onprem={},
                           options=dataclasses.replace(NO_FAILURES, rank_by=rank),
-                          policy=q.DEFAULT_POLICY, today=TODAY, version_id="cv_000001",
+                          policy=DEFAULT_POLICY, today=TODAY, version_id="cv_000001",
                           gated=True)
         for rank in q.RankBy}
     by_total, by_carbon = results[q.RankBy.TOTAL], results[q.RankBy.CO2E]

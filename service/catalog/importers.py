@@ -2,9 +2,16 @@
 
 Each importer turns one public price document into rows of the offer import format
 (``docs/catalog.md``); ``refresh_provider`` lands them as one new catalogue version through
-the same all-or-nothing validation as ``POST /v1/catalog/imports``: the provider's offers are
-replaced by the imported ones, every other provider's stay, and a diff report says what was
-added, changed and removed, and which prices moved by more than a threshold.
+the same all-or-nothing validation as ``POST /v1/catalog/imports``: the provider's offers in
+the document's scope are replaced by the imported ones, everything else stays, and a diff
+report says what was added, changed and removed, and which prices moved by more than a
+threshold.
+
+Scope (issue 39): a document replaces only what it covers, provider × regions × terms, where
+the regions and the terms are those of the rows the importer made from it (a one-region AWS
+offer file covers that region; a file of on-demand prices covers on-demand), narrowed by the
+format (``Imported.terms``, ``instance_types``, ``payment_options``). Before, a one-region AWS
+file removed the provider's offers in every other region (420 on the seed).
 
 Formats (each documented by its publisher; the tests use small hand-made samples in exactly
 these shapes, ``tests/data/importers/``):
@@ -555,25 +562,57 @@ class PriceMove:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Removal:
+    offer_id: str
+    instance_type: str
+    region: str
+    zone: str | None
+    term: str
+    payment_option: str | None
+    price_per_hour: str
+    """The removed offer's price (instance-hour, its currency)."""
+    currency: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefreshScope:
+    """What a refresh replaces: the provider's offers in these regions and of these terms."""
+
+    regions: list[str]
+    terms: list[str]
+
+
+MAX_REMOVALS_LISTED = 100
+"""A refresh report lists at most this many removals (``removed`` counts them all): enough to
+review a real change, while a mistaken document that removes thousands answers in kilobytes."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RefreshReport:
     provider: str
     version_id: str | None
     """None for a dry run."""
+    scope: RefreshScope
     added: int
     changed: int
     removed: int
     unchanged: int
     skipped: dict[str, int]
     moves_over_threshold: list[PriceMove]
+    removals: list[Removal]
+    """The first ``MAX_REMOVALS_LISTED`` removed offers, by region, instance type, term, zone
+    and payment option."""
     threshold_fraction: str
 
 
 def refresh_provider(session: Session, provider: str, imported: Imported, *, created_by: str,
                      note: str, threshold: Decimal = DEFAULT_MOVE_THRESHOLD,
                      dry_run: bool = False) -> RefreshReport:
-    """Replace ``provider``'s offers within the import's scope (its terms and instance types)
-    with ``imported``, as one new version (all or nothing; flushes only). Derived reserved
-    rows in scope go too: they were derived from the old prices."""
+    """Replace ``provider``'s offers within the document's scope with ``imported``, as one new
+    version (all or nothing; flushes only). The scope is the regions and terms of the imported
+    rows (``RefreshScope``), within the format's terms, instance types and payment options;
+    the provider's offers outside it stay unchanged. Derived reserved rows in scope go too:
+    they were derived from the old prices."""
     if not imported.rows:
         raise ImporterError("the document holds no offer the catalogue can use")
     check_row_text(imported.rows)
@@ -581,21 +620,26 @@ def refresh_provider(session: Session, provider: str, imported: Imported, *, cre
     offers = parse_offers(imported.rows, accelerator_ids(session))
     if any(o.provider != provider for o in offers):
         raise ImporterError(f"every imported offer must be {provider}'s")
+    scope = RefreshScope(regions=sorted({o.region for o in offers}),
+                         terms=sorted({o.term.value for o in offers}))
     current = current_version_id(session)
     old = [revision_content(r) for r in version_revisions(session, current)] if current else []
-    before = {o.offer_id: o for o in old if _in_scope(o, provider, imported)}
+    before = {o.offer_id: o for o in old if _in_scope(o, provider, imported, scope)}
     after = {o.offer_id: o for o in offers}
     moves = _moves(before, after, threshold)
     changed = sum(1 for k, o in after.items()
                   if k in before and before[k].content_hash != o.content_hash)
+    gone = sorted((before[k] for k in set(before) - set(after)), key=_removal_order)
     report = RefreshReport(
-        provider=provider, version_id=None, added=len(set(after) - set(before)),
-        changed=changed, removed=len(set(before) - set(after)),
+        provider=provider, version_id=None, scope=scope, added=len(set(after) - set(before)),
+        changed=changed, removed=len(gone),
         unchanged=len(set(after) & set(before)) - changed, skipped=dict(imported.skipped),
-        moves_over_threshold=moves, threshold_fraction=str(threshold))
+        moves_over_threshold=moves, removals=[_removal(o) for o in gone[:MAX_REMOVALS_LISTED]],
+        threshold_fraction=str(threshold))
     if dry_run:
         return report
-    kept: Sequence[OfferContent] = [o for o in old if not _in_scope(o, provider, imported)]
+    kept: Sequence[OfferContent] = [o for o in old
+                                    if not _in_scope(o, provider, imported, scope)]
     version = commit_version(
         session, [*kept, *sorted(after.values(), key=lambda o: o.offer_id)],
         created_by=created_by, kind="refresh",
@@ -604,12 +648,29 @@ def refresh_provider(session: Session, provider: str, imported: Imported, *, cre
     return RefreshReport(**{**_fields(report), "version_id": version.id})
 
 
-def _in_scope(offer: OfferContent, provider: str, imported: Imported) -> bool:
-    """Whether a refresh from ``imported`` replaces ``offer`` (``Imported.terms``)."""
+def _in_scope(offer: OfferContent, provider: str, imported: Imported,
+              scope: RefreshScope) -> bool:
+    """Whether a refresh from ``imported`` replaces ``offer``: the provider's, in a region and
+    of a term the document has rows for, and of the format's terms, instance types and
+    payment options (``Imported.terms``)."""
     payment = offer.payment_option.value if offer.payment_option else None
     return (offer.provider == provider and offer.term.value in imported.terms
+            and offer.region in scope.regions and offer.term.value in scope.terms
             and offer.instance_type in imported.instance_types
             and (imported.payment_options is None or payment in imported.payment_options))
+
+
+def _removal_order(offer: OfferContent) -> tuple[str, str, str, str, str]:
+    return (offer.region, offer.instance_type, offer.term.value, offer.zone or "",
+            offer.payment_option.value if offer.payment_option else "")
+
+
+def _removal(offer: OfferContent) -> Removal:
+    return Removal(offer_id=offer.offer_id, instance_type=offer.instance_type,
+                   region=offer.region, zone=offer.zone, term=offer.term.value,
+                   payment_option=offer.payment_option.value if offer.payment_option else None,
+                   price_per_hour=_text(Decimal(offer.price_per_hour_micros) / 10**6),
+                   currency=offer.currency)
 
 
 def _fields(report: RefreshReport) -> dict[str, Any]:

@@ -113,7 +113,8 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Report only.")] = False,
         hold_on_moves: Annotated[bool, typer.Option(
             "--hold-on-moves", help="Store nothing, and exit 4, when a price moves by more "
-                                    "than the threshold: a person reviews it first.")] = False,
+                                    "than the threshold or an offer would be removed: a "
+                                    "person reviews it first.")] = False,
         api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None, local: Local = False,
         as_json: AsJson = False,
     ) -> None:
@@ -141,15 +142,20 @@ def register(app: typer.Typer) -> None:
                 answer = client.call("POST", "/v1/catalog/refreshes", content=body,
                                      params={**params, "dry_run": "true"},
                                      headers={"Content-Type": media}).json()
-                held = bool(answer["moves_over_threshold"])
+                held = bool(answer["moves_over_threshold"]) or answer["removed"] > 0
             if not held:
                 answer = client.call("POST", "/v1/catalog/refreshes", content=body,
                                      params=params, headers={"Content-Type": media}).json()
 
         def render(r: dict[str, Any]) -> None:
             if held:
-                out.print(Text.assemble(("held", "bold"),
-                                        ": prices moved over the threshold; nothing stored"))
+                why = " and ".join(
+                    ([] if not r["moves_over_threshold"] else
+                     ["prices moved over the threshold"])
+                    + ([] if not r["removed"] else
+                       [f"{r['removed']} offer{'s' if r['removed'] != 1 else ''} would be "
+                        "removed"]))
+                out.print(Text.assemble(("held", "bold"), f": {why}; nothing stored"))
             where = (Text.assemble("catalogue version ", (str(r["version_id"]), "bold"))
                      if r["version_id"] else Text("dry run, nothing stored"))
             out.print(Text.assemble(
@@ -165,6 +171,16 @@ def register(app: typer.Typer) -> None:
                     table.add_row(m["offer_id"], m["instance_type"], m["region"], m["term"],
                                   m["before"], m["after"],
                                   f"{float(m['change_fraction']):+.1%}")
+                out.print(table)
+            if r.get("removals"):
+                table = Table("offer", "instance", "region", "zone", "term", "price",
+                              title=f"Removed: {r['removed']}"
+                                    + (f" (the first {len(r['removals'])})"
+                                       if len(r["removals"]) < r["removed"] else ""),
+                              title_justify="left")
+                for m in r["removals"]:
+                    table.add_row(m["offer_id"], m["instance_type"], m["region"],
+                                  m["zone"] or "", m["term"], m["price_per_hour"])
                 out.print(table)
 
         _emit(answer, as_json, render)

@@ -193,11 +193,14 @@ def test_a_refresh_replaces_only_that_providers_offers_and_reports_the_diff(
     # p5 and p4d on-demand and p5's 1-year no-upfront reservation replace the seed's
     # (undated, or derived) offers with the same ids; the 3-year partial-upfront one is new.
     assert (report["added"], report["changed"]) == (1, 3)
-    # Only offers in the file's scope go: AWS on-demand and reserved offers of instance types
-    # the importer knows. The offer file has no spot prices and no capacity blocks, so those
-    # stay as they were.
-    scope = sum(1 for o in _seed() if o.provider == "aws"
+    # Only offers in the file's scope go: AWS on-demand and reserved offers in us-east-1 (the
+    # file's one region, issue 39) of instance types the importer knows. The offer file has no
+    # spot prices and no capacity blocks, so those stay as they were, and so does every other
+    # region.
+    scope = sum(1 for o in _seed() if o.provider == "aws" and o.region == "us-east-1"
                 and o.term.value in ("on_demand", "reserved_1y", "reserved_3y"))
+    assert report["scope"] == {"regions": ["us-east-1"],
+                               "terms": ["on_demand", "reserved_1y", "reserved_3y"]}
     assert report["removed"] == scope - 3
     # The seed's derived 1-year rate was 55.04 x 0.55 = 30.272; the file says 33.00 (+9 %).
     moves = {m["instance_type"] + "/" + m["term"]: m for m in report["moves_over_threshold"]}
@@ -209,7 +212,7 @@ def test_a_refresh_replaces_only_that_providers_offers_and_reports_the_diff(
     assert {k: v for k, v in version["by_provider"].items() if k != "aws"} == {
         k: v for k, v in before["by_provider"].items() if k != "aws"}
     offers = client.get("/v1/offers", params={"provider": "aws", "term": "on_demand",
-                                              "page_size": 10}).json()
+                                              "region": "us-east-1", "page_size": 10}).json()
     assert {o["as_of"] for o in offers["items"]} == {"2025-11-20"}
     spot = client.get("/v1/offers", params={"provider": "aws", "term": "spot",
                                             "page_size": 1}).json()
@@ -260,9 +263,13 @@ def test_a_gcp_refresh_lands_dated_assembled_offers(client: TestClient, api_key:
     report = done.json()
     offers = client.get("/v1/offers", params={"provider": "gcp", "region": "us-central1",
                                               "page_size": 200}).json()["items"]
-    a3 = [o for o in offers if o["instance_type"] == "a3-highgpu-8g"]
-    assert {o["as_of"] for o in a3} == {"2025-11-20"}
-    assert {o["term"] for o in a3} == {"on_demand", "spot", "reserved_1y"}
+    a3 = {o["term"]: o for o in offers if o["instance_type"] == "a3-highgpu-8g"}
+    assert {t: o["as_of"] for t, o in a3.items() if t != "reserved_3y"} == {
+        "on_demand": "2025-11-20", "spot": "2025-11-20", "reserved_1y": "2025-11-20"}
+    # The page has no 3-year commitment SKU: the seed's 3-year row (Cyclenerd's, dated by its
+    # file) is outside the refresh's scope and stays (issue 39).
+    assert report["scope"]["terms"] == ["on_demand", "reserved_1y", "spot"]
+    assert a3["reserved_3y"]["as_of"] == "2026-08-20"
     # TPU slices are outside a GPU SKU refresh's scope: they stay.
     assert any(o["accelerator"].startswith("tpu-") for o in offers)
     assert report["removed"] > 0

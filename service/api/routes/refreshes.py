@@ -39,19 +39,49 @@ class PriceMoveOut(BaseModel):
     change_fraction: str
 
 
+class RemovalOut(BaseModel):
+    offer_id: str
+    instance_type: str
+    region: str
+    zone: str | None
+    term: str
+    payment_option: str | None
+    price_per_hour: str = Field(description="The removed offer's list price per instance-hour "
+                                            "(decimal string, in currency).")
+    currency: str
+
+
+class RefreshScopeOut(BaseModel):
+    """What the refresh replaces: the provider's offers in these regions and of these terms
+    (those the document has rows for), of the instance types and payment options the format
+    publishes. The provider's offers outside it are kept unchanged."""
+
+    regions: list[str] = Field(description="Regions the document has at least one row for.")
+    terms: list[str] = Field(description="Terms the document has at least one row for.")
+
+
 class RefreshOut(BaseModel):
     """What a refresh did (or, with dry_run, would do) to the provider's offers."""
 
     provider: str
     version_id: str | None = Field(description="The new catalogue version; null on a dry run.")
+    scope: RefreshScopeOut
     added: int
     changed: int
-    removed: int
+    removed: int = Field(description="Offers in the scope that the document no longer has; "
+                                     "all of them are counted, the first "
+                                     f"{importers.MAX_REMOVALS_LISTED} are in removals.")
     unchanged: int
     skipped: dict[str, int] = Field(description="Rows of the document not turned into offers, "
                                                 "by reason.")
     moves_over_threshold: list[PriceMoveOut] = Field(
         description="Offers whose price moved by more than threshold_fraction: review them.")
+    removals: list[RemovalOut] = Field(
+        max_length=importers.MAX_REMOVALS_LISTED,
+        description="The removed offers (ordered by region, instance type, term, zone and "
+                    f"payment option; at most {importers.MAX_REMOVALS_LISTED}, removed counts "
+                    "all): review them. cq catalog refresh --hold-on-moves holds a refresh "
+                    "that removes any offer, as it holds price moves.")
     threshold_fraction: str
 
 
@@ -91,9 +121,11 @@ async def refresh_catalog(
     note: Annotated[NoteText, Query(description="Stored on the new version; no control "
                                                 "characters.")] = "",
 ) -> RefreshOut:
-    """Replace the provider's offers with those in the document, as one new catalogue
-    version (all or nothing, like an import); every other provider's offers stay. The answer
-    lists what was added, changed and removed, and the price moves over ``threshold``."""
+    """Replace the provider's offers in the document's scope (the regions and terms it has
+    rows for) with those in the document, as one new catalogue version (all or nothing, like
+    an import); the provider's offers outside the scope and every other provider's stay. The
+    answer gives the scope, what was added, changed and removed (with the removed offers), and
+    the price moves over ``threshold``."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     wanted = "text/csv" if source_format == "skypilot" else "application/json"
     if media != wanted:

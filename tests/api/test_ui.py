@@ -13,7 +13,8 @@ from markupsafe import escape
 from sqlalchemy.orm import Session
 
 from service.api import presentation as fmt
-from service.api import ui
+from service.api.ui import common as ui_common
+from service.api.ui import train as ui_train
 from tests.factories import date_offers
 
 FORM = {"model": "llama3.1-70b", "tokens": "2e12", "seq_len": "8192", "global_batch": "512",
@@ -235,14 +236,14 @@ def test_optimise_has_an_objective_selector_and_a_default_deadline(client: TestC
     assert note is not None
     assert "Ranked by cost (GPU-hours" in note.group(1)
     assert "the default deadline of 90 days" in note.group(1)
-    body = ui.optimise_body({**ui.DEFAULTS, **data})
+    body = ui_train.optimise_body({**ui_train.DEFAULTS, **data})
     assert body["objective"] == "gpu_hours"
     assert body["constraints"]["max_train_s"] == 90 * fmt.DAY_S
-    priced = ui.optimise_body({**ui.DEFAULTS, **data, "price_per_gpu_hour": "2.5",
+    priced = ui_train.optimise_body({**ui_train.DEFAULTS, **data, "price_per_gpu_hour": "2.5",
                                "deadline_days": "30"})
     assert priced["objective"] == "cost"
     assert priced["constraints"]["max_train_s"] == 30 * fmt.DAY_S
-    fastest = ui.optimise_body({**ui.DEFAULTS, **data, "objective": "time",
+    fastest = ui_train.optimise_body({**ui_train.DEFAULTS, **data, "objective": "time",
                                 "price_per_gpu_hour": "2.5"})
     assert fastest["objective"] == "time"
     assert "max_train_s" not in fastest["constraints"]
@@ -258,7 +259,7 @@ def test_terms_and_flags_carry_human_labels_with_the_id_in_a_tooltip() -> None:
     assert set(fmt.TERM_LABELS) == {t.value for t in Term}
     assert fmt.term_label("reserved_3y") == "3-year reservation"
     assert fmt.flag_label("indicative_price").startswith("indicative price")
-    term = ui.templates.get_template("_quote.html").module.term  # type: ignore[attr-defined]
+    term = ui_common.templates.get_template("_quote.html").module.term  # type: ignore[attr-defined]
     assert str(term("reserved_3y")) == (
         '<span class="term" title="reserved_3y" data-id="reserved_3y">3-year reservation'
         "</span>")
@@ -648,8 +649,8 @@ def test_optimise_tags_the_plans_nobody_would_run_and_says_so_first(
               "deadline_days": "", "action": "optimise"}
     response = client.post("/ui", data=values)
     assert response.status_code == 200, response.text[:500]
-    api = client.post("/v1/parallelism-plans", json=ui.optimise_body(
-        ui._values(values))).json()
+    api = client.post("/v1/parallelism-plans", json=ui_train.optimise_body(
+        ui_train._values(values))).json()
     shown = api["plans"][:15]
     warned = [p for p in shown if any(w.startswith("impractical") for w in p["warnings"])]
     assert warned  # 70B on 15T tokens: the 64-GPU plans take years
@@ -687,7 +688,7 @@ def test_budget_plan_lines_carry_the_impractical_tag(client: TestClient,
 
     date_offers(db_session)
     values = {**PLAN_FORM, "action": "budget_plan"}
-    body = ui.budget_plan_body(ui._values(values))
+    body = ui_train.budget_plan_body(ui_train._values(values))
     first = client.post("/v1/budget-plans", json=body).json()
     days = sorted(x["wall_clock_s"] / 86_400 for x in first["cheapest_before_deadline"])
     limit = days[len(days) // 2]

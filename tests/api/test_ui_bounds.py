@@ -5,6 +5,7 @@ numbers it refuses naming the field and its limit, never as a 500."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from decimal import Decimal
@@ -15,8 +16,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api import ui
 from service.api.ui import charts
+from service.api.ui import common as ui_common
+from service.api.ui import serve as ui_serve
+from service.api.ui import train as ui_train
 from service.catalog.models import Quote
 from tests.api.test_ui import FORM, error_of
 
@@ -101,9 +104,9 @@ def test_a_price_the_api_refuses_is_422_naming_the_limit(client: TestClient, pri
     response = client.post("/ui", data={**FORM, "action": action,
                                         "price_per_gpu_hour": price})
     assert response.status_code == 422, response.text[:300]
-    assert error_of(response.text, "price_per_gpu_hour") == ui.AMOUNT_MESSAGES[
+    assert error_of(response.text, "price_per_gpu_hour") == ui_common.AMOUNT_MESSAGES[
         "price_per_gpu_hour"]
-    assert "at most 1,000,000 per GPU-hour" in ui.AMOUNT_MESSAGES["price_per_gpu_hour"]
+    assert "at most 1,000,000 per GPU-hour" in ui_common.AMOUNT_MESSAGES["price_per_gpu_hour"]
     assert "<svg" not in response.text  # nothing was worked out
 
 
@@ -111,7 +114,7 @@ def test_a_price_the_api_refuses_is_422_naming_the_limit(client: TestClient, pri
 def test_the_serve_tabs_price_is_the_same_rule(client: TestClient, price: str) -> None:
     response = client.post("/ui/serve", data={"price_per_gpu_hour": price})
     assert response.status_code == 422, response.text[:300]
-    assert error_of(response.text, "price_per_gpu_hour") == ui.AMOUNT_MESSAGES[
+    assert error_of(response.text, "price_per_gpu_hour") == ui_common.AMOUNT_MESSAGES[
         "price_per_gpu_hour"]
 
 
@@ -126,7 +129,7 @@ def test_a_budget_the_api_refuses_is_named_before_anything_is_stored(
                        ("/ui/serve", {"action": "quote"})):
         response = client.post(path, data={**data, "budget": budget, "api_key": key})
         assert response.status_code == 422, (path, response.text[:300])
-        assert error_of(response.text, "budget") == ui.AMOUNT_MESSAGES["budget"]
+        assert error_of(response.text, "budget") == ui_common.AMOUNT_MESSAGES["budget"]
     assert db_session.scalar(select(func.count()).select_from(Quote)) == before
 
 
@@ -142,13 +145,13 @@ def test_a_price_with_commas_is_read_as_the_number(client: TestClient) -> None:
 def test_a_cost_beyond_the_cap_is_shown_as_above_it() -> None:
     """The largest price over 1e18 tokens' GPU-hours would not fit ``Decimal``'s 28 digits
     to the cent (a 500): above ``MAX_SHOWN_COST_USD`` the page says it is above it."""
-    price = ui._amount("budget", "9999999999999.999999")  # a price never this high
+    price = ui_common._amount("budget", "9999999999999.999999")  # a price never this high
     assert price is not None
-    assert ui._cost(1e15, price) == {"cost_over": str(ui.MAX_SHOWN_COST_USD)}
-    assert ui._cost(1.7e308, price) == {"cost_over": str(ui.MAX_SHOWN_COST_USD)}
-    assert ui._cost(1e11, price) == {"cost": "999999999999999999900000.00"}  # 26 digits
-    assert ui._cost(1000.0, Decimal("2.50")) == {"cost": "2500.00"}
-    assert ui._cost(float("nan"), price) == {}
+    assert ui_train._cost(1e15, price) == {"cost_over": str(ui_train.MAX_SHOWN_COST_USD)}
+    assert ui_train._cost(1.7e308, price) == {"cost_over": str(ui_train.MAX_SHOWN_COST_USD)}
+    assert ui_train._cost(1e11, price) == {"cost": "999999999999999999900000.00"}  # 26 digits
+    assert ui_train._cost(1000.0, Decimal("2.50")) == {"cost": "2500.00"}
+    assert ui_train._cost(float("nan"), price) == {}
 
 
 @pytest.mark.parametrize(("field", "action", "message"), [
@@ -179,10 +182,10 @@ def test_months_that_overflow_seconds_name_the_limit(client: TestClient,
 
 
 def test_scaled_numbers_stay_finite() -> None:
-    assert ui._days_as_s("1e308") == ui.sys.float_info.max
-    assert ui._days_as_s("-1e308") == -ui.sys.float_info.max
-    assert ui._days_as_s("2") == 2 * 86_400
-    assert ui._months_as_s("lots") == "lots"
-    assert ui._number("NaN") == "NaN"
-    assert ui._number("1e400") == ui.sys.float_info.max
-    assert ui._number("-inf") == -ui.sys.float_info.max
+    assert ui_common._days_as_s("1e308") == sys.float_info.max
+    assert ui_common._days_as_s("-1e308") == -sys.float_info.max
+    assert ui_common._days_as_s("2") == 2 * 86_400
+    assert ui_serve._months_as_s("lots") == "lots"
+    assert ui_common._number("NaN") == "NaN"
+    assert ui_common._number("1e400") == sys.float_info.max
+    assert ui_common._number("-inf") == -sys.float_info.max

@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 from markupsafe import escape
 
 from service.api import presentation as fmt
-from service.api import ui
 from service.api.schemas.serving import SERVING_EXAMPLE
 from service.api.ui import latency_chart
+from service.api.ui import serve as ui_serve
 from tests.api.test_ui import error_of, parse
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -41,11 +41,11 @@ def _summary(html: str) -> list[tuple[str, str]]:
 
 def test_the_form_builds_the_issues_example_and_links_the_tabs(client: TestClient) -> None:
     # The defaults are the issue's example, field for field.
-    assert ui.serving_body(dict(ui.SERVE_DEFAULTS)) == SERVING_EXAMPLE
+    assert ui_serve.serving_body(dict(ui_serve.SERVE_DEFAULTS)) == SERVING_EXAMPLE
     response = client.get("/ui/serve")
     assert response.status_code == 200
     page = parse(response.text)
-    assert len(page.inputs) == len(ui.SERVE_DEFAULTS)  # every field, each labelled
+    assert len(page.inputs) == len(ui_serve.SERVE_DEFAULTS)  # every field, each labelled
     assert all(i["id"] in page.labels for i in page.inputs)
     assert page.external == []
     assert '<a href="/ui/serve" aria-current="page">Serve</a>' in response.text
@@ -94,14 +94,14 @@ def test_the_chart_sweeps_load_up_to_one_replicas_capacity(client: TestClient) -
     capacity = api["throughput"]["capacity_requests_per_s"]
     ttft = _points(_svg(html, "serve-ttft"))
     tpot = _points(_svg(html, "serve-tpot"))
-    assert len(ttft) == len(tpot) == len(ui.SWEEP_FRACTIONS) == 10
+    assert len(ttft) == len(tpot) == len(ui_serve.SWEEP_FRACTIONS) == 10
     xs = [x for x, _ in ttft]
     assert all(a < b for a, b in itertools.pairwise(xs))  # throughput increases
     ys = [y for _, y in ttft]
     assert all(a <= b for a, b in itertools.pairwise(ys))  # p99 TTFT never falls
     assert all(a <= b for a, b in itertools.pairwise(y for _, y in tpot))
     # Each point is the API's answer at that share of capacity: output tokens/s = rate x 256.
-    for share, (x, _) in zip(ui.SWEEP_FRACTIONS, ttft, strict=True):
+    for share, (x, _) in zip(ui_serve.SWEEP_FRACTIONS, ttft, strict=True):
         assert x == pytest.approx(capacity * share * 256, rel=1e-9)
     low = copy.deepcopy(SERVING_EXAMPLE)
     low["traffic"]["requests_per_s"] = capacity * 0.05

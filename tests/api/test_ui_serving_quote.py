@@ -17,8 +17,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.api import presentation as fmt
-from service.api import ui
 from service.api.schemas.serving import SERVING_EXAMPLE
+from service.api.ui import common as ui_common
+from service.api.ui import serve as ui_serve
 from service.catalog.models import Quote
 from tests.api.test_quotes_api import all_lines
 from tests.api.test_ui import FORM, error_of, parse
@@ -63,8 +64,8 @@ def _quotes(session: Session) -> int:
 
 
 def test_months_become_seconds_and_the_price_is_left_out() -> None:
-    values = ui._serve_values({**QUOTE_FORM, "price_per_gpu_hour": "2.50"})
-    body = ui.serving_quote_body(values)
+    values = ui_serve._serve_values({**QUOTE_FORM, "price_per_gpu_hour": "2.50"})
+    body = ui_serve.serving_quote_body(values)
     serving = body["workload"]["serving"]
     assert serving["duration_s"] == YEAR_S  # the default, 12 months
     # The estimate is the Serve form's, without the price a quote refuses.
@@ -75,11 +76,12 @@ def test_months_become_seconds_and_the_price_is_left_out() -> None:
     assert body["terms"] == ["on_demand", "reserved_1y", "reserved_3y"]
     assert "budget" not in body
     assert "deadline_s" not in body
-    one = ui.serving_quote_body(ui._serve_values({"duration_months": "1"}))
+    one = ui_serve.serving_quote_body(ui_serve._serve_values({"duration_months": "1"}))
     assert one["workload"]["serving"]["duration_s"] == 2_629_800  # 365.25 x 86,400 / 12
     assert "terms" not in one
     assert "providers" not in one
-    half = ui.serving_quote_body(ui._serve_values({"duration_months": "1.5", "budget": "1,000"}))
+    half = ui_serve.serving_quote_body(ui_serve._serve_values({"duration_months": "1.5",
+                                                               "budget": "1,000"}))
     assert half["workload"]["serving"]["duration_s"] == 3_944_700
     assert half["budget"] == {"amount": "1000", "currency": "USD"}
 
@@ -148,7 +150,8 @@ def test_a_budget_one_cent_below_the_cheapest_line_is_rejected(
     date_offers(db_session)
     headers = {"Authorization": f"Bearer {key}"}
     form = {**QUOTE_FORM, "terms": "on_demand", "api_key": key}
-    unjudged = client.post("/v1/quotes", json=ui.serving_quote_body(ui._serve_values(form)),
+    unjudged = client.post("/v1/quotes",
+                           json=ui_serve.serving_quote_body(ui_serve._serve_values(form)),
                            headers={**headers, "Idempotency-Key": uuid.uuid4().hex}).json()
     cheapest = min(Decimal(x["total"]) for x in all_lines(client, unjudged, headers)
                    if x["feasible"])
@@ -280,7 +283,7 @@ def test_the_train_tabs_quote_is_the_shared_partial(client: TestClient, key: str
     section = _block(response.text, r'<section id="results"[^>]*>(.*?)</section>', 1)
     quote = client.get(f"/v1/quotes/{_quote_id(response.text)}",
                        headers={"Authorization": f"Bearer {key}"}).json()
-    partial: Any = ui.templates.get_template("_quote_result.html").module
+    partial: Any = ui_common.templates.get_template("_quote_result.html").module
     result = partial.result
     shared = str(result(quote, 'id="result-heading" tabindex="-1" autofocus'))
     assert " ".join(shared.split()) == " ".join(section.split())

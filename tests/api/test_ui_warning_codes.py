@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.api import ui
+from service.api.ui import common as ui_common
 from service.catalog.models import Quote
 from tests.api.test_warning_details import _strip_stored_lines
 
@@ -29,24 +29,24 @@ def test_the_codes_decide_not_the_sentences() -> None:
     coded = {"warnings": [reworded, "fits at the edge: 79 GiB of 80"],
              "warning_details": [_detail("impractical_cost", reworded),
                                  _detail("fits_at_edge", "fits at the edge: 79 GiB of 80")]}
-    assert ui._impractical(coded) == [reworded]
+    assert ui_common._impractical(coded) == [reworded]
     # A sentence that opens like a plausibility warning but is coded otherwise is not one.
     other = {"warnings": [LONG], "warning_details": [_detail("other", LONG)]}
-    assert ui._impractical(other) == []
+    assert ui_common._impractical(other) == []
     both = {"warnings": [LONG, COSTLY],
             "warning_details": [_detail("defaulted_input", "x"),
                                 _detail("impractical_wall_clock", LONG),
                                 _detail("impractical_cost", COSTLY)]}
-    assert ui._impractical(both) == [LONG, COSTLY]
-    assert ui._impractical({"warnings": [], "warning_details": []}) == []
-    assert ui.templates.globals["impractical"] is ui._impractical
+    assert ui_common._impractical(both) == [LONG, COSTLY]
+    assert ui_common._impractical({"warnings": [], "warning_details": []}) == []
+    assert ui_common.templates.globals["impractical"] is ui_common._impractical
 
 
 def test_a_line_without_codes_falls_back_to_the_sentence() -> None:
-    assert ui._impractical({"warnings": [COSTLY, "tp (16) spans more than one node"]}) == [
+    assert ui_common._impractical({"warnings": [COSTLY, "tp (16) spans more than one node"]}) == [
         COSTLY]
-    assert ui._impractical({"warnings": [LONG], "warning_details": []}) == [LONG]
-    assert ui._impractical({}) == []
+    assert ui_common._impractical({"warnings": [LONG], "warning_details": []}) == [LONG]
+    assert ui_common._impractical({}) == []
 
 
 def _tags(html: str) -> list[str]:

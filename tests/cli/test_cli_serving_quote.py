@@ -16,8 +16,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api import presentation as fmt
-from service.api import ui
 from service.api.schemas.serving import SERVING_EXAMPLE
+from service.api.ui import serve as ui_serve
 from service.cli import report
 from tests.cli.test_cli import cq, flat, legible
 from tests.factories import seeded_database_with_key
@@ -69,7 +69,7 @@ def serve_quote_json(*args: str) -> dict[str, Any]:
 
 
 def test_a_month_is_a_twelfth_of_a_julian_year_in_the_cli_and_the_portal() -> None:
-    assert report.MONTH_S == ui.MONTH_S == 2_629_800  # 365.25 x 86,400 / 12
+    assert report.MONTH_S == ui_serve.MONTH_S == 2_629_800  # 365.25 x 86,400 / 12
     assert 12 * report.MONTH_S == YEAR_S
 
 

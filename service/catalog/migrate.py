@@ -21,7 +21,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from alembic.config import Config
 
-SCHEMA_HEAD = "0012"
+SCHEMA_HEAD = "0013"
 """The Alembic revision this code expects; a test checks it equals the migrations' head."""
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

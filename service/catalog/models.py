@@ -152,7 +152,12 @@ class OfferRevision(Base):
     region_carbon_source: Mapped[str | None] = mapped_column(Text)
     source: Mapped[str] = mapped_column(Text)
     as_of: Mapped[dt.date | None] = mapped_column(Date, nullable=True)
-    """NULL when the source gives no date (shown as ``unknown``)."""
+    """When the provider published the price; NULL when the source gives no date (shown as
+    ``unknown``)."""
+    observed_at: Mapped[dt.date | None] = mapped_column(Date, nullable=True)
+    """When this catalogue read the price (the seed file's copy day, an import's or a
+    refresh's day); NULL for revisions stored before schema 0013, whose day was not recorded
+    (issue 39)."""
     indicative: Mapped[bool] = mapped_column(Boolean)
     notes: Mapped[str] = mapped_column(Text)
     quality_flags: Mapped[list[dict[str, str]]] = mapped_column(JSON)

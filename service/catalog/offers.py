@@ -77,8 +77,10 @@ CONTENT_COLUMNS = (
     "fabric_source", "term", "payment_option", "currency",
     "price_per_hour", "upfront_fee", "interruption_rate_per_hour", "interruption_rate_source",
     "region_carbon_g_per_kwh", "region_carbon_source", "source", "as_of", "indicative", "notes",
+    "observed_at",
 )
-"""What an offer is: hashed, imported, exported."""
+"""What an offer is: hashed, imported, exported. ``observed_at`` is last so that files written
+before it (issue 39) keep their column order; a row without it is dated by its import."""
 DERIVED_COLUMNS = ("effective_price_per_hour", "price_per_gpu_hour", "quality_flags")
 COLUMNS = ("id", *CONTENT_COLUMNS, *DERIVED_COLUMNS)
 """The CSV header of exports and the accepted keys of import rows, in this order."""
@@ -169,6 +171,11 @@ class OfferContent:
     stand-in date; issue 17)."""
     indicative: bool
     notes: str
+    observed_at: dt.date | None = None
+    """The day this catalogue read the price: the seed file's copy day, or the day of the
+    import or refresh that brought it (``parse_offers``' ``observed_on``). None when that day
+    was not recorded (revisions stored before schema 0013). Apart from ``as_of``: a price read
+    yesterday may have been published at an unknown date (issue 39)."""
 
     @property
     def offer_id(self) -> str:
@@ -200,12 +207,20 @@ class OfferContent:
                   else micros_to_text(getattr(self, _attr(name))) for name in CONTENT_COLUMNS}
         if self.as_of is None:
             values["as_of"] = UNKNOWN_DATE
+        if self.observed_at is None:
+            values["observed_at"] = UNKNOWN_DATE
         return values
 
     @property
     def content_hash(self) -> str:
+        """SHA-256 of the canonical columns. An unknown ``observed_at`` is left out, so a
+        revision stored before the column (schema 0013) keeps the hash it was stored with,
+        and so do the catalogue versions and quotes that name it."""
+        values = self.canonical()
+        if self.observed_at is None:
+            del values["observed_at"]
         return hashlib.sha256(
-            json.dumps(self.canonical(), sort_keys=True, separators=(",", ":")).encode()
+            json.dumps(values, sort_keys=True, separators=(",", ":")).encode()
         ).hexdigest()
 
 
@@ -399,8 +414,12 @@ def with_sourced_facts(offer: OfferContent, *, replace_legacy_rates: bool = Fals
     return dataclasses.replace(offer, **changes) if changes else offer
 
 
-def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> OfferContent:
-    """Validate one import row; raises ImportRejectedError with every bad field of the row."""
+def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str], *,
+                observed_on: dt.date | None = None) -> OfferContent:
+    """Validate one import row; raises ImportRejectedError with every bad field of the row.
+    A row that states no ``observed_at`` was read on ``observed_on`` (the import's day; None:
+    unknown); ``unknown`` keeps it unknown, and a stated day after ``observed_on`` is
+    refused (nobody reads a price in the future)."""
     p = _RowParser(row, values)
     unknown = sorted(set(values) - set(COLUMNS))
     for name in unknown:
@@ -446,6 +465,13 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
     as_of = None if as_of_text in (None, UNKNOWN_DATE) else p.date("as_of")
     indicative = p.boolean("indicative")
     notes = p.text("notes", required=False, max_length=4000) or ""
+    observed_text = p.text("observed_at", required=False, max_length=10)
+    observed_at = (observed_on if observed_text is None
+                   else None if observed_text == UNKNOWN_DATE else p.date("observed_at"))
+    if (observed_text not in (None, UNKNOWN_DATE) and observed_at is not None
+            and observed_on is not None and observed_at > observed_on):
+        p.fail("observed_at", f"must not be after the import's day ({observed_on.isoformat()})",
+               "date_in_future")
 
     if term is not None:
         if term in RESERVED_YEARS and payment is None:
@@ -472,7 +498,8 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
     if (p.errors or provider is None or region is None or instance_type is None
             or accelerator is None or gpus is None or term is None or currency is None
             or price is None or source is None or as_of_text is None
-            or (as_of is None and as_of_text != UNKNOWN_DATE) or indicative is None):
+            or (as_of is None and as_of_text != UNKNOWN_DATE) or indicative is None
+            or (observed_at is None and observed_text not in (None, UNKNOWN_DATE))):
         raise ImportRejectedError(p.errors)
     offer = with_sourced_facts(OfferContent(
         provider=provider, region=region, zone=zone, instance_type=instance_type,
@@ -484,7 +511,7 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
         upfront_fee_micros=upfront, interruption_rate_per_hour=rate,
         interruption_rate_source=rate_source, region_carbon_g_per_kwh=carbon,
         region_carbon_source=carbon_source, source=source, as_of=as_of,
-        indicative=indicative, notes=notes,
+        indicative=indicative, notes=notes, observed_at=observed_at,
     ))
     given_id = p.raw("id")
     if given_id is not None and given_id != offer.offer_id:
@@ -495,8 +522,10 @@ def parse_offer(row: int, values: Mapping[str, Any], accelerators: set[str]) -> 
     return offer
 
 
-def parse_offers(rows: Sequence[Mapping[str, Any]], accelerators: set[str]) -> list[OfferContent]:
-    """Validate every row; all or nothing. Duplicate natural keys are errors too."""
+def parse_offers(rows: Sequence[Mapping[str, Any]], accelerators: set[str], *,
+                 observed_on: dt.date | None = None) -> list[OfferContent]:
+    """Validate every row; all or nothing. Duplicate natural keys are errors too. A row that
+    states no ``observed_at`` was read on ``observed_on`` (``parse_offer``)."""
     if not rows:
         raise ImportRejectedError([OfferRowError(
             0, "offers", "an import needs at least one offer (an empty replace would empty "
@@ -512,7 +541,7 @@ def parse_offers(rows: Sequence[Mapping[str, Any]], accelerators: set[str]) -> l
             errors.append(OfferRowError(index, "row", "must be an object", "dict_type"))
             continue
         try:
-            offer = parse_offer(index, values, accelerators)
+            offer = parse_offer(index, values, accelerators, observed_on=observed_on)
         except ImportRejectedError as exc:
             errors.extend(exc.errors)
             continue

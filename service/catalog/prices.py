@@ -201,7 +201,7 @@ def revision_content(row: OfferRevision) -> OfferContent:
         interruption_rate_source=row.interruption_rate_source,
         region_carbon_g_per_kwh=row.region_carbon_g_per_kwh,
         region_carbon_source=row.region_carbon_source, source=row.source, as_of=row.as_of,
-        indicative=row.indicative, notes=row.notes,
+        indicative=row.indicative, notes=row.notes, observed_at=row.observed_at,
     )
 
 
@@ -266,7 +266,7 @@ def _revision_values(offer: OfferContent, flags: Sequence[QualityFlag]) -> dict[
         "region_carbon_g_per_kwh": offer.region_carbon_g_per_kwh,
         "region_carbon_source": offer.region_carbon_source, "source": offer.source,
         "as_of": offer.as_of, "indicative": offer.indicative, "notes": offer.notes,
-        "quality_flags": _flag_dicts(flags),
+        "observed_at": offer.observed_at, "quality_flags": _flag_dicts(flags),
     }
 
 
@@ -292,7 +292,7 @@ def commit_version(
         old = parent.get(offer.offer_id)
         if old is not None and old.content_hash == offer.content_hash and (
             old.quality_flags == offer_flags
-        ):
+        ) and old.observed_at == offer.observed_at:  # a 0013 downgrade keeps hashes, not days
             membership[offer.offer_id] = old.id
             changes["unchanged"] += 1
             continue
@@ -394,12 +394,15 @@ def accelerator_ids(session: Session) -> set[str]:
 
 def import_offers(
     session: Session, rows: Sequence[Mapping[str, Any]], *, mode: ImportMode, created_by: str,
-    note: str,
+    note: str, observed_on: dt.date | None = None,
 ) -> CatalogVersion:
-    """Validate every row (all or nothing), then store a new current version."""
+    """Validate every row (all or nothing), then store a new current version. Rows that
+    state no ``observed_at`` were read on ``observed_on``: the day the caller says, else the
+    day of the import (UTC, the clock that stamps the version's ``created_at``)."""
     check_row_text(rows)
     lock_catalog(session)
-    offers = parse_offers(rows, accelerator_ids(session))
+    offers = parse_offers(rows, accelerator_ids(session),
+                          observed_on=observed_on or _now().date())
     if mode is ImportMode.PATCH:
         current = current_version_id(session)
         merged = {o.offer_id: o for o in (
@@ -414,16 +417,19 @@ def import_offers(
 EDITABLE_COLUMNS = (
     "price_per_hour", "upfront_fee", "interruption_rate_per_hour", "interruption_rate_source",
     "region_carbon_g_per_kwh", "region_carbon_source", "source", "as_of", "indicative", "notes",
+    "observed_at",
 )
 """What ``PUT /v1/offers/{id}`` may change; the rest is the offer's identity and facts."""
 
 
 def edit_offer(
     session: Session, offer_id: str, *, expected_revision_id: int,
-    changes: Mapping[str, Any], created_by: str, note: str,
+    changes: Mapping[str, Any], created_by: str, note: str, observed_on: dt.date | None = None,
 ) -> tuple[CatalogVersion, OfferRevision]:
     """Change one offer of the current version, if it is still at ``expected_revision_id``
-    (the revision the client's If-Match named; ``If-Match: *`` is refused before this)."""
+    (the revision the client's If-Match named; ``If-Match: *`` is refused before this). An
+    edit restates the price, so it was read on the edit's day (``observed_on``, else today
+    UTC) unless ``changes`` state ``observed_at`` (``unknown`` included)."""
     lock_catalog(session)
     current = get_version(session, None)
     revisions = version_revisions(session, current.id)
@@ -435,9 +441,11 @@ def edit_offer(
         raise PreconditionFailedError(
             f"offer {offer_id} has changed (now revision {old.id}); GET it again and retry"
         )
-    values = {**revision_content(old).canonical(), **changes}
+    kept = {k: v for k, v in revision_content(old).canonical().items() if k != "observed_at"}
+    values = {**kept, **changes}
     try:
-        edited = parse_offer(1, values, accelerator_ids(session))
+        edited = parse_offer(1, values, accelerator_ids(session),
+                             observed_on=observed_on or _now().date())
     except ImportRejectedError as exc:
         raise ImportRejectedError([
             OfferRowError(0, e.field, e.message, e.code) for e in exc.errors

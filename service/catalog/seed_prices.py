@@ -30,6 +30,27 @@ its rows say ``unknown`` and quotes flag them ``undated_price`` (issue 17: never
 date; decision 67). An import from the provider's own price list dates them."""
 SKYPILOT_NOTE = "snapshot date unknown (late 2025 to 2026); re-pull before relying on it"
 
+SNAPSHOT_DAY = "2026-11-22"
+"""The day the team's research price snapshot (``shared/data/``) was copied into the seed
+(commit 4849496, ``seed/prices/README.md``)."""
+LATER_COPY_DAY = "2026-11-24"
+"""The day the files added to the seed later were copied from ``shared/data/`` (commits
+0e07df6, d357af8 and eb9e865; ``seed/prices/README.md``)."""
+OBSERVED_AT: dict[str, str] = {
+    "gpu_prices_aws.csv": SNAPSHOT_DAY, "gpu_prices_gcp_instance_totals.csv": SNAPSHOT_DAY,
+    "gpu_prices_lambda.csv": SNAPSHOT_DAY, "gpu_prices_nebius.csv": SNAPSHOT_DAY,
+    "gpu_prices_azure_indicative.csv": SNAPSHOT_DAY,
+    "committed_and_reserved_prices.csv": SNAPSHOT_DAY,
+    "gpu_prices_azure.csv": LATER_COPY_DAY, "tpu_prices_gcp.csv": LATER_COPY_DAY,
+    "gcp_committed_use_prices.csv": LATER_COPY_DAY,
+}
+"""Each price file's ``observed_at``: the day the team read it, its copy day (source:
+``seed/prices/README.md``'s table and the commits that added the files). It is not the day
+the provider published the price (``as_of``, unknown for the SkyPilot rows): a price read
+on this day may be older, which is why the built-in policy only warns on such a price
+(``price_date_unknown_observed``) and fails it after ``max_observed_age_days`` (issue 39).
+Derived reserved rows keep their on-demand row's day."""
+
 RESERVED_DISCOUNTS: dict[Term, tuple[Decimal, str]] = {
     Term.RESERVED_1Y: (Decimal("0.45"), "a 1-year reservation saves about 45% against "
                        "on-demand (the A100 figure in issue 3; AWS's p4d 1-year no-upfront "
@@ -103,6 +124,7 @@ def _skypilot_rows() -> Iterator[dict[str, Any]]:
                 "memory_gib": row["MemoryGiB"], "gpu_memory_gib": _mib_to_gib(row["GpuMemoryMiB"]),
                 "currency": "USD", "source": SOURCES[provider],
                 "as_of": SKYPILOT_AS_OF, "indicative": "false", "notes": notes,
+                "observed_at": OBSERVED_AT[filename],
             }
             key = (row["InstanceType"], row["Region"])
             if row["Price"] and key not in seen_on_demand:
@@ -117,6 +139,7 @@ AZURE_FILE = "gpu_prices_azure.csv"
 """Azure GPU VMs from SkyPilot's v6/v5 Azure catalogs (Azure Retail Prices API, US regions;
 ``seed/prices/README.md``). Their commit dates are unknown, so every row's ``as_of`` is
 ``unknown`` (issue 17: never a stand-in date) and the date evidence is in its notes."""
+AZURE_INDICATIVE_FILE = "gpu_prices_azure_indicative.csv"
 AZURE_ACCELERATORS: dict[str, str] = {
     "Standard_ND96isr_H100_v5": "h100-sxm5-80gb", "Standard_ND96is_H100_v5": "h100-sxm5-80gb",
     "Standard_NC40ads_H100_v5": "h100-nvl-94gb", "Standard_NC80adis_H100_v5": "h100-nvl-94gb",
@@ -157,13 +180,14 @@ def _azure_rows() -> Iterator[dict[str, Any]]:
                       "spot meters)",
             "as_of": "unknown", "indicative": "false",
             "notes": "; ".join(n for n in notes if n)[:4000],
+            "observed_at": OBSERVED_AT[AZURE_FILE],
         }
         covered.add((row["InstanceType"].removeprefix("Standard_"), row["Region"], "on_demand"))
         yield {**common, "term": "on_demand", "price_per_hour": row["Price"]}
         if row["SpotPrice"] and not spot_is_price:
             covered.add((row["InstanceType"].removeprefix("Standard_"), row["Region"], "spot"))
             yield {**common, "term": "spot", "price_per_hour": row["SpotPrice"]}
-    for row in _rows("gpu_prices_azure_indicative.csv"):
+    for row in _rows(AZURE_INDICATIVE_FILE):
         price = row["Price"] or row["SpotPrice"]
         if not price or (row["InstanceType"], row["Region"], row["Term"]) in covered:
             continue  # no price in any reachable source, or a real list price exists
@@ -178,13 +202,17 @@ def _azure_rows() -> Iterator[dict[str, Any]]:
             "indicative": "true",
             "notes": row["Notes"] + ("" if exact else f"; as_of unknown: the source dates it only "
                                                      f"as {stated}"),
+            "observed_at": OBSERVED_AT[AZURE_INDICATIVE_FILE],
         }
+
+
+CAPACITY_BLOCK_FILE = "committed_and_reserved_prices.csv"
 
 
 def _capacity_block_rows() -> Iterator[dict[str, Any]]:
     accelerators = {"H100": "h100-sxm5-80gb", "H200": "h200-sxm-141gb", "A100": "a100-sxm4-40gb"}
     source = ""
-    for row in _rows("committed_and_reserved_prices.csv"):
+    for row in _rows(CAPACITY_BLOCK_FILE):
         source = row["source"] if row["source"] != "same as above" else source
         if row["accelerator"] in SKIPPED_ACCELERATORS:
             continue
@@ -197,6 +225,7 @@ def _capacity_block_rows() -> Iterator[dict[str, Any]]:
             "as_of": "2024-12-31", "indicative": "false",
             "notes": "effective hourly rate of a 1-182 day block, paid up front; prices valid "
                      "until 2025-01-01; OS fee extra. " + row["notes"],
+            "observed_at": OBSERVED_AT[CAPACITY_BLOCK_FILE],
         }
 
 
@@ -325,6 +354,7 @@ def _tpu_rows(pods: Mapping[str, tuple[int, str]]) -> Iterator[dict[str, Any]]:
                     "source": row["source"] + " (per-chip price x chips in the slice)",
                     "as_of": SKYPILOT_AS_OF, "indicative": "false",
                     "notes": f"{SKYPILOT_NOTE}; {row['notes']}",
+                    "observed_at": OBSERVED_AT[TPU_FILE],
                 }
 
 
@@ -356,6 +386,7 @@ def _cud_rows(offered: set[tuple[str, str]]) -> Iterator[dict[str, Any]]:
                 "as_of": row["as_of"], "indicative": "false",
                 "notes": "GCP committed-use discount, billed monthly for the term" + ssd
                          + ". " + row["notes"],
+                "observed_at": OBSERVED_AT[CUD_FILE],
             }
 
 

@@ -99,7 +99,8 @@ class TestMigrations:
             with engine.connect() as conn:
                 assert "lines_zstd" not in {c["name"] for c in inspect(conn).get_columns(
                     "quotes")}
-                stored = dict(conn.execute(sa_text("SELECT id, lines FROM quotes")).all())
+                stored: dict[str, str] = dict(
+                    conn.execute(sa_text("SELECT id, lines FROM quotes")).all())
                 assert stored == texts
             upgrade(url)
             with Session(engine) as session:
@@ -108,6 +109,57 @@ class TestMigrations:
                     assert row is not None
                     assert row.lines_zstd is None
                     assert store.stored_lines(row) == json.loads(text)["lines"]
+        finally:
+            engine.dispose()
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_observed_at_up_down_up_keeps_the_offers_and_invents_no_day(
+        self, backend: str, database_url_factory: Callable[[str], str]
+    ) -> None:
+        """0013 adds offer_revisions.observed_at (issue 39). Down to 0012 drops it with the
+        offers intact; up again, stored revisions read NULL (the migration invents no day),
+        and the seed step dates only the offers that are exactly the seed's, in one new
+        version (the old versions stay as they were)."""
+        url = database_url_factory(backend)
+        engine: Engine = make_engine(url)
+
+        def columns() -> set[str]:
+            with engine.connect() as conn:
+                return {c["name"] for c in inspect(conn).get_columns("offer_revisions")}
+
+        try:
+            upgrade(url)
+            assert "observed_at" in columns()
+            with Session(engine) as session:
+                seed_catalog(session)
+                session.commit()
+            with engine.connect() as conn:
+                before = conn.execute(sa_text(
+                    "SELECT count(*), count(observed_at) FROM offer_revisions")).one()
+            assert before[0] == before[1] > 2000  # a fresh seed dates every offer
+            downgrade(url, "0012")
+            assert current_revision(engine) == "0012"
+            assert "observed_at" not in columns()
+            with engine.connect() as conn:
+                assert conn.execute(sa_text(
+                    "SELECT count(*) FROM offer_revisions")).scalar_one() == before[0]
+            upgrade(url)
+            assert current_revision(engine) == SCHEMA_HEAD
+            with engine.connect() as conn:
+                assert conn.execute(sa_text(
+                    "SELECT count(observed_at) FROM offer_revisions")).scalar_one() == 0
+            with Session(engine) as session:
+                old = current_version_id(session)
+                report = seed_catalog(session)
+                session.commit()
+                assert report.facts_version is not None
+                fresh = version_revisions(session, report.facts_version)
+                assert len(fresh) == before[0]
+                assert {r.observed_at for r in fresh} == {dt.date(2026, 11, 22),
+                                                          dt.date(2026, 11, 24)}
+                assert old is not None
+                assert all(r.observed_at is None for r in version_revisions(session, old))
+                assert seed_catalog(session).facts_version is None
         finally:
             engine.dispose()
 

@@ -67,8 +67,8 @@ OFFER_EXAMPLE: dict[str, Any] = {
     "price_per_gpu_hour": "6.880000", "interruption_rate_per_hour": None,
     "interruption_rate_source": None, "region_carbon_g_per_kwh": None,
     "region_carbon_source": None, "source": "SkyPilot catalog v8 aws/vms.csv",
-    "as_of": "2026-10-27", "age_days": 28, "stale": False, "indicative": False, "notes": "",
-    "quality_flags": [],
+    "as_of": None, "age_days": None, "stale": True, "observed_at": "2026-11-22",
+    "observed_age_days": 4, "indicative": False, "notes": "", "quality_flags": [],
 }
 
 
@@ -122,6 +122,19 @@ class OfferOut(BaseModel):
     stale: bool = Field(description="age_days is over CQ_STALE_AFTER_DAYS (default 180), or "
                                     "as_of is unknown: re-check the price before relying on "
                                     "it.")
+    observed_at: dt.date | None = Field(
+        examples=["2026-11-22"],
+        description=(
+            "The day this catalogue read the price, apart from as_of (when the provider "
+            "published it): the seed file's copy day (service/catalog/seed/prices/README.md), "
+            "or the day of the import, refresh or edit that brought it. null when that day was "
+            "not recorded (offers stored before schema 0013). A quote on a price whose as_of "
+            "is unknown warns (price_date_unknown_observed) while observed_at is within the "
+            "policy's max_observed_age_days and fails after."))
+    observed_age_days: int | None = Field(
+        examples=[4],
+        description="Days from observed_at to today (UTC) when answered; null when "
+                    "observed_at is unknown.")
     indicative: bool = Field(description="True when the price is an estimate, not a list "
                                          "price (derived reserved rates, third-party quotes).")
     notes: str
@@ -134,6 +147,9 @@ class OfferOut(BaseModel):
         age_days = None if row.as_of is None else (today - row.as_of).days
         return cls(
             age_days=age_days, stale=age_days is None or age_days > stale_after_days,
+            observed_at=row.observed_at,
+            observed_age_days=None if row.observed_at is None else (
+                today - row.observed_at).days,
             id=row.offer_id, catalog_version=version_id, revision=row.id,
             provider=row.provider_id, region=row.region, zone=row.zone,
             instance_type=row.instance_type, accelerator=row.accelerator_id,
@@ -165,6 +181,7 @@ class OfferUpdate(RequestModel):
         "examples": [{
             "price_per_hour": "52.000000", "source": "AWS price list, re-read 2026-11-20",
             "as_of": "2026-11-20", "indicative": False, "note": "AWS price cut",
+            "observed_at": "2026-11-20",
         }]})
 
     price_per_hour: DecimalString
@@ -181,12 +198,19 @@ class OfferUpdate(RequestModel):
                                           "date).")
     indicative: bool = Field(strict=True)
     notes: Annotated[str, TextRule(max_length=4000)] = ""
+    observed_at: str | None = Field(
+        default=None, pattern=r"^(\d{4}-\d{2}-\d{2}|unknown)$", examples=["2026-11-20"],
+        description="The day the price was read, YYYY-MM-DD, not after today (UTC); omitted: "
+                    "the edit's day (an edit restates the price); \"unknown\" when the day is "
+                    "not known.")
     note: NoteText = Field(default="", description="Why the price changed; stored on the new "
                                                     "version (no control characters).")
 
     def changes(self) -> dict[str, Any]:
         """The edited columns in the import format."""
-        values = self.model_dump(exclude={"note"})
+        values = self.model_dump(exclude={"note", "observed_at"})
+        if self.observed_at is not None:
+            values["observed_at"] = self.observed_at
         values["indicative"] = "true" if self.indicative else "false"
         values["upfront_fee"] = self.upfront_fee or "0"
         values["as_of"] = self.as_of or "unknown"

@@ -5,10 +5,26 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+# Bytecode, when the environment forbids writing it (PYTHONDONTWRITEBYTECODE=1): then every
+# process the suite starts (two xdist workers, about a hundred server and CLI processes)
+# compiled alembic, uvicorn, httpx, psycopg, hypothesis, schemathesis and pytest from source
+# again, about 0.8 s of CPU each. The compiled files go to a folder of their own under the
+# temporary directory, so the tree and the virtual environment stay as clean as the variable
+# asked; Python checks each file against its source's size and mtime, as in __pycache__.
+# Set here, before the imports below and before pytest-xdist starts its workers, which
+# inherit the environment (as do the subprocesses: tests/live_server.py).
+if sys.dont_write_bytecode and not sys.pycache_prefix:
+    sys.pycache_prefix = os.path.join(tempfile.gettempdir(), f"cq-pycache-{os.getuid()}")
+    sys.dont_write_bytecode = False
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import pytest
 from fastapi.testclient import TestClient

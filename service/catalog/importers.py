@@ -45,6 +45,7 @@ accelerator the catalogue has no datasheet for is skipped and counted, never gue
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import re
 from collections import Counter
@@ -607,7 +608,8 @@ class RefreshReport:
 
 def refresh_provider(session: Session, provider: str, imported: Imported, *, created_by: str,
                      note: str, threshold: Decimal = DEFAULT_MOVE_THRESHOLD,
-                     dry_run: bool = False) -> RefreshReport:
+                     dry_run: bool = False, observed_on: dt.date | None = None,
+                     ) -> RefreshReport:
     """Replace ``provider``'s offers within the document's scope with ``imported``, as one new
     version (all or nothing; flushes only). The scope is the regions and terms of the imported
     rows (``RefreshScope``), within the format's terms, instance types and payment options;
@@ -617,7 +619,10 @@ def refresh_provider(session: Session, provider: str, imported: Imported, *, cre
         raise ImporterError("the document holds no offer the catalogue can use")
     check_row_text(imported.rows)
     lock_catalog(session)
-    offers = parse_offers(imported.rows, accelerator_ids(session))
+    # The refresh reads the prices today (UTC) unless the caller names the day the document
+    # was read: each row's observed_at (issue 39), apart from its as_of.
+    offers = parse_offers(imported.rows, accelerator_ids(session),
+                          observed_on=observed_on or dt.datetime.now(dt.UTC).date())
     if any(o.provider != provider for o in offers):
         raise ImporterError(f"every imported offer must be {provider}'s")
     scope = RefreshScope(regions=sorted({o.region for o in offers}),

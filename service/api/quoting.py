@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from service import __version__
 from service.api.auto import resolve_plan
+from service.api.calibrating import StoredCalibration
 from service.api.deps import AcceleratorCache
 from service.api.observability import (
     pricing_attributes,
@@ -692,3 +694,50 @@ def _median(values: Sequence[Decimal]) -> Decimal:
 
 
 ComputeFn = Callable[..., Computed]
+
+
+def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCache,
+                 version_id: str, budget: WorkBudget, workers: int, policy: Policy,
+                 now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
+                 fx_version: str | None = None, book_revision: int | None = None,
+                 max_reasonable_train_s: float | None = None,
+                 calibration: StoredCalibration | None = None,
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``compute_text`` with every line as a dict (what ``verify`` compares)."""
+    body, lines = compute_text(
+        session, request, cache, version_id, budget, workers, policy, now, gated=gated,
+        offer_cache=offer_cache, fx_version=fx_version, book_revision=book_revision,
+        max_reasonable_train_s=max_reasonable_train_s, calibration=calibration)
+    every: list[dict[str, Any]] = json.loads(lines)["lines"]
+    return body, every
+
+
+def compute_text(session: Session, request: QuoteRequest, cache: AcceleratorCache,
+                 version_id: str, budget: WorkBudget, workers: int, policy: Policy,
+                 now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
+                 fx_version: str | None = None, book_revision: int | None = None,
+                 max_reasonable_train_s: float | None = None,
+                 calibration: StoredCalibration | None = None,
+                 ) -> tuple[dict[str, Any], str]:
+    """A quote's one service function before it is stored: read everything it prices from
+    (the budget's FX conversion, the policy's limits in its currency, the discount book),
+    size the workload, price and judge it once, and render the answer (no id or timestamps)
+    and every line as the stored JSON text ``{"lines":[...]}``, written once; its searches
+    within ``budget``. ``verify`` passes no ``offer_cache``: it reads the stored
+    version again, and it passes the stored quote's FX table version. ``calibration``: the
+    user calibration the request's ``calibration_id`` names (the caller resolves it)."""
+    conversion = budget_conversion(session, request, version_id, now, fx_version)
+    policy, policy_limits = policy_in(session, policy, conversion)
+    book = discount_book(session, request.discount_book, book_revision)
+    jobs = size_workload(request, cache, budget, workers,
+                         None if calibration is None else calibration.calibration())
+    computed = price(session, request, jobs, version_id, policy, now, gated=gated,
+                     offer_cache=offer_cache, conversion=conversion, book=book)
+    body, lines = quote_body(computed, request, all_lines=False,
+                             max_reasonable_train_s=max_reasonable_train_s)
+    body["fx"] = fx_json(conversion, request.fx_date or now.date(), policy_limits)
+    body["discount_book"] = (None if book is None
+                             else {"name": book.name, "revision": book.revision})
+    if calibration is not None:
+        body["calibration"] = calibration.ref()
+    return body, lines

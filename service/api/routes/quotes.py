@@ -17,7 +17,6 @@ from service.api.auth import NO_STORE, Principal, read_access, reader_of, requir
 from service.api.budget_plans import budget_plan
 from service.api.calibrating import StoredCalibration
 from service.api.deps import (
-    AcceleratorCache,
     AcceleratorsDep,
     SessionDep,
     SettingsDep,
@@ -26,17 +25,7 @@ from service.api.deps import (
 )
 from service.api.pagination import PageSize, PageToken, decode_token, encode_token
 from service.api.problems import SEARCH_UNAVAILABLE, problem_responses
-from service.api.quoting import (
-    ESTIMATOR_VERSION,
-    OfferCache,
-    budget_conversion,
-    discount_book,
-    fx_json,
-    policy_in,
-    price,
-    quote_body,
-    size_workload,
-)
+from service.api.quoting import ESTIMATOR_VERSION, OfferCache, compute_body, compute_text
 from service.api.schemas.common import Page
 from service.api.schemas.prices import as_utc
 from service.api.schemas.quotes import (
@@ -50,7 +39,7 @@ from service.api.schemas.quotes import (
     QuoteSummaryOut,
     VerifyOut,
 )
-from service.api.work import ClientGoneDep, WorkBudget, request_budget
+from service.api.work import ClientGoneDep, request_budget
 from service.catalog import policies
 from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
@@ -97,51 +86,6 @@ IdempotencyKey = Annotated[str | None, Header(
     max_length=255, pattern=r"^[!-~]+$",
     description="Required (printable ASCII, at most 255). The same key and body replay the "
                 "stored quote.")]
-
-def compute_body(session: Session, request: QuoteRequest, cache: AcceleratorCache,
-                 version_id: str, budget: WorkBudget, workers: int, policy: Policy,
-                 now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
-                 fx_version: str | None = None, book_revision: int | None = None,
-                 max_reasonable_train_s: float | None = None,
-                 calibration: StoredCalibration | None = None,
-                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``compute_text`` with every line as a dict (what ``verify`` compares)."""
-    body, lines = compute_text(
-        session, request, cache, version_id, budget, workers, policy, now, gated=gated,
-        offer_cache=offer_cache, fx_version=fx_version, book_revision=book_revision,
-        max_reasonable_train_s=max_reasonable_train_s, calibration=calibration)
-    every: list[dict[str, Any]] = json.loads(lines)["lines"]
-    return body, every
-
-
-def compute_text(session: Session, request: QuoteRequest, cache: AcceleratorCache,
-                 version_id: str, budget: WorkBudget, workers: int, policy: Policy,
-                 now: dt.datetime, *, gated: bool, offer_cache: OfferCache | None = None,
-                 fx_version: str | None = None, book_revision: int | None = None,
-                 max_reasonable_train_s: float | None = None,
-                 calibration: StoredCalibration | None = None,
-                 ) -> tuple[dict[str, Any], str]:
-    """Everything of a quote that is computed (no id or timestamps), and every line as the
-    stored JSON text ``{"lines":[...]}``, written once; its
-    searches within ``budget``. ``verify`` passes no ``offer_cache``: it reads the stored
-    version again, and it passes the stored quote's FX table version. ``calibration``: the
-    user calibration the request's ``calibration_id`` names (the caller resolves it)."""
-    conversion = budget_conversion(session, request, version_id, now, fx_version)
-    policy, policy_limits = policy_in(session, policy, conversion)
-    book = discount_book(session, request.discount_book, book_revision)
-    jobs = size_workload(request, cache, budget, workers,
-                         None if calibration is None else calibration.calibration())
-    computed = price(session, request, jobs, version_id, policy, now, gated=gated,
-                     offer_cache=offer_cache, conversion=conversion, book=book)
-    body, lines = quote_body(computed, request, all_lines=False,
-                             max_reasonable_train_s=max_reasonable_train_s)
-    body["fx"] = fx_json(conversion, request.fx_date or now.date(), policy_limits)
-    body["discount_book"] = (None if book is None
-                             else {"name": book.name, "revision": book.revision})
-    if calibration is not None:
-        body["calibration"] = calibration.ref()
-    return body, lines
-
 
 def _calibration(session: Session, body: QuoteRequest,
                  principal: Principal | None) -> StoredCalibration | None:

@@ -163,6 +163,7 @@ FLAG_LABELS: dict[str, str] = {
     "price_outlier": "price outlier against similar offers",
     "spot_above_on_demand": "spot price above on-demand",
     "spot_not_discounted": "spot price not discounted",
+    "reserved_above_on_demand": "reserved or committed price above on-demand",
     "missing_on_demand": "no on-demand price to check against",
     "gpu_memory_mismatch": "GPU memory differs from the datasheet",
     "assumed_interruption_rate": "spot interruption rate assumed",

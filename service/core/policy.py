@@ -51,7 +51,7 @@ account-specific query. An assumption, documented in docs/pricing.md; the line i
 ``spot_capacity_unverified`` and the policy decides."""
 
 QUARANTINE_FLAGS = frozenset({"price_outlier", "spot_above_on_demand", "spot_not_discounted",
-                              "gpu_memory_mismatch"})
+                              "reserved_above_on_demand", "gpu_memory_mismatch"})
 """Data-quality flags (service/catalog/quality.py) that make a price unfit to approve on."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -201,6 +201,9 @@ class TestRules:
         ({"derived": True}, "derived_price", Policy(forbid_indicative=False)),
         ({"quality_flags": ("price_outlier",)}, "quarantined_price",
          Policy(forbid_quarantined=False)),
+        # A committed price dearer than on-demand (catalog.quality, issue 39) is quarantined.
+        ({"quality_flags": ("reserved_above_on_demand",)}, "quarantined_price",
+         Policy(forbid_quarantined=False)),
     ])
     def test_price_quality_fails_by_default_and_warns_when_the_policy_allows_it(
         self, changes: dict[str, object], code: str, lenient: Policy,

@@ -51,7 +51,8 @@ class PolicyRulesIn(RequestModel):
     forbid_quarantined: bool = Field(
         strict=True, default=DEFAULT_POLICY.forbid_quarantined,
         description="Prices with data-quality flags (price_outlier, spot_above_on_demand, "
-                    "spot_not_discounted, gpu_memory_mismatch) fail; false: they warn.")
+                    "spot_not_discounted, reserved_above_on_demand, gpu_memory_mismatch) "
+                    "fail; false: they warn.")
     max_price_age_s: float | None = Field(
         strict=True, default=DEFAULT_POLICY.max_price_age_s, gt=0, le=1e10,
         description="A price older than this (its as_of against the quote's date) is stale.")

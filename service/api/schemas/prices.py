@@ -50,7 +50,8 @@ def as_utc(moment: dt.datetime) -> dt.datetime:
 class QualityFlagOut(BaseModel):
     code: str = Field(examples=["spot_above_on_demand"],
                       description="One of spot_above_on_demand, spot_not_discounted, "
-                                  "price_outlier, missing_on_demand, gpu_memory_mismatch.")
+                                  "reserved_above_on_demand, price_outlier, "
+                                  "missing_on_demand, gpu_memory_mismatch.")
     detail: str
 
 

@@ -203,7 +203,8 @@ def row_inputs(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) ->
         global_batch_seqs=int(row["global_batch_seqs"]),
         tokens=1e12,
         precision=Precision(row["precision"]),
-        flash_attention=not row["id"].startswith(UNFUSED_ATTENTION_PREFIXES),
+        flash_attention=(row.get("flash_attention") != "false"
+                         and not row["id"].startswith(UNFUSED_ATTENTION_PREFIXES)),
         framework=Framework(row.get("framework") or "unknown"),
         master_weights=StatePrecision(row.get("master_weights") or "fp32"),
         gradient_precision=StatePrecision(row["gradient_precision"]) if row.get(

@@ -1,15 +1,16 @@
 """Arithmetic that works on one plan (Python numbers) or on many at once (numpy arrays).
 
 The geometry, memory and timing formulas are written once, against this small interface:
-``xp.where``, ``xp.maximum`` and ``xp.minimum``, plus ordinary operators. ``estimate()`` passes
-``SCALAR`` and Python numbers; the plan search passes the ``numpy`` module and arrays with one
-element per candidate plan. Both therefore run the same formulas in the same order, and agree
-to floating-point rounding (a property test checks 1e-9 relative). The core itself needs no
-numpy: only the search imports it.
+``xp.where``, ``xp.maximum``, ``xp.minimum`` and ``xp.log2``, plus ordinary operators.
+``estimate()`` passes ``SCALAR`` and Python numbers; the plan search passes the ``numpy``
+module and arrays with one element per candidate plan. Both therefore run the same formulas
+in the same order, and agree to floating-point rounding (a property test checks 1e-9
+relative). The core itself needs no numpy: only the search imports it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 Num = Any
@@ -31,6 +32,10 @@ class ScalarOps:
     @staticmethod
     def minimum(a: Num, b: Num) -> Num:
         return a if a <= b else b
+
+    @staticmethod
+    def log2(a: Num) -> Num:
+        return math.log2(a)
 
 
 SCALAR = ScalarOps()

@@ -23,7 +23,10 @@ Per micro-batch, on the slowest pipeline stage, one GPU spends:
 
 Collective times follow nccl-tests PERFORMANCE.md: all-reduce alpha + 2(n-1)/n * S/B,
 reduce-scatter and all-gather alpha + (n-1)/n * S/B, all-to-all alpha + (n-1)/n * S/B, with B
-the achieved bandwidth of the tier the group spans.
+the achieved bandwidth of the tier the group spans. For all-reduce, reduce-scatter and
+all-gather, alpha is NCCL's own latency by algorithm, protocol and ring size
+(``collectives``); all-to-all, point-to-point and context-parallel hops keep the fixed
+``Calibration.collective_latency_s``.
 
 The step is m x (micro-batch time) + the pipeline bubble ((p-1)/v micro-batch times;
 Narayanan et al. 2021 eq. 1) + exposed data-parallel traffic + the optimizer step +
@@ -43,6 +46,7 @@ from types import MappingProxyType
 
 from service.core.attention import kernel_peak_fraction
 from service.core.calibration import Calibration
+from service.core.collectives import collective_s
 from service.core.geometry import Geometry, PlanVars
 from service.core.memory import (
     StateLayout,
@@ -122,8 +126,33 @@ FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 (DeepSeek-V3, arXiv 2412.19437, section 3.3.2, 1 x 128 activation tiles)."""
 ATTENTION_BACKWARD_MULTIPLIER = 2.5
 """FlashAttention-2 backward does 2.5x the forward matmul work (Dao 2023, section 3.1.2)."""
+UNFUSED_BACKWARD_MULTIPLIER = 2.0
+"""Standard attention's backward runs four GEMMs (dV = P^T dO, dP = dO V^T, dQ = dS K,
+dK = dS^T Q) to the forward's two (Dao et al. 2022, Algorithm 0 and appendix B.2): twice the
+forward; FlashAttention's 2.5 adds the recomputed S."""
 CAUSAL_FRACTION = 0.5
 """Causal masking halves the executed attention-score work (Dao 2023, section 3.1.1)."""
+UNFUSED_SCORE_BYTES = MappingProxyType({
+    # PyTorch eager attention as FlashAttention's own baseline writes it (Dao-AILab/
+    # flash-attention flash_attn/modules/mha.py ``SelfAttention``, the ``use_flash_attn=False``
+    # path; PyTorch's SDPA math backend runs the same ops), per element of the s x s score
+    # matrix. Forward: QK^T writes S (2), the causal mask is added (read and write, 4),
+    # softmax in 16-bit in and out (4), dropout reads, writes and stores a 1-byte mask (5),
+    # PV reads P (2): 17 bytes. Backward: P read for dV and dP written (4), dropout (5),
+    # softmax backward reads the gradient and the output and writes dS (6), dS read for dQ
+    # and for dK (4): 19 bytes. Dao et al. 2022 (FlashAttention, arXiv 2205.14135) Algorithm
+    # 0 and section 3.2 count the same materialised S and P. Older code that upcasts the
+    # softmax to fp32 (HF transformers' GPT2Attention) makes more passes than this.
+    "eager": (17.0, 19.0),
+    # Megatron-LM's FusedScaleMaskSoftmax (megatron/model/fused_softmax.py, the
+    # scaled_masked_softmax CUDA kernel): scale, mask and softmax in one pass, 16-bit in and
+    # out. Forward: S written (2), softmax read and write (4), dropout (5), PV reads P (2):
+    # 13. Backward as above: 19.
+    "fused_softmax": (13.0, 19.0),
+})
+"""HBM bytes per score element (forward, backward) of attention without a fused kernel
+(``TrainingSpec.flash_attention`` False): the materialised score and probability matrices,
+read and written once per op. ``fused_softmax`` on Megatron, ``eager`` elsewhere."""
 OPTIMIZER_BYTES_TOUCHED_PER_PARAM = 30.0
 """Adam step: read fp32 grad, master, m, v (16 B); write master, m, v (12 B), bf16 weight (2 B)."""
 LN_2 = math.log(2.0)
@@ -200,12 +229,40 @@ def gemm_efficiency(
     return max_efficiency * intensity / (intensity + half_point)
 
 
-def _collective_s(volume_bytes: Num, group: Num, bandwidth: Num, factor: float,
-                  cal: Calibration, xp: Num) -> Num:
-    """alpha + factor*(n-1)/n * S/B; factor 2 for all-reduce, 1 for the others; 0 for a group
-    of one or nothing to send."""
-    seconds = cal.collective_latency_s + factor * (group - 1) / group * volume_bytes / bandwidth
-    return xp.where((group > 1) & (volume_bytes > 0), seconds, 0.0)
+def unfused_attention_s(model: ModelSpec, training: TrainingSpec, tokens: Num, t: Num,
+                        layers: Num, half_peak_flops_per_s: float, half_max: float,
+                        hbm_bytes_per_s: float, full: Num, selective: Num,
+                        xp: Num = SCALAR) -> Num:
+    """Seconds per micro-batch of attention without a fused kernel, on one GPU's ``layers``:
+    the two batched GEMMs (QK^T and PV, 2 x 2 x s x head width FLOPs per token and head,
+    the full matrix: nothing is skipped for the causal mask) at the large-GEMM efficiency,
+    plus the score matrices' HBM traffic (``UNFUSED_SCORE_BYTES``, which counts the GEMMs'
+    reads and writes of S and P, so the GEMMs are charged only their arithmetic: a roofline
+    split, Williams et al. 2009), the two in series: the softmax cannot start before QK^T
+    ends. The forward runs again
+    under full or selective recomputation (Korthikanti et al. 2022 recompute exactly this
+    part selectively)."""
+    heads = model.num_heads / t
+    width = model.attention_head_dim + model.value_head_dim
+    seq = training.seq_len
+    matmul_flops = 2.0 * seq * heads * width * tokens * layers
+    recompute = xp.where(full | selective, 1.0, 0.0)
+    matmul_s = (matmul_flops * (1.0 + UNFUSED_BACKWARD_MULTIPLIER + recompute)
+                / (half_peak_flops_per_s * half_max))
+    forward_bytes, backward_bytes = UNFUSED_SCORE_BYTES[
+        "fused_softmax" if training.framework == Framework.MEGATRON else "eager"]
+    elements = tokens * heads * seq * layers
+    traffic_s = elements * (forward_bytes * (1.0 + recompute) + backward_bytes) / hbm_bytes_per_s
+    return matmul_s + traffic_s
+
+
+def _collective_s(volume_bytes: Num, group: Num, per_node: Num, bandwidth: Num,
+                  all_reduce: bool, xp: Num) -> Num:
+    """An all-reduce (``all_reduce``), reduce-scatter or all-gather at the ring's achieved bus
+    bandwidth: NCCL's cost model, latency by algorithm, protocol and ring size
+    (``collectives.collective_s``: 2(n-1)/n x S/B for an all-reduce, (n-1)/n x S/B for the
+    others, plus the fastest pair's latency); 0 for a group of one or nothing to send."""
+    return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp)
 
 
 def ring_bandwidth(
@@ -337,7 +394,8 @@ def _micro_batch_time(
     )
     logits_s = tokens * 3.0 * logits_flops / (half_peak * eff_logits)
 
-    # FlashAttention: causal half of the full score work, per GPU.
+    # FlashAttention: causal half of the full score work, per GPU. Without it the full
+    # matrix is computed and masked (Dao et al. 2022, Algorithm 0).
     causal = CAUSAL_FRACTION if training.flash_attention else 1.0
     attn_core_per_token = (
         2.0 * training.seq_len * model.num_heads
@@ -349,14 +407,19 @@ def _micro_batch_time(
     kernel_fraction = kernel_peak_fraction(training.framework, acc.id,
                                            training.attention_kernel,
                                            training.framework_version)
-    attention_peak_fraction = (
-        half_max * cal.attention_efficiency_fraction if kernel_fraction is None
-        or not training.flash_attention else kernel_fraction * cal.attention_kernel_scale
-    )
-    attention_s = (
-        tokens * geo.layers_per_stage * attn_core_per_token * attn_passes
-        / (half_peak * attention_peak_fraction)
-    )
+    if training.flash_attention:
+        attention_peak_fraction = (
+            half_max * cal.attention_efficiency_fraction if kernel_fraction is None
+            else kernel_fraction * cal.attention_kernel_scale
+        )
+        attention_s = (
+            tokens * geo.layers_per_stage * attn_core_per_token * attn_passes
+            / (half_peak * attention_peak_fraction)
+        )
+    else:
+        attention_s = unfused_attention_s(model, training, tokens, t, geo.layers_per_stage,
+                                          half_peak, half_max, acc.hbm_bytes_per_s,
+                                          full, plan.selective_recompute, xp)
 
     # Memory-bound elementwise work over the stored activations (forward, backward, and the
     # recomputed forward under full recomputation).
@@ -372,7 +435,8 @@ def _micro_batch_time(
     tp_volume = tokens * h * ACTIVATION_COMM_BYTES
     tp_count = (4.0 + xp.where(full, 2.0, 0.0)) * geo.layers_per_stage
     tp_s = tp_count * _collective_s(
-        tp_volume, t, ring_bandwidth(acc, t, geo.tp_per_node, cal, xp), 2.0, cal, xp
+        tp_volume, t, geo.tp_per_node, ring_bandwidth(acc, t, geo.tp_per_node, cal, xp), True,
+        xp,
     ) * cal.tp_comm_exposed_fraction
 
     # Context parallel: ring exchange of local K and V, hidden behind attention where possible.
@@ -419,11 +483,8 @@ def _micro_batch_time(
         ep_s = xp.where(plan.ep > 1, exposed, 0.0)
 
     # Pipeline: activations and their gradients cross each stage boundary, v times each.
-    p2p_bytes = tokens * h * ACTIVATION_COMM_BYTES / xp.where(plan.sequence_parallel, t, 1)
-    bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal, xp)
-    pp_s = xp.where(
-        plan.pp > 1, 2.0 * plan.vp * (cal.collective_latency_s + p2p_bytes / bandwidth), 0.0
-    )
+    pp_s = xp.where(plan.pp > 1, _pipeline_p2p_s(tokens, h, plan, geo, training, compute_s,
+                                                 acc, cal, xp), 0.0)
 
     return _MicroBatch(
         compute_s=compute_s,
@@ -433,6 +494,38 @@ def _micro_batch_time(
         ep_s=ep_s,
         pp_s=pp_s,
     )
+
+
+def _pipeline_p2p_s(tokens: Num, h: int, plan: PlanVars, geo: Geometry,
+                    training: TrainingSpec, compute_s: Num, acc: AcceleratorSpec,
+                    cal: Calibration, xp: Num) -> Num:
+    """Exposed seconds per micro-batch of the pipeline's point-to-point sends: b*s*h 16-bit
+    activations forward and their gradients backward at each stage boundary, v times with
+    interleaving, each send paying the point-to-point latency.
+
+    - Sequence parallelism leaves each tensor-parallel rank 1/t of the activations to send.
+      Without it Megatron-LM still sends 1/t per rank and all-gathers the rest inside the
+      node (the scatter/gather optimisation, Narayanan et al. 2021 section 4.1;
+      ``--no-scatter-gather-tensors-in-pipeline`` turns it off, on by default).
+    - Megatron overlaps the sends with the next chunk's compute under the interleaved
+      schedule (``overlap_p2p_comm``, on unless ``--no-overlap-p2p-communication``; it acts
+      only with virtual stages, megatron/training/arguments.py), so only what outlasts the
+      micro-batch's compute is exposed there. Other stacks and the plain 1F1B schedule wait
+      for each send."""
+    megatron = training.framework == Framework.MEGATRON
+    split = xp.where(plan.sequence_parallel, plan.tp, plan.tp if megatron else 1)
+    p2p_bytes = tokens * h * ACTIVATION_COMM_BYTES / split
+    bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal, xp)
+    send_s = cal.collective_latency_s + p2p_bytes / bandwidth
+    if megatron:
+        # The all-gather of the other t-1 slices over the scale-up link (no SP only).
+        gather = (plan.tp - 1) / plan.tp * tokens * h * ACTIVATION_COMM_BYTES / (
+            acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction)
+        send_s = send_s + xp.where(plan.sequence_parallel | (plan.tp == 1), 0.0, gather)
+    raw_s = 2.0 * plan.vp * send_s
+    if megatron:
+        return xp.where(plan.vp > 1, xp.maximum(0.0, raw_s - compute_s), raw_s)
+    return raw_s
 
 
 def step_time(
@@ -466,10 +559,10 @@ def step_time(
     dp_bw = ring_bandwidth(acc, geo.shard_group_size, geo.shard_per_node, cal, xp)
     layout = state_layout(training)
     # Replicas imply ZeRO >= 1 (specs), so their all-reduce moves the sharded gradients.
-    dp_comm = (_dp_traffic_s(params, geo.shard_group_size, plan.zero_stage, dp_bw, layout, cal,
-                             xp)
-               + _dp_traffic_s(experts, geo.expert_shard_group_size, plan.zero_stage, dp_bw,
-                               layout, cal, xp)
+    dp_comm = (_dp_traffic_s(params, geo.shard_group_size, geo.shard_per_node, plan.zero_stage,
+                             dp_bw, layout, xp)
+               + _dp_traffic_s(experts, geo.expert_shard_group_size, geo.shard_per_node,
+                               plan.zero_stage, dp_bw, layout, xp)
                + _replica_all_reduce_s(shard_params, plan.dp_replicas, geo.replica_per_node,
                                        acc, layout, cal, xp))
     exposed = xp.maximum(dp_comm - micro_batch_s,
@@ -594,12 +687,12 @@ def _replica_all_reduce_s(
     backward like the rest of the data-parallel traffic."""
     grads = shard_params * layout.grad_bytes_per_param
     bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp)
-    return _collective_s(grads, replicas, bandwidth, 2.0, cal, xp)
+    return _collective_s(grads, replicas, per_node, bandwidth, True, xp)
 
 
 def _dp_traffic_s(
-    params: Num, group: Num, zero_stage: Num, bandwidth: Num, layout: StateLayout,
-    cal: Calibration, xp: Num,
+    params: Num, group: Num, per_node: Num, zero_stage: Num, bandwidth: Num,
+    layout: StateLayout, xp: Num,
 ) -> Num:
     """Data-parallel traffic per step (ZeRO 0-2) or per micro-batch (ZeRO-3): all-reduce of
     the gradients (ZeRO-0), or their reduce-scatter plus one all-gather of the weights
@@ -607,9 +700,9 @@ def _dp_traffic_s(
     gradient precision, weights in their working precision (``memory.state_layout``)."""
     grads = params * layout.grad_bytes_per_param
     weights = params * layout.gather_bytes_per_param
-    all_reduce = _collective_s(grads, group, bandwidth, 2.0, cal, xp)
-    reduce_scatter = _collective_s(grads, group, bandwidth, 1.0, cal, xp)
-    all_gather = _collective_s(weights, group, bandwidth, 1.0, cal, xp)
+    all_reduce = _collective_s(grads, group, per_node, bandwidth, True, xp)
+    reduce_scatter = _collective_s(grads, group, per_node, bandwidth, False, xp)
+    all_gather = _collective_s(weights, group, per_node, bandwidth, False, xp)
     seconds = xp.where(
         zero_stage == 0, all_reduce,
         xp.where(zero_stage == 3, reduce_scatter + 2.0 * all_gather, reduce_scatter + all_gather),

@@ -62,10 +62,10 @@ def _instrument(spent: collections.Counter[str]) -> None:
 
     for name in ("compute_text", "_new_quote", "_store"):
         _timed(route, name, name, spent)
-    _timed(route, "quote_body", "compute_text: quote_body", spent)
+    _timed(quoting, "quote_body", "compute_text: quote_body", spent)
     _timed(core_quote, "price_all", "compute_text: price_all", spent)
     _timed(quoting, "plausibility_warnings", "quote_body: plausibility", spent)
-    _timed(quoting.LineTexts, "text", "quote_body: stored lines' text", spent)
+    _timed(quoting, "lines_text", "quote_body: stored lines' text", spent)
     _timed(route.QuoteOut, "model_validate", "_new_quote: answer validation", spent)
     _timed(store, "pack_lines", "_new_quote: compression", spent)
     _timed(store, "insert_quote", "_store: insert", spent)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import importlib
 import json
+import pkgutil
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -16,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+import service.core
 from service import __version__
 from service.api.auto import resolve_plan
 from service.api.calibrating import StoredCalibration
@@ -53,13 +56,8 @@ from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
 from service.catalog.fx import Conversion
 from service.catalog.quoting import load_offers, onprem_inputs
-from service.core import calibration as calibration_module
-from service.core import memory as memory_module
-from service.core import policy as policy_module
 from service.core import pricing, serving
 from service.core import quote as core_quote
-from service.core import timing as timing_module
-from service.core import units as units_module
 from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.discounts import DiscountBook, apply_book
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError, NoLayoutError
@@ -115,15 +113,23 @@ def _constants(*modules: Any) -> list[tuple[str, str]]:
     return sorted((name, text) for name, text in found if text is not None)
 
 
-ESTIMATOR_VERSION = "{}+cal.{}+{}".format(
-    __version__, DEFAULT_CALIBRATION.version,
-    hashlib.sha256((repr(DEFAULT_CALIBRATION) + repr(_constants(
-        pricing, core_quote, policy_module, timing_module, memory_module, calibration_module,
-        units_module,
-    ))).encode()).hexdigest()[:12],
-)
-"""Package version, calibration version and a hash of every model constant: calibration,
-timing, memory, units, pricing, quote and policy rules."""
+def core_modules() -> tuple[Any, ...]:
+    """Every module of ``service.core``, by name: the modules whose constants the estimator
+    version hashes (issue 38: it used to name six, and missed the serving model's)."""
+    names = sorted(info.name for info in pkgutil.iter_modules(service.core.__path__))
+    return tuple(importlib.import_module(f"service.core.{name}") for name in names)
+
+
+def estimator_version(modules: tuple[Any, ...]) -> str:
+    """Package version, calibration version and a hash of the calibration and of every
+    upper-case constant of ``modules``."""
+    digest = hashlib.sha256((repr(DEFAULT_CALIBRATION) + repr(_constants(*modules))).encode())
+    return f"{__version__}+cal.{DEFAULT_CALIBRATION.version}+{digest.hexdigest()[:12]}"
+
+
+ESTIMATOR_VERSION = estimator_version(core_modules())
+"""The fingerprint of every ``service.core`` module's constants (training and serving models,
+pricing, quote and policy rules): it moves whenever a figure could."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

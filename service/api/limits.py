@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,17 +35,10 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-JSON_BODY_KEY = "computequote.json_body"
-"""Where the parsed body is left in ``scope["state"]`` for the fast layer
-(``service/api/fast.py``), so a JSON body is parsed once: the same object ``json.loads``
-gives, since a body that repeats a key is refused before it is left there."""
-
-
 def _repeats_a_key(scope: Scope, body: bytes) -> bool:
     """Whether a JSON body repeats a key within one object. RFC 8259 leaves such bodies'
     meaning to the parser (Python keeps the last value): refusing them is the only answer no
-    client can misread. Bodies that are not JSON are left to the route. A body that parses is
-    left in the scope's state under ``JSON_BODY_KEY``."""
+    client can misread. Bodies that are not JSON are left to the route."""
     if not body:
         return False
     for name, value in scope.get("headers", []):
@@ -58,12 +50,11 @@ def _repeats_a_key(scope: Scope, body: bytes) -> bool:
     else:
         return False
     try:
-        parsed = json.loads(body, object_pairs_hook=_no_duplicates)
+        json.loads(body, object_pairs_hook=_no_duplicates)
     except _DuplicateKeyError:
         return True
     except (ValueError, RecursionError):
         return False  # malformed: the route's parser names the problem
-    scope.setdefault("state", {})[JSON_BODY_KEY] = parsed
     return False
 
 
@@ -71,14 +62,10 @@ class BodySizeLimitMiddleware:
     def __init__(
         self, app: ASGIApp, *, max_body_bytes: int, body_timeout_s: float,
         path_limits: dict[str, int] | None = None,
-        known_bodies: dict[str, Callable[[bytes], bool]] | None = None,
     ) -> None:
         """``path_limits``: a larger limit for an exact path, or for every path under a key
-        that ends with ``/``. ``known_bodies``: per exact path, whether a body was answered
-        before byte for byte (``EstimateMemo.known``), so that it passed the duplicate-key
-        check then and is not parsed again."""
+        that ends with ``/``."""
         self.app = app
-        self.known_bodies = known_bodies or {}
         self.max_body_bytes = max_body_bytes
         self.path_limits = {k: v for k, v in (path_limits or {}).items()
                             if not k.endswith("/")}
@@ -128,8 +115,7 @@ class BodySizeLimitMiddleware:
                        "(CQ_BODY_TIMEOUT_S)", headers=[(b"connection", b"close")])
             return
         body = b"".join(chunks)
-        known = self.known_bodies.get(scope.get("path", ""))
-        if (known is None or not known(body)) and _repeats_a_key(scope, body):
+        if _repeats_a_key(scope, body):
             await send_problem(
                 scope, send, status=422, kind="validation-error",
                 title="Request validation failed",

@@ -179,5 +179,5 @@ def test_the_server_runs_with_the_bounded_protocol(where: str) -> None:
     text = (ROOT / where).read_text()
     assert re.search(r'--http["\s,]+"?service\.api\.connections:HttpProtocol', text), where
     assert HTTP_PROTOCOL == "service.api.connections:HttpProtocol"
-    serve = (ROOT / "service/cli/commands.py").read_text()
+    serve = (ROOT / "service/cli/server.py").read_text()
     assert "http=HTTP_PROTOCOL" in serve

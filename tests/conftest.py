@@ -46,7 +46,7 @@ from service.settings import Settings
 # Apps and live servers in the tests skip the start-up warm-up (a plan search per app start,
 # and /readyz 503 until it is done); tests/api/test_warm_up.py turns it on.
 os.environ.setdefault("CQ_WARM_UP", "0")
-# The CLI's tables are 200 columns wide when piped without COLUMNS (service/cli/commands.py);
+# The CLI's tables are 200 columns wide when piped without COLUMNS (service/cli/common.py);
 # pytest-xdist's workers export COLUMNS=80, so the width would depend on how the suite is run.
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)

@@ -44,8 +44,7 @@ class AcceleratorCache:
         self._last: dict[str, AcceleratorSpec] | None = None
         self._loaded_at = 0.0
         self.generation = 0
-        """Counts the loads whose specs differed from the load before; answers computed from
-        the specs (the estimate memo, ``service/api/fast.py``) are keyed by it."""
+        """Counts the loads whose specs differed from the load before."""
         self.hits = 0
         self.misses = 0
         """Reads answered from memory, and reads that went to the database (metrics)."""

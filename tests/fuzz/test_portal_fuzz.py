@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import re
 import resource
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +30,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session
 
-from service.api import ui
+from service.api.ui import charts
+from service.api.ui.common import _number
+from service.api.ui.serve import SERVE_RUNNERS, TRAFFIC_MODES
+from service.api.ui.train import ACTIONS, DEFAULTS, optimise_body
 from service.catalog.db import make_engine
 from service.catalog.seed import seed_catalog
 from tests.databases import upgrade
@@ -126,7 +130,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
 
 
 @FUZZ
-@given(action=st.sampled_from(ui.ACTIONS),
+@given(action=st.sampled_from(ACTIONS),
        fields=st.dictionaries(st.sampled_from(TRAIN_NUMBERS), VALUES, min_size=1, max_size=4))
 def test_the_train_form_never_answers_5xx(portal: TestClient, key: str, action: str,
                                           fields: dict[str, str]) -> None:
@@ -135,8 +139,8 @@ def test_the_train_form_never_answers_5xx(portal: TestClient, key: str, action: 
 
 
 @FUZZ
-@given(action=st.sampled_from(list(ui.SERVE_RUNNERS)),
-       mode=st.sampled_from(list(ui.TRAFFIC_MODES)),
+@given(action=st.sampled_from(list(SERVE_RUNNERS)),
+       mode=st.sampled_from(list(TRAFFIC_MODES)),
        fields=st.dictionaries(st.sampled_from(SERVE_NUMBERS), VALUES, min_size=1, max_size=4))
 def test_the_serve_form_never_answers_5xx(portal: TestClient, key: str, action: str,
                                           mode: str, fields: dict[str, str]) -> None:
@@ -222,7 +226,7 @@ def test_an_optimise_with_tokens_1e_300_answers(server: str) -> None:
     axis = re.search(r'<svg[^>]*id="pareto".*?</svg>', response.text, re.S)
     assert axis is not None
     # Each axis: at most MAX_TICKS grid lines, labelled in scientific notation.
-    assert axis.group(0).count('stroke="#d0d0d0"') <= 2 * ui.charts.MAX_TICKS
+    assert axis.group(0).count('stroke="#d0d0d0"') <= 2 * charts.MAX_TICKS
     assert re.search(r">\d(\.\d+)?e-\d{3}<", axis.group(0)), "tiny ticks keep their scale"
     print(f"tokens=1e-300 optimise answered {response.status_code} in {elapsed:.2f} s")
 
@@ -250,8 +254,8 @@ def test_livez_answers_while_a_huge_portal_search_is_in_flight(server: str) -> N
 def test_the_fuzzed_values_reach_the_api_as_numbers_or_text() -> None:
     """What the fuzzing relies on: the portal sends NaN as text and every other value a
     float cannot hold as the largest float of its sign (never inf, which JSON refuses)."""
-    body = copy.deepcopy(ui.optimise_body({**ui.DEFAULTS, "tokens": "1e400",
-                                           "deadline_days": "1e308"}))
-    assert body["training"]["tokens"] == ui.sys.float_info.max
-    assert body["constraints"]["max_train_s"] == ui.sys.float_info.max
-    assert ui._number("nan") == "nan"
+    body = copy.deepcopy(optimise_body({**DEFAULTS, "tokens": "1e400",
+                                        "deadline_days": "1e308"}))
+    assert body["training"]["tokens"] == sys.float_info.max
+    assert body["constraints"]["max_train_s"] == sys.float_info.max
+    assert _number("nan") == "nan"

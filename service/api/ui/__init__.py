@@ -13,20 +13,9 @@ stylesheet from ``/static`` and inline SVG charts.
 
 from __future__ import annotations
 
-# ``sys``, ``_number`` and the names from ``serve`` and ``train`` are re-exported only for
-# tests/fuzz/test_portal_fuzz.py, which reads them through the package (not this split's to
-# edit); they go once it imports them from their pages.
-import sys as sys
-
 from fastapi import APIRouter
 
 from service.api.ui import quotes, serve, train
-from service.api.ui.common import _number as _number
-from service.api.ui.serve import SERVE_RUNNERS as SERVE_RUNNERS
-from service.api.ui.serve import TRAFFIC_MODES as TRAFFIC_MODES
-from service.api.ui.train import ACTIONS as ACTIONS
-from service.api.ui.train import DEFAULTS as DEFAULTS
-from service.api.ui.train import optimise_body as optimise_body
 
 router = APIRouter(include_in_schema=False)
 for page in (train, serve, quotes):

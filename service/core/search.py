@@ -38,9 +38,17 @@ from typing import Any
 
 import numpy as np
 
+from service.core import pricing
 from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.errors import InvalidSpecError, NoFeasiblePlanError, NoLayoutError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate, job_figures
+from service.core.failures import (
+    DEFAULT_RELIABILITY,
+    JobFailures,
+    Reliability,
+    checkpoint_bytes,
+    job_failures,
+)
 from service.core.flops import token_flops
 from service.core.geometry import PlanVars, build_geometry, shard_unit
 from service.core.memory import memory_breakdown, stage_activation_bytes
@@ -155,6 +163,9 @@ class SearchRequest:
     calibration: Calibration = DEFAULT_CALIBRATION
     max_candidates: int = DEFAULT_MAX_CANDIDATES
     deadline_s: float = DEFAULT_DEADLINE_S
+    reliability: Reliability = DEFAULT_RELIABILITY
+    """The failure assumptions (the quote's, ``service/core/failures.py``): every objective,
+    the deadline and the budget count the wall-clock with failures and checkpoints."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,6 +177,12 @@ class RankedPlan:
     cost_usd: Decimal | None
     energy: EnergySpec
     """The energy assumptions this plan was figured with (its cluster's grid intensity)."""
+    failures: JobFailures
+    """What hardware failures and checkpoints do to the run (``failures.job_failures``):
+    ``estimate``'s wall-clock × ``failures.factor`` is the quote's wall-clock."""
+    cost_with_failures_usd: Decimal | None = None
+    """``cost_usd`` × (1 + lost fraction), half-even to the cent (the quote's billed
+    hours); None without a price or when the job cannot progress."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -742,10 +759,13 @@ def search_part(request: SearchRequest, clock: Callable[[], float],
     closest: list[_Candidate] = []
     evaluated = feasible = 0
     headroom = 1.0 - space.memory_headroom_fraction
+    checkpoint = checkpoint_bytes(model)
     for cluster_index, cluster, batch, skeletons in layouts:
         training = dataclasses.replace(request.training, global_batch_seqs=batch)
         usable = cluster.accelerator.memory_bytes * headroom
         price = float(request.price_per_gpu_hour_usd.get(cluster.accelerator.id, 0))
+        # One factor per group: failures depend on the GPU count and the model, not the layout.
+        factor = job_failures(cluster.num_gpus, checkpoint, request.reliability).factor
         for chunk in _chunks(skeletons, inner):
             if clock() - started > request.deadline_s:
                 raise SearchTimeoutError(request.deadline_s)
@@ -755,12 +775,16 @@ def search_part(request: SearchRequest, clock: Callable[[], float],
                 calibration=request.calibration, base=space.base))
             size = grid.size
             evaluated += size
-            cost = figures.gpu_hours * price if priced else figures.gpu_hours
+            # Time, cost and every objective with failures and checkpoints (the quote's
+            # billed hours); infinite where the job cannot progress.
+            cost = _with_failures(figures.gpu_hours * price if priced else figures.gpu_hours,
+                                  factor)
+            train_s = _with_failures(figures.train_s, factor)
             fits = figures.peak_bytes <= usable
             ok = fits.copy()
             pruned["memory"] = pruned.get("memory", 0) + int(size - fits.sum())
             if request.max_train_s is not None:
-                late = ok & (figures.train_s > request.max_train_s)
+                late = ok & (train_s > request.max_train_s)
                 pruned["deadline"] = pruned.get("deadline", 0) + int(late.sum())
                 ok &= ~late
             if request.budget_usd is not None:
@@ -768,14 +792,16 @@ def search_part(request: SearchRequest, clock: Callable[[], float],
                 pruned["budget"] = pruned.get("budget", 0) + int(over.sum())
                 ok &= ~over
             feasible += int(ok.sum())
-            objective = _objective_values(request.objective, figures, cost,
-                                          _energy_for(request, cluster))
+            objective = _with_failures(_objective_values(
+                request.objective, figures, figures.gpu_hours * price if priced
+                else figures.gpu_hours, _energy_for(request, cluster)), factor)
             picked = _top(objective, _sort_keys(grid, objective, figures, cluster_index), ok,
                           request.top_k)
             make = _maker(grid, figures, cost, usable, cluster_index, batch,
-                          objective, figures.train_s, space.base)
+                          objective, train_s, space.base)
             kept.extend(make(picked))
-            front.extend(make(_pareto_indices(figures.train_s, cost, ok)))
+            if math.isfinite(factor):  # a job that cannot progress is on no time/cost front
+                front.extend(make(_pareto_indices(train_s, cost, ok)))
             if not ok.any():
                 ratio = figures.peak_bytes / usable
                 near = np.where(fits, figures.train_s, np.inf) if fits.any() else ratio
@@ -815,7 +841,8 @@ def merge_parts(request: SearchRequest, parts: Sequence[SearchPart],
             candidates_total=total,
         )
     pareto = _merge_front([c for p in parts for c in p.front])
-    chosen = pareto[: request.top_k] if request.objective is Objective.PARETO else (
+    # No front when no job can progress: the plans are then the ranked ones, each saying so.
+    chosen = pareto[: request.top_k] if request.objective is Objective.PARETO and pareto else (
         kept[: request.top_k])
     return SearchResult(
         plans=tuple(_rank(c, request) for c in chosen),
@@ -844,6 +871,17 @@ def _energy_for(request: SearchRequest, cluster: ClusterSpec) -> EnergySpec:
     return dataclasses.replace(request.energy, grid_gco2e_per_kwh=grid)
 
 
+def _with_failures(values: np.ndarray, factor: float) -> np.ndarray:
+    """One group's ``values`` × (1 + lost fraction) (``failures.JobFailures.factor``): the
+    same array when nothing fails, +inf everywhere when the job cannot progress (never
+    0 × inf)."""
+    if factor == 1.0:
+        return values
+    if math.isinf(factor):
+        return np.full(np.shape(values), np.inf)
+    return values * factor
+
+
 def _objective_values(objective: Objective, figures: BulkFigures, cost: np.ndarray,
                       energy: EnergySpec) -> np.ndarray:
     if objective is Objective.CARBON:  # kWh already includes PUE (estimate's energy block)
@@ -865,8 +903,9 @@ def _flat_figures(grid: _Grid, figures: BulkFigures) -> BulkFigures:
 
 def _sort_keys(grid: _Grid, objective: np.ndarray, figures: BulkFigures,
                cluster_index: int) -> Callable[[np.ndarray], list[np.ndarray]]:
-    """The ranking keys of the candidates at given indices, primary first: objective, time,
-    GPU-hours, then the layout itself (deterministic)."""
+    """The ranking keys of the candidates at given indices, primary first: objective (with
+    failures), time and GPU-hours (without: the same order within a group, whose failure
+    factor is one number), then the layout itself (deterministic)."""
     def keys(idx: np.ndarray) -> list[np.ndarray]:
         columns = grid.take(idx)
         layout = [columns[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch",
@@ -897,7 +936,7 @@ def _maker(grid: _Grid, figures: BulkFigures, cost: np.ndarray, usable: float,
         made = []
         for j, i in enumerate(indices):
             plan = plan_at(columns, j, base)
-            key = (float(objective[i]), float(train_s[i]), float(figures.gpu_hours[i]),
+            key = (float(objective[i]), float(figures.train_s[i]), float(figures.gpu_hours[i]),
                    cluster_index, plan.tp, plan.pp, plan.cp, plan.ep, plan.vp,
                    plan.micro_batch, plan.zero_stage, RECOMPUTE_CODES.index(plan.recompute),
                    not plan.sequence_parallel)
@@ -957,11 +996,18 @@ def _rank(c: _Candidate, request: SearchRequest) -> RankedPlan:
     result = estimate(request.model, cluster, c.plan, training, energy=energy,
                       calibration=request.calibration)
     price = request.price_per_gpu_hour_usd.get(cluster.accelerator.id)
-    cost = None
+    failures = job_failures(cluster.num_gpus, checkpoint_bytes(request.model),
+                            request.reliability)
+    cost = cost_failing = None
     if price is not None:
-        cost = (Decimal(repr(result.throughput.gpu_hours)) * price).quantize(Decimal("0.01"))
+        gpu_hours = Decimal(repr(result.throughput.gpu_hours))
+        cost = (gpu_hours * price).quantize(Decimal("0.01"))
+        if failures.progresses:  # the quote's billed hours: hours × (1 + exact(lost))
+            cost_failing = (gpu_hours * (1 + pricing.exact(failures.goodput.lost_fraction))
+                            * price).quantize(Decimal("0.01"))
     return RankedPlan(cluster=cluster, plan=c.plan, global_batch_seqs=c.batch,
-                      estimate=result, cost_usd=cost, energy=energy)
+                      estimate=result, cost_usd=cost, energy=energy, failures=failures,
+                      cost_with_failures_usd=cost_failing)
 
 
 def _closest_entry(c: _Candidate, request: SearchRequest) -> dict[str, Any]:
@@ -972,9 +1018,15 @@ def _closest_entry(c: _Candidate, request: SearchRequest) -> dict[str, Any]:
             f"needs {bytes_to_gib(c.peak_bytes):.1f} GiB per GPU, has "
             f"{bytes_to_gib(c.usable_bytes):.1f} GiB usable ({cluster.accelerator.id}, "
             f"{request.space.memory_headroom_fraction:.0%} headroom)")
-    if request.max_train_s is not None and c.train_s > request.max_train_s:
-        reasons.append(f"takes {c.train_s:,.0f} s; the deadline is {request.max_train_s:,.0f} s")
-    if request.budget_usd is not None and c.cost > float(request.budget_usd):
+    if not math.isfinite(c.train_s):
+        failures = job_failures(cluster.num_gpus, checkpoint_bytes(request.model),
+                                request.reliability)
+        reasons.append(f"{failures.goodput.reason} ({failures.basis})")
+    elif request.max_train_s is not None and c.train_s > request.max_train_s:
+        reasons.append(f"takes {c.train_s:,.0f} s with failures and checkpoints; the deadline "
+                       f"is {request.max_train_s:,.0f} s")
+    if (request.budget_usd is not None and math.isfinite(c.cost)
+            and c.cost > float(request.budget_usd)):
         reasons.append(f"costs about {c.cost:,.2f} USD; the budget is {request.budget_usd} USD")
     plan = dataclasses.asdict(c.plan)
     plan["offload"] = sorted(str(x) for x in c.plan.offload)  # JSON has no sets

@@ -104,6 +104,7 @@ def optimise_parallelism(
             max_train_s=constraints.max_train_s,
             budget_usd=Decimal(constraints.budget_usd) if constraints.budget_usd else None,
             price_per_gpu_hour_usd=price_map, energy=energy,
+            reliability=request.reliability.to_core(),
             max_candidates=min(settings.search_max_candidates, MAX_SEARCH_CANDIDATES),
             deadline_s=settings.search_deadline_s,
             calibration=DEFAULT_CALIBRATION if stored is None else stored.calibration(),

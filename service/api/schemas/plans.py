@@ -29,6 +29,14 @@ from service.api.schemas.estimate import (
     details_out,
 )
 from service.api.schemas.prices import DecimalString, PricePerGpuHour
+from service.core import pricing
+from service.core.failures import (
+    CHECKPOINT_BYTES_SOURCE,
+    NO_PROGRESS,
+    NO_PROGRESS_PREFIX,
+    JobFailures,
+    Reliability,
+)
 from service.core.plausibility import WarningDetail, costly_warnings, long_run_warning
 from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult, SearchSpace
 from service.core.specs import (
@@ -83,7 +91,9 @@ SWEEP_EXAMPLE: dict[str, Any] = {
         {"accelerator": "h200-sxm-141gb", "num_gpus_range": {"start": 512, "stop": 16384,
                                                              "step": 512}},
     ],
-    "constraints": {"memory_headroom_fraction": 0.05, "max_train_s": 7776000,
+    # 180 days with failures and checkpoints (issue 39: the 90 days this example once gave
+    # held only without them; at the quote's defaults the fastest plan loses 36% to them).
+    "constraints": {"memory_headroom_fraction": 0.05, "max_train_s": 15552000,
                     "price_per_gpu_hour_usd": {"h100-sxm5-80gb": "2.50",
                                                "h200-sxm-141gb": "3.20"}},
     "objective": "pareto",
@@ -287,6 +297,26 @@ class ConstraintsIn(RequestModel):
         return self
 
 
+class PlanReliabilityIn(RequestModel):
+    """The failure assumptions of the plans: the quote's ``reliability`` (the same names,
+    defaults and limits, tests/api/test_plans_goodput.py), so a plan's wall-clock is the
+    quote's."""
+
+    failure_rate_per_gpu_hour: float = Field(
+        strict=True, default=pricing.DEFAULT_FAILURE_RATE_PER_GPU_HOUR, ge=0, le=1,
+        description="Hardware interruptions per GPU-hour (default: Llama 3 405B's 2.2e-5).")
+    restart_s: float = Field(strict=True, default=pricing.DEFAULT_RESTART_S, ge=0, le=86_400)
+    checkpoint_bytes_per_s: float = Field(
+        strict=True, default=pricing.DEFAULT_CHECKPOINT_BYTES_PER_S, gt=0, le=1e13,
+        description="Storage write bandwidth for checkpoints.")
+
+    def to_core(self) -> Reliability:
+        return Reliability(failure_rate_per_gpu_hour=self.failure_rate_per_gpu_hour,
+                           restart_s=self.restart_s,
+                           checkpoint_bytes_per_s=self.checkpoint_bytes_per_s,
+                           given=frozenset(self.model_fields_set))
+
+
 class PlanSearchRequest(RequestModel):
     model: ModelIn
     training: PlanTrainingIn
@@ -301,9 +331,15 @@ class PlanSearchRequest(RequestModel):
     objective: Objective = Field(default=Objective.TIME, description=(
         "What ranks the plans: time (training wall-clock), gpu_hours, cost (needs "
         "constraints.price_per_gpu_hour_usd), energy (kWh with PUE), carbon (kWh x each "
-        "cluster's grid_gco2e_per_kwh) or pareto (the time/cost front)."))
+        "cluster's grid_gco2e_per_kwh) or pareto (the time/cost front). Every objective, "
+        "constraints.max_train_s and constraints.budget_usd count the time lost to hardware "
+        "failures and checkpoints (each plan's failures block, the quote's goodput model); "
+        "a plan whose job cannot make progress ranks after every plan that can."))
     top_k: int = Field(strict=True, default=10, ge=1, le=100)
     energy: EnergyIn = Field(default_factory=EnergyIn)
+    reliability: PlanReliabilityIn = Field(
+        default_factory=PlanReliabilityIn, description=(
+            "Failure and checkpoint assumptions: the quote's reliability, with its defaults."))
     calibration_id: CalibrationIdField = None
 
     @model_validator(mode="after")
@@ -344,6 +380,84 @@ class SearchOut(BaseModel):
         json_schema_extra={"deprecated": True})
 
 
+class FailureAssumptionOut(BaseModel):
+    value: float
+    source: str = Field(description="Where the value comes from: the default's published "
+                                    "source or assumption, or the request.")
+
+
+class FailuresOut(BaseModel):
+    """What hardware failures and checkpoints do to the run: the quote's goodput model
+    (Young/Daly, service/core/failures.py), with the quote's defaults. A job stalls when any
+    of its GPUs fails; time.train_s is the failure-free wall-clock, train_s_with_failures
+    the quote's (its line's wall_clock_s on the same node)."""
+
+    progresses: bool = Field(description="False when restarts and checkpoints outpace the "
+                                          "time between failures: the job never finishes.")
+    reason: str | None = Field(description="Why the job cannot make progress (as the quote "
+                                           "says it), or null.")
+    goodput_fraction: float = Field(description=(
+        "Useful work over wall-clock time, 1 / (1 + lost_fraction); 0 when the job cannot "
+        "make progress."))
+    lost_fraction: float | None = Field(description=(
+        "Time lost to checkpoints and restarts over failure-free time (the quote's "
+        "goodput_loss_fraction); null when the job cannot make progress."))
+    train_s_with_failures: float | None = Field(description=(
+        "time.train_s x (1 + lost_fraction): the wall-clock the quote bills; null when the "
+        "job cannot make progress."))
+    gpu_hours_with_failures: float | None = Field(
+        description="time.gpu_hours x (1 + lost_fraction); null when the job cannot progress.")
+    cost_with_failures_usd: str | None = Field(description=(
+        "cost_usd x (1 + lost_fraction), half-even to the cent; null without a price or when "
+        "the job cannot make progress."))
+    checkpoint_interval_s: float | None = Field(description=(
+        "Young/Daly optimal checkpoint interval sqrt(2 C / rate); null when nothing fails or "
+        "the job cannot progress."))
+    interruptions_per_hour: float = Field(description=(
+        "Job interruptions per hour: failure_rate_per_gpu_hour x num_gpus."))
+    checkpoint_s: float = Field(description="checkpoint_bytes / checkpoint_bytes_per_s.")
+    failure_rate_per_gpu_hour: FailureAssumptionOut
+    restart_s: FailureAssumptionOut
+    checkpoint_bytes_per_s: FailureAssumptionOut
+    checkpoint_bytes: FailureAssumptionOut
+    basis: str = Field(description="The assumptions in one sentence (the quote's "
+                                   "goodput_basis, with the GPU count and checkpoint).")
+
+    @classmethod
+    def from_core(cls, failures: JobFailures, train_s: float, gpu_hours: float,
+                  cost_with_failures_usd: Decimal | None) -> FailuresOut:
+        g, r = failures.goodput, failures.reliability
+        ok = failures.progresses
+        return cls(
+            progresses=ok, reason=g.reason, goodput_fraction=failures.goodput_fraction,
+            lost_fraction=g.lost_fraction if ok else None,
+            train_s_with_failures=train_s * failures.factor if ok else None,
+            gpu_hours_with_failures=gpu_hours * failures.factor if ok else None,
+            cost_with_failures_usd=(None if cost_with_failures_usd is None
+                                    else str(cost_with_failures_usd)),
+            checkpoint_interval_s=g.interval_s if ok else None,
+            interruptions_per_hour=failures.interruptions_per_s * 3600.0,
+            checkpoint_s=failures.checkpoint_s,
+            failure_rate_per_gpu_hour=FailureAssumptionOut(
+                value=r.failure_rate_per_gpu_hour, source=r.source("failure_rate_per_gpu_hour")),
+            restart_s=FailureAssumptionOut(value=r.restart_s, source=r.source("restart_s")),
+            checkpoint_bytes_per_s=FailureAssumptionOut(
+                value=r.checkpoint_bytes_per_s, source=r.source("checkpoint_bytes_per_s")),
+            checkpoint_bytes=FailureAssumptionOut(value=failures.checkpoint_bytes,
+                                                  source=CHECKPOINT_BYTES_SOURCE),
+            basis=failures.basis,
+        )
+
+
+def no_progress_detail(failures: JobFailures) -> WarningDetail | None:
+    """The coded warning of a plan whose job cannot make progress, or None."""
+    if failures.progresses:
+        return None
+    return WarningDetail(NO_PROGRESS, "reliability",
+                         f"{NO_PROGRESS_PREFIX}: {failures.goodput.reason} ({failures.basis}); "
+                         "time.train_s leaves failures out and is no training time")
+
+
 class PlanOut(BaseModel):
     rank: int
     accelerator: str
@@ -351,10 +465,13 @@ class PlanOut(BaseModel):
     gpus_per_node: int
     global_batch_seqs: int
     parallelism: dict[str, int | bool | str]
-    cost_usd: str | None = Field(description="GPU-hours x price, when a price was given.")
+    cost_usd: str | None = Field(description="GPU-hours x price, when a price was given "
+                                             "(without failures: failures.cost_with_failures_"
+                                             "usd has them).")
     memory: MemoryOut
     time: TimeOut
     energy: EnergyOut
+    failures: FailuresOut
     warnings: list[str]
     warning_details: list[WarningDetailOut] = Field(
         default_factory=list, description=WARNING_DETAILS_DESCRIPTION)
@@ -365,6 +482,8 @@ class PlanOut(BaseModel):
         blocks = EstimateResponse.from_core(
             ranked.estimate, model=model, cluster=ranked.cluster,
             plan=ranked.plan, energy=energy)
+        stuck = no_progress_detail(ranked.failures)
+        throughput = ranked.estimate.throughput
         return cls(
             rank=rank, accelerator=ranked.cluster.accelerator.id,
             num_gpus=ranked.cluster.num_gpus, gpus_per_node=ranked.cluster.gpus_per_node,
@@ -372,8 +491,11 @@ class PlanOut(BaseModel):
             parallelism=blocks.resolved.parallelism,
             cost_usd=str(ranked.cost_usd) if ranked.cost_usd is not None else None,
             memory=blocks.memory, time=blocks.time, energy=blocks.energy,
-            warnings=blocks.warnings,
-            warning_details=[*blocks.warning_details, *details_out(defaulted)],
+            failures=FailuresOut.from_core(ranked.failures, throughput.train_s,
+                                           throughput.gpu_hours, ranked.cost_with_failures_usd),
+            warnings=[*blocks.warnings, *([stuck.message] if stuck else [])],
+            warning_details=[*blocks.warning_details, *details_out(defaulted),
+                             *details_out([stuck] if stuck else [])],
         )
 
 
@@ -427,14 +549,19 @@ def _mark_impractical(plans: list[PlanOut], cost_basis: str,
                       max_reasonable_train_s: float | None) -> None:
     """Add the plausibility warnings (service/core/plausibility.py) to each plan: a run over
     the wall-clock limit, and a cost (USD when priced, else GPU-hours) over 10x the cheapest
-    plan of the same answer (the ranked plans and the Pareto front together)."""
+    plan of the same answer (the ranked plans and the Pareto front together), both with
+    failures and checkpoints (a plan whose job cannot progress has its own warning,
+    no_progress, and takes no part)."""
     priced = cost_basis == "usd"
     costs: list[Decimal | float | None] = [
-        (Decimal(p.cost_usd) if p.cost_usd is not None else None) if priced
-        else p.time.gpu_hours for p in plans]
+        (Decimal(p.failures.cost_with_failures_usd)
+         if p.failures.cost_with_failures_usd is not None else None) if priced
+        else p.failures.gpu_hours_with_failures for p in plans]
     costly = costly_warnings(costs, "USD" if priced else "GPU-hours")
     for plan, ratio_warning in zip(plans, costly, strict=True):
-        extra = [w for w in (long_run_warning(plan.time.train_s, max_reasonable_train_s),
+        train_s = plan.failures.train_s_with_failures
+        extra = [w for w in (None if train_s is None
+                             else long_run_warning(train_s, max_reasonable_train_s),
                              ratio_warning) if w]
         plan.warnings = [*plan.warnings, *extra]
         plan.warning_details = [*plan.warning_details, *details_out((), extra)]

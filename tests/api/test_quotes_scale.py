@@ -26,7 +26,7 @@ from service.catalog.keys import create_key
 from service.catalog.models import Quote
 from service.catalog.prices import get_version
 from service.catalog.seed import seed_catalog
-from service.core.quote import DEFAULT_POLICY
+from service.core.policy import DEFAULT_POLICY
 from service.settings import Settings
 from tests.databases import upgrade
 from tests.live_server import live_server

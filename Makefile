@@ -13,8 +13,13 @@ $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
+# --compile-bytecode: the installed packages ship no .pyc and the machines set
+# PYTHONDONTWRITEBYTECODE=1, so every test worker, server and CLI process compiled alembic,
+# uvicorn, httpx, psycopg, hypothesis and pytest from source again (about 0.8 s CPU each,
+# ~100 processes a run); compiling once at install is cheaper (docs/decisions.md,
+# "The venv is compiled at install").
 $(VENV)/.synced: $(BIN)/uv pyproject.toml uv.lock
-	$(BIN)/uv sync --frozen --inexact --quiet
+	$(BIN)/uv sync --frozen --inexact --quiet --compile-bytecode
 	touch $@
 
 venv: $(VENV)/.synced

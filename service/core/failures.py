@@ -34,11 +34,6 @@ CHECKPOINT_BANDWIDTH_SOURCE = ("default: an assumed aggregate checkpoint write b
 CHECKPOINT_BYTES_SOURCE = ("parameters x 14 B: bf16 weights (2) + fp32 master weights, Adam m "
                            "and v (12) (Rajbhandari et al. 2020, K=12)")
 REQUEST_SOURCE = "request (reliability.{name})"
-NO_PROGRESS = "no_progress"
-"""The warning code of a plan whose job cannot make progress (to join
-``plausibility.WARNING_CODES``)."""
-NO_PROGRESS_PREFIX = "no progress"
-"""The opening words of that warning's sentence."""
 """The source of an assumption the request gave (``{name}`` is the field)."""
 
 

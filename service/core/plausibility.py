@@ -86,13 +86,18 @@ INTERLEAVING_MICRO_BATCHES = "interleaving_micro_batches"
 TP_SPANS_NODES = "tp_spans_nodes"
 SEQUENCE_PARALLEL_OFF = "sequence_parallel_off"
 UNVALIDATED_SERVING = "unvalidated_serving"
+NO_PROGRESS = "no_progress"
+"""A plan whose job cannot make progress: checkpoints and restarts outpace the mean time
+between failures (``failures``, issue 39)."""
+NO_PROGRESS_PREFIX = "no progress"
+"""The opening words of that warning's sentence."""
 OTHER = "other"
 """A warning whose sentence matches none of the known openings (kept, never dropped)."""
 
 WARNING_CODES = (DEFAULTED_INPUT, OUTSIDE_VALIDATED_RANGE, UNCALIBRATED_ACCELERATOR,
                  IMPRACTICAL_WALL_CLOCK, IMPRACTICAL_COST, DOES_NOT_FIT, FITS_AT_EDGE, HIGH_MFU,
                  UNEVEN_PIPELINE, INTERLEAVING_MICRO_BATCHES, TP_SPANS_NODES,
-                 SEQUENCE_PARALLEL_OFF, UNVALIDATED_SERVING, OTHER)
+                 SEQUENCE_PARALLEL_OFF, UNVALIDATED_SERVING, NO_PROGRESS, OTHER)
 """Every code, in the order the OpenAPI document lists them."""
 
 
@@ -116,6 +121,7 @@ _PREFIXES: tuple[tuple[str, str, str | None], ...] = (
     ("interleaved pipelining usually needs", INTERLEAVING_MICRO_BATCHES, "parallelism.vp"),
     ("sequence parallelism is off", SEQUENCE_PARALLEL_OFF, "parallelism.sequence_parallel"),
     ("mixture-of-experts serving is not validated", UNVALIDATED_SERVING, "model"),
+    (NO_PROGRESS_PREFIX + ":", NO_PROGRESS, "reliability"),
     ("time to first token at a request rate is not validated", UNVALIDATED_SERVING,
      "traffic"),
 )

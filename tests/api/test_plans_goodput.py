@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from service.api.schemas.plans import PlanReliabilityIn
 from service.api.schemas.quotes import ReliabilityIn
-from service.core.failures import NO_PROGRESS
+from service.core.plausibility import NO_PROGRESS
 
 KeyMaker = Callable[..., dict[str, str]]
 

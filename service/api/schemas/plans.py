@@ -30,14 +30,14 @@ from service.api.schemas.estimate import (
 )
 from service.api.schemas.prices import DecimalString, PricePerGpuHour
 from service.core import pricing
-from service.core.failures import (
-    CHECKPOINT_BYTES_SOURCE,
+from service.core.failures import CHECKPOINT_BYTES_SOURCE, JobFailures, Reliability
+from service.core.plausibility import (
     NO_PROGRESS,
     NO_PROGRESS_PREFIX,
-    JobFailures,
-    Reliability,
+    WarningDetail,
+    costly_warnings,
+    long_run_warning,
 )
-from service.core.plausibility import WarningDetail, costly_warnings, long_run_warning
 from service.core.search import DIMENSIONS, Objective, RankedPlan, SearchResult, SearchSpace
 from service.core.specs import (
     AcceleratorSpec,

@@ -56,13 +56,13 @@ from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
 from service.catalog.fx import Conversion
 from service.catalog.quoting import load_offers, onprem_inputs
-from service.core import pricing, serving
 from service.core import quote as core_quote
+from service.core import serving
 from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.discounts import DiscountBook, apply_book
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError, NoLayoutError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
-from service.core.params import count_parameters
+from service.core.failures import checkpoint_bytes
 from service.core.plausibility import (
     WarningDetail,
     costly_warnings,
@@ -152,10 +152,6 @@ def _timing(result: Estimate, basis: str) -> JobTiming:
                      wall_s_p90=t.train_s * t.tokens_per_s / t.tokens_per_s_low, basis=basis)
 
 
-def _checkpoint_bytes(model: ModelSpec) -> float:
-    return count_parameters(model).total * pricing.CHECKPOINT_BYTES_PER_PARAM
-
-
 def _fast_domain(plan: ParallelismPlan) -> int:
     return plan.tp * plan.cp
 
@@ -169,7 +165,7 @@ def _job(accelerator: AcceleratorSpec, cluster: ClusterSpec, model: ModelSpec,
         accelerator=accelerator.id, num_gpus=cluster.num_gpus,
         timing=_timing(result, f"estimate on the reference node ({cluster.gpus_per_node} GPUs "
                                "per node, the accelerator's datasheet network)"),
-        checkpoint_bytes=_checkpoint_bytes(model),
+        checkpoint_bytes=checkpoint_bytes(model),
         power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
         fast_domain=_fast_domain(plan), plan=plan_dict(plan), global_batch_seqs=batch)
     return job, Plan(model=model, training=training, plan=plan, accelerator=accelerator,

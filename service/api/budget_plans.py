@@ -31,6 +31,7 @@ from service.catalog.fx import Conversion
 from service.core.discounts import DiscountBook
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.params import count_parameters
+from service.core.policy import RuleResult
 from service.core.quote import Outcome, Policy, QuoteLine
 from service.core.units import SECONDS_PER_DAY
 from service.settings import Settings
@@ -129,8 +130,7 @@ def _largest_model(
         ok = [x for x in computed.result.lines if x.feasible and x.outcome is not Outcome.FAIL]
         tried.append({"preset": name, "params": params, "tokens": tokens,
                       "lines_within": len(ok), "note": (
-                          "fits the budget and deadline" if ok else
-                          "no line within the budget and deadline that the policy passes")})
+                          "fits the budget and deadline" if ok else _why_none(computed))})
         if not ok:
             break
         cheapest = min(ok, key=QuoteLine.sort_key)
@@ -151,30 +151,89 @@ def _only_budget_or_deadline(line: QuoteLine) -> bool:
     return line.feasible and bool(fails) and fails <= {"budget", "deadline"}
 
 
+def _policy_failures(line: QuoteLine) -> list[RuleResult]:
+    """The rules other than the budget and the deadline that fail ``line``."""
+    return [r for r in line.rules
+            if r.outcome is Outcome.FAIL and r.rule not in ("budget", "deadline")]
+
+
+def _named(rule: RuleResult) -> str:
+    """A failed rule as the explanation names it: rule, code, and the rule's own reason
+    (which says how to fix it where the rule knows, e.g. the price-date rules)."""
+    return f"{rule.rule} ({rule.code}): {rule.message}"
+
+
+def _blocked(label: str, lines: list[QuoteLine], currency: str) -> str:
+    """Why none of ``lines`` (the ones within the budget, or before the deadline) is in its
+    list: the rules that failed them, the first line's own reason, and how many lines each
+    rule failed (issue 39: the budget plan said "nothing fits the budget" of lines that fit
+    it and failed the price-date rule)."""
+    first = min(lines, key=QuoteLine.sort_key)
+    total = first.amounts.total if first.amounts else None
+    failed = Counter(f"{r.rule} ({r.code})" for x in lines for r in _policy_failures(x))
+    reasons = _policy_failures(first)
+    head = (f"{len(lines)} lines are {label} but the policy fails each of them; the "
+            f"cheapest, {_where(first)}"
+            + (f" at {money(str(total), currency)}" if total is not None else "")
+            + ", fails " + "; ".join(_named(r) for r in reasons))
+    return head + ("; rules failed: " + ", ".join(
+        f"{rule} on {n} lines" for rule, n in failed.most_common(5)) if failed else "")
+
+
+def _where(line: QuoteLine) -> str:
+    return " ".join(str(p) for p in (line.num_gpus, "×", line.provider, line.region,
+                                     line.instance_type, line.term.value) if p)
+
+
+def _why_none(computed: Computed) -> str:
+    """A largest_model candidate's note when no line passes: the budget, the deadline, or
+    the policy rule that failed the lines that met both (named, with its reason)."""
+    feasible = [x for x in computed.result.lines if x.feasible]
+    if not feasible:
+        return "no offer can run it"
+    both = [x for x in feasible if x.within_budget is not False and x.meets_deadline
+            is not False]
+    if both:
+        return _blocked("within the budget and the deadline", both,
+                        computed.options.currency)
+    return "no line within the budget and the deadline"
+
+
 def _explain(computed: Computed, within: list[QuoteLine], in_time: list[QuoteLine]) -> str:
-    """Why the lists are empty, when they are."""
+    """Why the lists are empty, when they are: no offer can run the plans, nothing is within
+    the budget or before the deadline (with the cheapest total or the fastest time), or the
+    lines that are fail a policy rule, named with its reason."""
     result = computed.result
     if within and in_time:
         return ""
     feasible = [x for x in result.lines if x.feasible]
     parts: list[str] = []
+    currency = computed.options.currency
     if not feasible:
         parts.append("no offer can run any candidate plan"
                      + (f" ({len(result.rejected)} offers cannot host the plans)"
                         if result.rejected else ""))
     else:
-        cheapest = min(x.amounts.total for x in feasible if x.amounts)
+        fits = [x for x in feasible if x.within_budget]
+        meets = [x for x in feasible if x.meets_deadline is not False]
         if not within:
-            parts.append(f"nothing fits the budget: the cheapest line's "
-                         f"{computed.options.accounting.value} total is "
-                         f"{money(str(cheapest), computed.options.currency)}")
+            if fits:
+                parts.append(_blocked("within the budget", fits, currency))
+            else:
+                cheapest = min(x.amounts.total for x in feasible if x.amounts)
+                parts.append(f"nothing fits the budget: the cheapest line's "
+                             f"{computed.options.accounting.value} total is "
+                             f"{money(str(cheapest), currency)}")
         if not in_time:
-            fastest = min(x.amounts.wall_clock_s for x in feasible if x.amounts)
-            parts.append(f"nothing meets the deadline: the fastest line takes "
-                         f"{fastest / 86400:,.1f} days")
-        failed = Counter(r.code for x in feasible for r in x.rules
-                         if r.outcome is Outcome.FAIL and r.rule not in ("budget", "deadline"))
-        if failed:
-            parts.append("policy failures: " + ", ".join(
-                f"{code} ({n} lines)" for code, n in failed.most_common(5)))
+            same = (not within and fits and meets and min(fits, key=QuoteLine.sort_key)
+                    is min(meets, key=QuoteLine.sort_key))
+            if same:
+                parts.append(f"the policy fails each of the {len(meets)} lines before the "
+                             "deadline too, the same cheapest line first")
+            elif meets:
+                parts.append(_blocked("before the deadline", meets, currency))
+            else:
+                fastest = min(x.amounts.wall_clock_s for x in feasible if x.amounts)
+                parts.append(f"nothing meets the deadline: the fastest line takes "
+                             f"{fastest / 86400:,.1f} days")
     return "; ".join(parts)

@@ -72,6 +72,7 @@ class OfferRow(Protocol):
     interruption_rate_source: str | None
     region_carbon_g_per_kwh: float | None
     as_of: dt.date | None
+    observed_at: dt.date | None
     indicative: bool
     source: str
     quality_flags: list[dict[str, Any]]
@@ -122,6 +123,8 @@ def offer_to_price(row: OfferRow, on_demand_rate: Decimal | None) -> PriceOffer:
         region_carbon_g_per_kwh=row.region_carbon_g_per_kwh,
         as_of=None if row.as_of is None else row.as_of.isoformat(),
         as_of_day=None if row.as_of is None else row.as_of.toordinal(),
+        observed_at=None if row.observed_at is None else row.observed_at.isoformat(),
+        observed_at_day=None if row.observed_at is None else row.observed_at.toordinal(),
         indicative=row.indicative, derived=row.source.startswith("derived:"),
         quality_flags=tuple(f["code"] for f in row.quality_flags),
         on_demand_rate=on_demand_rate,

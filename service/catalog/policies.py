@@ -66,6 +66,10 @@ def to_core(row: PolicyRevision | None) -> Policy:
         forbid_indicative=rules.get("forbid_indicative", True),
         forbid_quarantined=rules.get("forbid_quarantined", True),
         max_price_age_s=rules.get("max_price_age_s", DEFAULT_POLICY.max_price_age_s),
+        # A revision stored before the rule (issue 39) takes the built-in default, as any
+        # omitted rule does.
+        max_observed_age_days=rules.get("max_observed_age_days",
+                                        DEFAULT_POLICY.max_observed_age_days),
         max_duration_s=rules.get("max_duration_s"),
         min_success_probability=rules.get("min_success_probability"),
         require_node_fit=rules.get("require_node_fit", True),

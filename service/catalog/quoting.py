@@ -27,7 +27,7 @@ _COLUMNS = (
     OfferRevision.nvlink_domain, OfferRevision.inter_node_gbps, OfferRevision.fabric_source,
     OfferRevision.interruption_rate_per_hour, OfferRevision.interruption_rate_source,
     OfferRevision.region_carbon_g_per_kwh, OfferRevision.as_of, OfferRevision.indicative,
-    OfferRevision.source, OfferRevision.quality_flags,
+    OfferRevision.source, OfferRevision.quality_flags, OfferRevision.observed_at,
 )
 
 

@@ -9,7 +9,7 @@ a line only through its fields, so it does not import the pricing module.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
 from types import MappingProxyType
@@ -70,6 +70,12 @@ class Policy:
     forbid_indicative: bool = True
     forbid_quarantined: bool = True
     max_price_age_s: float | None = 180 * SECONDS_PER_DAY
+    max_observed_age_days: float | None = 30
+    """A price whose publication date (``as_of``) is unknown but that the catalogue read
+    (``observed_at``) at most this many days before the quote's day warns
+    (``price_date_unknown_observed``) instead of failing ``undated_price``; read longer ago it
+    fails (``observed_price_stale``). None: an undated price fails as before. Applies only
+    while ``max_price_age_s`` is set (decision dates-7, docs/policies.md)."""
     max_duration_s: float | None = None
     min_success_probability: float | None = None
     require_node_fit: bool = True
@@ -82,12 +88,16 @@ class Policy:
 DEFAULT_POLICY = Policy()
 """The server default when a quote names no policy: strict on price quality and capacity, a
 price older than 180 days is stale (cloud GPU prices moved by 10-45 % within 2024-2025, see
-service/catalog/seed/prices/README.md), nothing approves on an indicative price."""
+service/catalog/seed/prices/README.md), an undated price read more than 30 days ago fails
+and one read within 30 days warns (``max_observed_age_days``: a price re-checked about
+monthly; the seed's SkyPilot rows were read 2026-11-22/24 and carry no publication date),
+nothing approves on an indicative price."""
 
 RULES = ("budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",
          "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
-         "max_price_age_s", "max_duration_s", "min_success_probability", "require_node_fit",
-         "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates")
+         "max_price_age_s", "max_observed_age_days", "max_duration_s",
+         "min_success_probability", "require_node_fit", "forbid_unverified_spot_capacity",
+         "forbid_assumed_interruption_rates")
 """Every rule a line is judged by, in report order."""
 
 
@@ -97,6 +107,16 @@ class RuleResult:
     outcome: Outcome
     code: str
     message: str
+    date: str | None = None
+    """The price rules (``max_price_age_s``, ``max_observed_age_days``): the ISO date judged
+    (the price's ``as_of`` or, when that is unknown, its ``observed_at``); None when both are
+    unknown and for every other rule."""
+    age_days: int | None = None
+    """Days from ``date`` to the quote's day."""
+    limit_days: float | None = None
+    """The policy's limit that ``age_days`` is judged against, in days."""
+    fix: str | None = None
+    """What dates the price, for the price rules that warn or fail."""
 
 
 def worst(rules: Sequence[RuleResult]) -> Outcome:
@@ -231,6 +251,73 @@ def _money_rules(a: Amounts, where: str, cur: str, policy: Policy, options: Opti
     return head, tuple(results)
 
 
+REFRESH_COMMANDS = MappingProxyType({
+    "aws": ("cq catalog refresh --provider aws --from-file index.json", "the region's AWS "
+            "offer file"),
+    "azure": ("cq catalog refresh --provider azure", "the Azure Retail Prices API"),
+    "gcp": ("cq catalog refresh --provider gcp --from-file skus.json", "the Cloud Billing "
+            "Catalog's Compute Engine SKUs"),
+})
+"""How ``cq catalog refresh`` reads each provider's own price list (service/cli/catalog.py,
+docs/catalog.md); another provider is refreshed from SkyPilot's catalogue."""
+
+
+def _fix(line: QuoteLine) -> str:
+    """How to date a line's price: a refresh from the provider's price list, or an import of
+    a dated one (``POST /v1/catalog/refreshes`` and ``/v1/catalog/imports``)."""
+    command, source = REFRESH_COMMANDS.get(line.provider, (
+        f"cq catalog refresh --provider {line.provider} --format skypilot",
+        "SkyPilot's catalogue"))
+    return (f"to date it, run `{command}` ({source}) or `cq catalog import` a price list "
+            "that states as_of")
+
+
+def _date_rule(line: QuoteLine, policy: Policy, max_age_s: float, today: int,
+               where: str) -> RuleResult | None:
+    """The price-date rules, on the price's publication date when it has one (``as_of``,
+    ``max_price_age_s``), else on the day the catalogue read it (``observed_at``,
+    ``max_observed_age_days``): a recent reading warns, an old one fails, and a price with
+    neither date fails. None when the price is within its limit (on-prem lines have no
+    date and are not judged: their price is the request's or the hardware catalogue's)."""
+    limit_days = max_age_s / SECONDS_PER_DAY
+    if "undated_price" not in line.flags:
+        if line.price_as_of_day is None:
+            return None
+        age = today - line.price_as_of_day
+        if age * SECONDS_PER_DAY <= max_age_s:
+            return None
+        result = _rule(
+            policy, "max_price_age_s", False, "stale_price",
+            f"{where}: the price is dated {line.price_as_of}, {age:,} days old; the policy "
+            f"allows {limit_days:,.1f} days (max_price_age_s); {_fix(line)}")
+        return replace(result, date=line.price_as_of, age_days=age, limit_days=limit_days,
+                       fix=_fix(line))
+    observed_limit = policy.max_observed_age_days
+    if observed_limit is None or line.price_observed_at_day is None:
+        read = ("" if observed_limit is None
+                else " and the day it was read was not recorded")
+        result = _rule(
+            policy, "max_price_age_s", False, "undated_price",
+            f"{where}: the price's source gives no date{read}, so it cannot be shown to be "
+            f"within the policy's {limit_days:,.1f} days (max_price_age_s); {_fix(line)}")
+        return replace(result, limit_days=limit_days, fix=_fix(line))
+    age = today - line.price_observed_at_day
+    read = (f"{where}: the provider's date for the price is unknown; it was read on "
+            f"{line.price_observed_at}, {age:,} days ago")
+    if age <= observed_limit:
+        result = _rule(
+            policy, "max_observed_age_days", False, "price_date_unknown_observed",
+            f"{read}, within the policy's {observed_limit:,g} days for an undated price "
+            f"(max_observed_age_days); {_fix(line)}", soft=True)
+    else:
+        result = _rule(
+            policy, "max_observed_age_days", False, "observed_price_stale",
+            f"{read}; the policy allows {observed_limit:,g} days for an undated price "
+            f"(max_observed_age_days); {_fix(line)}")
+    return replace(result, date=line.price_observed_at, age_days=age,
+                   limit_days=float(observed_limit), fix=_fix(line))
+
+
 def _fixed_rules(line: QuoteLine, policy: Policy, today: int, instances: int,
                  node_fit_reason: str | None,
                  ) -> tuple[str, tuple[RuleResult, ...], tuple[RuleResult, ...]]:
@@ -271,18 +358,10 @@ def _fixed_rules(line: QuoteLine, policy: Policy, today: int, instances: int,
             policy, "forbid_quarantined", False, "quarantined_price",
             f"{where}: the price is quarantined by data-quality checks "
             f"({', '.join(quarantined)})", soft=not policy.forbid_quarantined))
-    if policy.max_price_age_s is not None and "undated_price" in line.flags:
-        append(_rule(
-            policy, "max_price_age_s", False, "undated_price",
-            f"{where}: the price's source gives no date, so it cannot be shown to be within "
-            f"the policy's {_days(policy.max_price_age_s)}"))
-    elif policy.max_price_age_s is not None and line.price_as_of_day is not None:
-        age_s = (today - line.price_as_of_day) * SECONDS_PER_DAY
-        if age_s > policy.max_price_age_s:
-            append(_rule(
-                policy, "max_price_age_s", False, "stale_price",
-                f"{where}: the price is dated {line.price_as_of}, "
-                f"{_days(age_s)} old; the policy allows {_days(policy.max_price_age_s)}"))
+    if policy.max_price_age_s is not None:
+        dated = _date_rule(line, policy, policy.max_price_age_s, today, where)
+        if dated is not None:
+            append(dated)
     first = tuple(results)
     results.clear()
     if node_fit_reason is not None:

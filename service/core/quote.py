@@ -148,6 +148,11 @@ class PriceOffer:
     organisation's net price (``service/core/discounts.py``)."""
     discount: str | None = None
     """Which book entry gave the net price."""
+    observed_at: str | None = None
+    """ISO date the catalogue read the price (issue 39), apart from ``as_of``, the provider's
+    date; None when that day was not recorded."""
+    observed_at_day: int | None = None
+    """The same day as an ordinal (``date.toordinal()``), as ``as_of_day``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -310,6 +315,10 @@ class QuoteLine:
     """The serving deployment a serving fleet's line prices (``SizedJob.serving``)."""
     warning_details: tuple[WarningDetail, ...] = ()
     """``SizedJob.warning_details`` of the line's job (advisory)."""
+    price_observed_at: str | None = None
+    """ISO date the line's price was read (``PriceOffer.observed_at``); None for on-prem
+    lines and prices whose reading day was not recorded."""
+    price_observed_at_day: int | None = None
 
     @property
     def feasible(self) -> bool:
@@ -623,7 +632,8 @@ def _line_fields_of_offer(offer: PriceOffer) -> dict[str, object]:
         "fabric_source": offer.fabric_source, "currency": offer.currency,
         "unit_price": offer.price_per_instance_hour, "unit": "instance-hour",
         "offer_id": offer.offer_id, "onprem": None, "price_as_of": offer.as_of,
-        "price_as_of_day": offer.as_of_day,
+        "price_as_of_day": offer.as_of_day, "price_observed_at": offer.observed_at,
+        "price_observed_at_day": offer.observed_at_day,
         "list_unit_price": offer.list_price_per_instance_hour, "discount": offer.discount,
     }
 

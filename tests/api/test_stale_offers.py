@@ -95,10 +95,17 @@ def test_an_offer_exactly_at_the_threshold_is_not_stale_and_a_day_older_is(
 def test_an_undated_price_is_never_approved_under_a_price_age_limit(
     client: TestClient, api_key: object, db_session: Session
 ) -> None:
-    """The seed's SkyPilot prices carry no date (issue 17): under the default policy's
-    max_price_age_s a quote on them fails undated_price and is not approved, however large
-    the budget; the same offers dated by a refresh approve."""
+    """A price with no date at all (no as_of, and no observed_at, as offers stored before
+    schema 0013 are; issue 17): under the default policy's max_price_age_s a quote on it
+    fails undated_price and is not approved, however large the budget; the same offers dated
+    by a refresh approve. (The seed's prices were read on a known day: issue 39,
+    tests/api/test_price_dates.py.)"""
+    from sqlalchemy import update
+
+    from service.catalog.models import OfferRevision
     from tests.factories import date_offers
+
+    db_session.execute(update(OfferRevision).values(observed_at=None))
 
     headers = {**api_key("quotes:write"), "Idempotency-Key": "undated-1"}  # type: ignore[operator]
     body = {"workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 1000,

@@ -16,8 +16,8 @@ from service.core.quote import DEFAULT_POLICY, RULES
 PolicyRuleName = TypeAliasType("PolicyRuleName", Literal[
     "budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",
     "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
-    "max_price_age_s", "max_duration_s", "min_success_probability", "require_node_fit",
-    "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates"])
+    "max_price_age_s", "max_observed_age_days", "max_duration_s", "min_success_probability",
+    "require_node_fit", "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates"])
 RuleName = PolicyRuleName
 assert set(get_args(PolicyRuleName.__value__)) == set(RULES)  # noqa: S101
 
@@ -27,7 +27,8 @@ POLICY_EXAMPLE: dict[str, Any] = {
     "rules": {"currency": "USD", "max_commitment": "2000000.00",
               "allowed_terms": ["on_demand", "spot", "reserved_1y", "onprem"],
               "forbid_indicative": True, "max_price_age_s": 7776000,
-              "min_success_probability": 0.8, "warn_only": ["forbid_indicative"]},
+              "max_observed_age_days": 14, "min_success_probability": 0.8,
+              "warn_only": ["forbid_indicative"]},
 }
 
 
@@ -55,7 +56,19 @@ class PolicyRulesIn(RequestModel):
                     "fail; false: they warn.")
     max_price_age_s: float | None = Field(
         strict=True, default=DEFAULT_POLICY.max_price_age_s, gt=0, le=1e10,
-        description="A price older than this (its as_of against the quote's date) is stale.")
+        description="A price older than this (its as_of against the quote's date) fails "
+                    "stale_price; a price with no as_of fails undated_price unless "
+                    "max_observed_age_days accepts it. null: no price-date rule at all.")
+    max_observed_age_days: float | None = Field(
+        strict=True, default=DEFAULT_POLICY.max_observed_age_days, gt=0, le=36_525,
+        examples=[30],
+        description="For a price whose as_of is unknown: read by the catalogue (observed_at) at "
+                    "most this many days before the quote's date, it warns "
+                    "(price_date_unknown_observed); read earlier, it fails "
+                    "(observed_price_stale); never read on a recorded day, it fails "
+                    "undated_price. null: every undated price fails undated_price. Judged only "
+                    "while max_price_age_s is set; each reason carries date, age_days, "
+                    "limit_days and the fix.")
     max_duration_s: float | None = Field(strict=True, default=None, gt=0, le=1e10)
     min_success_probability: float | None = Field(
         strict=True, default=None, ge=0, le=1,

@@ -404,6 +404,13 @@ class Parallelism(BaseModel):
     recompute: RecomputeMode
 
 
+def _absent(value: object) -> bool:
+    """A field left out of the JSON, not written null (``exclude_if``): a price-date field a
+    rule does not have, as ``rule_json`` leaves it out (so stored quotes, their lines and
+    ``verify`` agree), and the optional references below."""
+    return value is None
+
+
 class RuleOut(BaseModel):
     """One rule's outcome, or one reason of the verdict."""
 
@@ -414,11 +421,26 @@ class RuleOut(BaseModel):
         "amortised_accounting, deadline_met, deadline_missed, estimate_uncertain, "
         "commitment_over_policy_limit, job_cost_over_policy_limit, term_not_allowed, "
         "provider_not_allowed, region_not_allowed, indicative_price, derived_price, "
-        "quarantined_price, stale_price, undated_price, duration_over_limit, "
+        "quarantined_price, stale_price, undated_price, price_date_unknown_observed, "
+        "observed_price_stale, duration_over_limit, "
         "success_probability_below_minimum, no_offer_fits_plan, spot_capacity_unverified, "
         "assumed_interruption_rate, infeasible, no_feasible_offer."))
     severity: Severity
     message: str
+    date: dt.date | None = Field(default=None, exclude_if=_absent, examples=["2026-11-22"],
+                                 description=(
+        "Price-date rules only (max_price_age_s, max_observed_age_days; absent otherwise): "
+        "the date judged, the price's as_of, or its observed_at when as_of is unknown."))
+    age_days: int | None = Field(default=None, exclude_if=_absent, examples=[9], description=(
+        "Price-date rules only: days from date to the quote's day."))
+    limit_days: float | None = Field(default=None, exclude_if=_absent, examples=[30.0],
+                                     description=(
+        "Price-date rules only: the policy's limit in days (max_price_age_s ÷ 86,400, or "
+        "max_observed_age_days)."))
+    fix: str | None = Field(default=None, exclude_if=_absent, examples=[
+        "to date it, run `cq catalog refresh --provider azure` (the Azure Retail Prices API) "
+        "or `cq catalog import` a price list that states as_of"],
+        description="Price-date rules only: what dates the price.")
 
 
 class BandOut(BaseModel):
@@ -526,6 +548,12 @@ class QuoteLineOut(BaseModel):
     price_as_of: dt.date | None = Field(description=(
         "The date the line's price held; null for on-prem lines and for prices whose source "
         "gives no date (those lines carry the flag undated_price)."))
+    price_observed_at: dt.date | None = Field(default=None, examples=["2026-11-22"],
+                                              description=(
+        "The day the catalogue read the line's price (the offer's observed_at), apart from "
+        "price_as_of; null for on-prem lines and for prices whose reading day was not "
+        "recorded. An undated price read within the policy's max_observed_age_days warns "
+        "price_date_unknown_observed."))
     reserved: ReservedOut | None
     onprem: dict[str, Any] | None
     in_budget_currency: InBudgetCurrencyOut | None = Field(
@@ -556,10 +584,6 @@ class CalibrationRef(BaseModel):
     id: str
     name: str
     revision: int
-
-
-def _absent(value: Any) -> bool:
-    return value is None
 
 
 class DiscountBookRef(BaseModel):
@@ -738,9 +762,17 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def rule_json(rule: RuleResult) -> dict[str, str]:
-    return {"rule": rule.rule, "outcome": rule.outcome.value, "code": rule.code,
-            "severity": SEVERITY[rule.outcome], "message": rule.message}
+def rule_json(rule: RuleResult) -> dict[str, Any]:
+    """One rule as RuleOut; each price-date field only where the rule has it (every other
+    rule's JSON is as before, so stored quotes verify)."""
+    out: dict[str, Any] = {"rule": rule.rule, "outcome": rule.outcome.value,
+                           "code": rule.code, "severity": SEVERITY[rule.outcome],
+                           "message": rule.message}
+    for name, value in (("date", rule.date), ("age_days", rule.age_days),
+                        ("limit_days", rule.limit_days), ("fix", rule.fix)):
+        if value is not None:
+            out[name] = value
+    return out
 
 
 def line_json(line: QuoteLine, legacy_fraction: Decimal,
@@ -808,7 +840,7 @@ def line_json(line: QuoteLine, legacy_fraction: Decimal,
         "policy_outcome": line.outcome.value,
         "rules": [rule_json(r) for r in line.rules if r.outcome is not Outcome.PASS],
         "uncertainty": uncertainty,
-        "price_as_of": line.price_as_of,
+        "price_as_of": line.price_as_of, "price_observed_at": line.price_observed_at,
         "reserved": reserved, "onprem": dict(line.onprem) if line.onprem else None,
         "in_budget_currency": _in_budget_currency(line, conversion),
         "offer_id": line.offer_id, "catalog_version": line.catalog_version,

@@ -71,19 +71,20 @@ def seed_catalog(session: Session) -> SeedReport:
     session.flush()
     lock_catalog(session)
     version_id, offers = None, 0
-    seeded = seed_offers(frozenset(s.id for s in accelerator_seeds()))
+    accelerator_ids = frozenset(s.id for s in accelerator_seeds())
     if current_version_id(session) is None:
-        prices = seeded
+        prices = seed_offers(accelerator_ids)
         version = commit_version(session, prices, created_by="seed", kind="seed",
                                  note="seed: research price snapshot (seed/prices/README.md)")
         version_id, offers = version.id, version.offer_count
     seed_fx(session, seed_rows(FX_SEED_FILE), dt.datetime.now(dt.UTC))
     return SeedReport(inserted=inserted, updated=updated, unchanged=unchanged,
                       price_version=version_id, offers=offers,
-                      facts_version=None if version_id else _add_missing_facts(session, seeded))
+                      facts_version=None if version_id else _add_missing_facts(
+                          session, accelerator_ids))
 
 
-def _add_missing_facts(session: Session, seeded: tuple[OfferContent, ...]) -> str | None:
+def _add_missing_facts(session: Session, accelerator_ids: frozenset[str]) -> str | None:
     """A database seeded before offers carried fabric facts (schema 0004) or observation days
     (schema 0013) gets one new version with them; older versions stay as they were, so old
     quotes still verify."""
@@ -92,7 +93,9 @@ def _add_missing_facts(session: Session, seeded: tuple[OfferContent, ...]) -> st
         return None
     offers = [revision_content(row) for row in version_revisions(session, current)]
     updated = [with_sourced_facts(offer, replace_legacy_rates=True) for offer in offers]
-    observed = _with_seed_observations(updated, seeded)
+    # The seed's offers are built (0.5 s) only when some offer has no observation day.
+    observed = (_with_seed_observations(updated, seed_offers(accelerator_ids))
+                if any(o.observed_at is None for o in updated) else updated)
     if observed == offers:
         return None
     notes = ([] if updated == offers else ["sourced instance fabric and spot interruption "

@@ -31,8 +31,8 @@ from service.catalog.fx import Conversion
 from service.core.discounts import DiscountBook
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError
 from service.core.params import count_parameters
-from service.core.policy import RuleResult
-from service.core.quote import Outcome, Policy, QuoteLine
+from service.core.policy import Outcome, Policy, RuleResult
+from service.core.quote import QuoteLine
 from service.core.units import SECONDS_PER_DAY
 from service.settings import Settings
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from service.catalog import revisions
 from service.catalog.models import PolicyRevision
-from service.core.quote import DEFAULT_POLICY, Policy
+from service.core.policy import DEFAULT_POLICY, Policy
 
 KIND, PATH = "policy", "/v1/policies"
 

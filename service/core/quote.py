@@ -31,23 +31,18 @@ from types import MappingProxyType
 from typing import Literal, get_args
 
 from service.core import pricing
+from service.core.failures import interruptions_per_s
 from service.core.plausibility import WarningDetail
-
-# DEFAULT_POLICY, Outcome, Policy and RULES are also imported from here by modules outside
-# issue 38's quote work (catalog.policies, schemas.policies, api.budget_plans): re-exported
-# until they import core.policy.
-from service.core.policy import DEFAULT_POLICY as DEFAULT_POLICY
 from service.core.policy import (
     OUTCOME_RANK,
     SPOT_CAPACITY_UNVERIFIED_GPUS,
     Accounting,
+    Outcome,
+    Policy,
     RuleResult,
     evaluate,
     worst,
 )
-from service.core.policy import RULES as RULES
-from service.core.policy import Outcome as Outcome
-from service.core.policy import Policy as Policy
 from service.core.units import HOURS_PER_YEAR, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
@@ -600,7 +595,7 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
         basis = (f"spot interruptions {rate:g} per instance-hour{assumed} "
                  f"({offer.interruption_rate_source})")
     else:
-        rate_per_s = options.failure_rate_per_gpu_hour * counted * gpus / SECONDS_PER_HOUR
+        rate_per_s = interruptions_per_s(options.failure_rate_per_gpu_hour, counted, gpus)
         basis = f"hardware failures {options.failure_rate_per_gpu_hour:g} per GPU-hour"
     if job.serving is not None:
         loss = interruption_fraction(rate_per_s, options.restart_s)
@@ -733,7 +728,7 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
         loss = interruption_fraction(options.failure_rate_per_gpu_hour / SECONDS_PER_HOUR,
                                      options.restart_s)
     else:
-        failures = options.failure_rate_per_gpu_hour * job.num_gpus / SECONDS_PER_HOUR
+        failures = interruptions_per_s(options.failure_rate_per_gpu_hour, job.num_gpus)
         loss = pricing.goodput(failures, job.checkpoint_bytes / options.checkpoint_bytes_per_s,
                                options.restart_s)
     if not loss.feasible:

@@ -18,6 +18,7 @@ import pytest
 
 import service.core
 from service.core import quote as q
+from service.core.policy import DEFAULT_POLICY
 from tests import factories
 
 MUTABLE = (dict, list, set, bytearray, collections.deque)
@@ -107,7 +108,7 @@ def a_quote(rnd: random.Random, day: int) -> q.QuoteResult:
         deadline_s=rnd.choice([None, 30 * 86_400.0]),
         accounting=rnd.choice(list(q.Accounting)))
     return q.price_all(jobs=[job], offers=offers(rnd), timings={}, onprem={}, options=options,
-                       policy=q.DEFAULT_POLICY, today=day, version_id="cv_000001",
+                       policy=DEFAULT_POLICY, today=day, version_id="cv_000001",
                        gated=True)
 
 

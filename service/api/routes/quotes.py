@@ -46,7 +46,7 @@ from service.catalog.errors import NotFoundError
 from service.catalog.models import Quote
 from service.catalog.prices import get_version, version_identity
 from service.core.errors import InvalidSpecError
-from service.core.quote import Policy
+from service.core.policy import Policy
 from service.core.units import SECONDS_PER_DAY
 
 router = APIRouter(tags=["quotes"])

@@ -11,7 +11,7 @@ from typing_extensions import TypeAliasType
 from service.api.schemas.common import RequestModel, TextRule
 from service.api.schemas.prices import DecimalString
 from service.api.schemas.quotes import CurrencyCode, PolicyName, Slug, TermName
-from service.core.quote import DEFAULT_POLICY, RULES
+from service.core.policy import DEFAULT_POLICY, RULES
 
 PolicyRuleName = TypeAliasType("PolicyRuleName", Literal[
     "budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",

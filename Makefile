@@ -16,8 +16,7 @@ $(BIN)/uv:
 # --compile-bytecode: the installed packages ship no .pyc and the machines set
 # PYTHONDONTWRITEBYTECODE=1, so every test worker, server and CLI process compiled alembic,
 # uvicorn, httpx, psycopg, hypothesis and pytest from source again (about 0.8 s CPU each,
-# ~100 processes a run); compiling once at install is cheaper (docs/decisions.md,
-# "The venv is compiled at install").
+# ~100 processes a run); compiling once at install is cheaper (decision 280).
 $(VENV)/.synced: $(BIN)/uv pyproject.toml uv.lock
 	$(BIN)/uv sync --frozen --inexact --quiet --compile-bytecode
 	touch $@

@@ -52,7 +52,6 @@ from service.api.work import WorkBudget
 from service.api.workers import run_cpu_bound
 from service.catalog import discounts as discount_books
 from service.catalog import fx
-from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
 from service.catalog.fx import Conversion
 from service.catalog.quoting import load_offers, onprem_inputs
@@ -399,13 +398,14 @@ class Computed:
 def budget_conversion(session: Session, request: QuoteRequest | BudgetPlanRequest,
                       version_id: str, now: dt.datetime, fx_version: str | None = None,
                       ) -> Conversion | None:
-    """The budget in USD at the ECB rates of ``request.fx_date`` (default the quote's date,
-    UTC) from FX table ``fx_version`` (default the request's, else the newest), when the
-    catalogue version has no offers in the budget's currency; None when no conversion is
-    needed. A currency the table lacks is invalid input naming budget.currency."""
+    """The budget in USD, the one pricing currency, at the ECB rates of ``request.fx_date``
+    (default the quote's date, UTC) from FX table ``fx_version`` (default the request's, else
+    the newest); None for a USD budget or none. Every line is priced in USD and shown in the
+    budget's currency with this one rate, on-prem lines included (issue 39: a catalogue with
+    offers in the budget's currency used to price only those, and label the on-prem line's
+    USD amounts in it). A currency the table lacks is invalid input naming budget.currency."""
     budget = request.budget
-    if budget is None or budget.currency == PRICING_CURRENCY or store.prices_in(
-            session, budget.currency, version_id):
+    if budget is None or budget.currency == PRICING_CURRENCY:
         return None
     wanted = fx_version or request.fx_version
     try:

@@ -923,8 +923,12 @@ def with_break_even(owned: QuoteLine, cloud: Sequence[QuoteLine],
     facts = owned.onprem
     if facts is None or owned.amounts is None:
         return owned
+    # Like with like (issue 39): only rents in the owned line's currency; every line of a
+    # quote is priced in its one pricing currency, so this drops nothing unless a caller
+    # mixes currencies.
     rented = [x for x in cloud if x.term is Term.ON_DEMAND and x.amounts is not None
-              and x.unit_price is not None and x.gpus_per_instance > 0]
+              and x.currency == owned.currency and x.unit_price is not None
+              and x.gpus_per_instance > 0]
     if not rented:
         return replace(owned, onprem={**facts, "break_even_months": None,
                                       "break_even_basis": "no feasible on-demand line to "
@@ -954,7 +958,7 @@ def with_break_even(owned: QuoteLine, cloud: Sequence[QuoteLine],
                  "breaks even")
     else:
         months = str((capex / saved_per_month).quantize(Decimal("0.1")))
-        basis = (f"capex {capex} / ({owned.num_gpus} GPUs x "
+        basis = (f"capex {capex} {owned.currency} / ({owned.num_gpus} GPUs x "
                  f"({against['break_even_price_per_gpu_hour']} "
                  f"rented - {running.quantize(Decimal('0.000001'))} running) per GPU-hour x "
                  f"730 h x utilisation {utilisation})")

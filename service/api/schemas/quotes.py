@@ -193,14 +193,16 @@ class ReliabilityIn(RequestModel):
 class OnPremIn(RequestModel):
     purchase_price_per_gpu: PurchasePrice | dict[AcceleratorRef, PurchasePrice] | None = Field(
         default=None, description="One price, or one per accelerator id, at most 10,000,000 "
-                                  "per GPU. Default: the accelerator's indicative price from "
-                                  "the catalogue.")
+                                  "per GPU, in USD (the pricing currency). Default: the "
+                                  "accelerator's indicative price from the catalogue (USD).")
     overhead_fraction: Fraction = Field(default=str(pricing.DEFAULT_ONPREM_OVERHEAD_FRACTION))
     depreciation_years: int = Field(strict=True, default=pricing.DEFAULT_DEPRECIATION_YEARS,
                                     ge=1, le=15)
     electricity_per_kwh: ElectricityPrice = Field(
         default=str(pricing.DEFAULT_ELECTRICITY_USD_PER_KWH),
-        description="Per kWh, in the quote's currency; at most 1,000.")
+        description="Per kWh, in USD (the pricing currency, as purchase_price_per_gpu); at "
+                    "most 1,000. The on-prem line is converted into a budget's currency with "
+                    "the quote's fx rate, as every line is.")
     pue: Annotated[str, StringConstraints(pattern=r"^[1-4](\.\d{1,3})?$")] = Field(
         default=str(pricing.DEFAULT_ONPREM_PUE))
     operations_fraction_per_year: Fraction = Field(
@@ -375,6 +377,10 @@ class InBudgetCurrencyOut(BaseModel):
     finds within budget never shows more than the budget, and a cost is never shown smaller."""
 
     currency: str = Field(examples=["EUR"])
+    rate: str | None = Field(default=None, examples=["1.1373"], description=(
+        "The rate the amounts were converted with: units of the line's currency (the "
+        "pricing currency, USD) per 1 unit of this currency, the quote's fx.rate (absent on "
+        "quotes stored before 2026-12-02)."))
     total: str
     commitment_total: str
     job_cost_total: str
@@ -753,7 +759,8 @@ def _in_budget_currency(line: QuoteLine, conversion: Conversion | None,
     if conversion is None or a is None or line.currency != conversion.into:
         return None
     back = conversion.in_budget_currency
-    return {"currency": conversion.currency, "total": f"{back(a.total):f}",
+    return {"currency": conversion.currency, "rate": f"{conversion.rate:f}",
+            "total": f"{back(a.total):f}",
             "commitment_total": f"{back(a.commitment_total):f}",
             "job_cost_total": f"{back(a.job_cost_total):f}"}
 

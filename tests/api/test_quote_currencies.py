@@ -1,0 +1,111 @@
+"""Every amount in one currency, through one conversion (issue 39, item 2): with a budget in
+another currency every line, the on-prem line included, is priced in USD and shown in the
+budget's currency with the quote's one ECB rate; break-even compares USD with USD."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+H100 = "h100-sxm5-80gb"
+BASE: dict[str, Any] = {
+    "workload": {"gpu_hours": {"accelerator": H100, "gpu_hours": 8_000, "num_gpus": 64}},
+    "providers": ["aws", "acme-cn", "onprem"],
+    "regions": ["us-east-1", "cn-north-1"],
+    "terms": ["on_demand", "onprem"],
+    "fx_date": "2025-05-04",
+}
+CNY_OFFER: dict[str, Any] = {
+    "provider": "acme-cn",
+    "region": "cn-north-1",
+    "instance_type": "gpu-8x-h100",
+    "accelerator": H100,
+    "gpus_per_instance": 8,
+    "term": "on_demand",
+    "currency": "CNY",
+    "price_per_hour": "180.00",
+    "source": "ACME China price list (test)",
+    "as_of": "2026-11-01",
+    "indicative": False,
+    "nvlink_domain": 8,
+    "inter_node_gbps": 3200,
+    "fabric_source": "ACME China instance guide (test)",
+}
+
+
+def import_cny_offer(client: TestClient, headers: dict[str, str]) -> None:
+    """A price list in CNY, imported as an operator would (a patch of one offer)."""
+    made = client.post(
+        "/v1/catalog/imports",
+        json={"offers": [CNY_OFFER]},
+        headers=headers,
+        params={"mode": "patch", "note": "a CNY price list"},
+    )
+    assert made.status_code == 201, made.text
+
+
+def quote(client: TestClient, headers: dict[str, str], **changes: Any) -> dict[str, Any]:
+    response = client.post(
+        "/v1/quotes",
+        json={**BASE, **changes},
+        headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def onprem_line(body: dict[str, Any]) -> dict[str, Any]:
+    return next(x for x in body["lines"] if x["provider"] == "onprem")
+
+
+def test_a_cny_budget_shows_the_onprem_line_in_usd_and_in_cny_at_the_quotes_rate(
+    client: TestClient, api_key: Any
+) -> None:
+    """Before: with a CNY offer in the catalogue a CNY budget priced only in CNY, and the
+    on-prem line's USD amounts were labelled CNY (a commitment of 23,374,835.62 'CNY' was
+    $23.37M). Now the line is USD, and its CNY figure is the USD amount times the rate."""
+    headers = api_key("quotes:write", "catalog:write")
+    import_cny_offer(client, headers)
+    usd = quote(client, headers, budget={"amount": "100000000.00", "currency": "USD"})
+    cny = quote(client, headers, budget={"amount": "700000000.00", "currency": "CNY"})
+    owned_usd, owned_cny = onprem_line(usd), onprem_line(cny)
+    assert owned_cny["currency"] == "USD"
+    assert owned_cny["commitment_total"] == owned_usd["commitment_total"]
+    rate = Decimal(cny["fx"]["rate"])  # USD per CNY
+    shown = owned_cny["in_budget_currency"]
+    assert shown["currency"] == "CNY"
+    assert Decimal(shown["rate"]) == rate
+    for key in ("commitment_total", "total", "job_cost_total"):
+        amount = Decimal(owned_cny[key])
+        exact = amount / rate
+        assert Decimal(shown[key]) == exact.quantize(Decimal("0.01"), rounding=ROUND_CEILING)
+        assert Decimal(shown[key]) - exact < Decimal("0.01")
+    # Roughly 7.2 CNY to the dollar in 2025: the CNY figure is several times the USD one.
+    assert Decimal(shown["commitment_total"]) > 6 * Decimal(owned_cny["commitment_total"])
+    assert cny["summary"]["currency"] == "USD"
+
+
+def test_break_even_is_the_same_whatever_the_budgets_currency(
+    client: TestClient, api_key: Any
+) -> None:
+    """Before: USD capex over CNY rent gave '1.0 month'. Now both sides are USD."""
+    headers = api_key("quotes:write", "catalog:write")
+    import_cny_offer(client, headers)
+    months = {}
+    for currency, amount in (
+        ("USD", "100000000.00"),
+        ("CNY", "700000000.00"),
+        ("EUR", "90000000.00"),
+        ("JPY", "15000000000"),
+    ):
+        body = quote(client, headers, budget={"amount": amount, "currency": currency})
+        facts = onprem_line(body)["onprem"]
+        assert facts["break_even_months"] is not None, facts
+        assert " USD / (" in facts["break_even_basis"]
+        months[currency] = (facts["break_even_months"], facts["break_even_offer_id"])
+    assert len(set(months.values())) == 1, months
+    assert Decimal(months["USD"][0]) > Decimal(1)

@@ -306,6 +306,28 @@ def _check_pricing_fields(terms: list[TermName], legacy: str, accounting: str,
                          "'amortised'")
 
 
+class BudgetPlanTrainingIn(PlanTrainingIn):
+    """The plan's training, with ``tokens`` optional: objective 'largest_model' trains each
+    size on tokens_per_param × its parameters (issue 39: it needed a dummy tokens)."""
+
+    tokens: float | None = Field(  # type: ignore[assignment]
+        strict=True, default=None, gt=0, le=1e18, examples=[300e9],
+        description="Training tokens; required for objective 'soonest'. 'largest_model' "
+                    "ignores it (tokens = tokens_per_param × each size's parameters).")
+
+
+LargestModelBound = TypeAliasType("LargestModelBound", Literal[
+    "budget", "deadline", "memory", "policy", "no_offer", "search_range", "work_budget"])
+LARGEST_BOUND_DESCRIPTION = (
+    "objective 'largest_model': what bound the answer, i.e. why the next larger size has no "
+    "line: 'budget' (no line the policy allows is within the budget), 'deadline' (lines "
+    "within the budget, none before the deadline), 'memory' (it fits no candidate cluster), "
+    "'policy' (a rule other than the budget and deadline fails every line; the explanation "
+    "names it), 'no_offer' (no offer can run it), 'search_range' (the largest size searched "
+    "fits), 'work_budget' (the request's candidate budget, CQ_SEARCH_MAX_CANDIDATES, ended "
+    "the search first).")
+
+
 class BudgetPlanRequest(RequestModel):
     """Which accelerator, GPU count, term and plan finish soonest within the budget, and which
     finish cheapest before the deadline?"""
@@ -313,7 +335,7 @@ class BudgetPlanRequest(RequestModel):
     model: ModelIn | None = Field(
         default=None, description="Required for objective 'soonest'; 'largest_model' tries "
                                   "candidate_models instead.")
-    training: PlanTrainingIn
+    training: BudgetPlanTrainingIn
     clusters: list[CandidateClusterIn] = Field(min_length=1, max_length=16)
     constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
     budget: MoneyIn
@@ -321,12 +343,16 @@ class BudgetPlanRequest(RequestModel):
     objective: BudgetPlanObjective = Field(
         default="soonest", description=(
             "'soonest': the lines for model within the budget, soonest first. "
-            "'largest_model': the largest compute-optimal model of candidate_models (trained "
-            "on tokens_per_param × its parameters, overriding training.tokens) with a line "
-            "within the budget and deadline that no policy rule fails."))
+            "'largest_model': the largest compute-optimal model (trained on tokens_per_param "
+            "× its parameters; training.tokens is optional and ignored) with a line within "
+            "the budget and deadline that no policy rule fails. Without candidate_models the "
+            "sizes are searched continuously: a bisection on parameter count over a generated "
+            "Llama-style family (service/core/scaling.py; the architecture and rule are in the "
+            "answer), at most 12 sizes priced, within the request's candidate budget."))
     candidate_models: list[Annotated[str, TextRule(max_length=64)]] | None = Field(
         default=None, min_length=1, max_length=16,
-        description="Presets for 'largest_model' (default: the dense Llama presets).")
+        description="Presets for 'largest_model', tried smallest first (default: none, the "
+                    "generated family is searched instead).")
     tokens_per_param: float = Field(
         strict=True, default=20.0, gt=0, le=10_000,
         description="Training tokens per parameter for 'largest_model' (Chinchilla, Hoffmann "
@@ -354,6 +380,8 @@ class BudgetPlanRequest(RequestModel):
                               self.reservation_utilisation_fraction)
         if self.objective == "soonest" and self.model is None:
             raise ValueError("model is required for objective 'soonest'")
+        if self.objective == "soonest" and self.training.tokens is None:
+            raise ValueError("training.tokens is required for objective 'soonest'")
         return self
 
 
@@ -722,25 +750,51 @@ class BudgetPlanOut(BaseModel):
         default=None, description="objective 'largest_model': the largest candidate with a "
                                   "line within the budget and deadline (the lists are its).")
     models_tried: list[ModelTriedOut] = Field(default_factory=list)
+    binding_constraint: LargestModelBound | None = Field(
+        default=None, description=LARGEST_BOUND_DESCRIPTION + " Null for 'soonest'.")
     fx: FxConversionOut | None = Field(
         default=None, description="How a budget in another currency was converted (null when "
                                   "none was).")
 
 
+class GeneratedArchitectureOut(BaseModel):
+    """A size of the generated Llama-style family (service/core/scaling.py)."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    mlp: str
+
+
 class ModelTriedOut(BaseModel):
-    preset: str
+    preset: str = Field(description="The preset, or the generated size's name.")
     params: int
     tokens: float
     lines_within: int = Field(description="Lines within the budget and deadline that no "
                                           "policy rule fails.")
     note: str
+    architecture: GeneratedArchitectureOut | None = Field(
+        default=None, description="A generated size's architecture (null for a preset).")
+    bound: LargestModelBound | None = Field(
+        default=None, description="Why this size has no line (null when it has one).")
 
 
 class LargestModelOut(BaseModel):
-    preset: str
+    preset: str = Field(description="The preset, or the generated size's name.")
     params: int
     tokens: float
     line: QuoteLineOut
+    architecture: GeneratedArchitectureOut | None = Field(
+        default=None, description="The generated architecture (null for a preset).")
+    shape_rule: str | None = Field(
+        default=None, description="The documented rules the architecture was generated by "
+                                  "(null for a preset).")
+    tokens_rule: str = Field(default="", description="How tokens were chosen, with the source.")
+    share_of_budget: float | None = Field(
+        default=None, description="The line's total (under the accounting) over the budget.")
 
 BudgetPlanOut.model_rebuild()
 

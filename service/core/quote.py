@@ -220,6 +220,11 @@ class Options:
     budget_basis: str | None = None
     """How ``budget`` was made from the request's, when converted (the rate, its date and
     the FX table version); quoted beside the budget in every budget message."""
+    fx_fixing_date: str | None = None
+    """The ISO date of the ECB fixing the quote converts money with (None: it converts
+    nothing); judged by the policy's ``fx_rate_age`` rule against the quote's day."""
+    fx_fixing_day: int | None = None
+    """The same date as an ordinal (``date.toordinal()``)."""
     deadline_s: float | None = None
     accounting: Accounting = Accounting.COMMITMENT
     utilisation_fraction: Decimal = Decimal(1)

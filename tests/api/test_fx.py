@@ -198,7 +198,12 @@ def test_a_eur_budget_is_judged_with_a_stated_ecb_rate_to_the_cent(
     approves; one cent of EUR less rejects. The rate, its fixing date and table version are
     stated, and verify reproduces the quote after the table has grown."""
     date_offers(db_session, providers=("aws",))
-    headers = api_key("quotes:write", "catalog:write")
+    headers = api_key("quotes:write", "catalog:write", "policies:write")
+    # The seed's fixings are 19 months before today: fx_rate_age would fail; this test is
+    # about the budget's rounding, so the policy only warns of the rate's age.
+    made = client.post("/v1/policies", headers=headers, json={
+        "name": "fx-age-warns", "rules": {"warn_only": ["fx_rate_age"]}})
+    assert made.status_code == 201, made.text
     usd_per_eur = seed_rate("2025-04-30", "USD")
     probe = _quote(client, headers, {**QUOTE, "budget": {"amount": "1.00", "currency": "EUR"}})
     assert probe.status_code == 201, probe.text
@@ -207,9 +212,12 @@ def test_a_eur_budget_is_judged_with_a_stated_ecb_rate_to_the_cent(
     eur = (total / usd_per_eur).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
     while (eur * usd_per_eur).quantize(Decimal("0.01"), rounding=ROUND_DOWN) < total:
         eur += Decimal("0.01")
-    enough = _quote(client, headers, {**QUOTE, "budget": {"amount": str(eur),
-                                                          "currency": "EUR"}}).json()
+    enough = _quote(client, headers, {**QUOTE, "policy": "fx-age-warns", "budget": {
+        "amount": str(eur), "currency": "EUR"}}).json()
     assert enough["verdict"] == "approve", enough["reasons"]
+    aged = next(r for r in enough["reason_details"] if r["rule"] == "fx_rate_age")
+    assert (aged["outcome"], aged["code"], aged["date"]) == ("warn", "fx_rate_too_old",
+                                                             "2025-04-30")
     conversion = enough["fx"]
     assert conversion["fixing_date"] == "2025-04-30"
     assert conversion["version"] == "fx_000001"
@@ -225,7 +233,7 @@ def test_a_eur_budget_is_judged_with_a_stated_ecb_rate_to_the_cent(
     budget_rule = next(r for r in enough["reason_details"] if r["rule"] == "budget")
     assert "EUR at" in budget_rule["message"]
     assert "2025-04-30" in budget_rule["message"]
-    short = _quote(client, headers, {**QUOTE, "budget": {
+    short = _quote(client, headers, {**QUOTE, "policy": "fx-age-warns", "budget": {
         "amount": str(eur - Decimal("0.01")), "currency": "EUR"}}).json()
     assert short["verdict"] == "reject"
     assert short["cheapest"]["within_budget"] is False
@@ -236,8 +244,8 @@ def test_a_eur_budget_is_judged_with_a_stated_ecb_rate_to_the_cent(
     assert grown.status_code == 201, grown.text
     verify = client.post(f"/v1/quotes/{enough['id']}/verify", headers=headers).json()
     assert verify["matches"], verify["differences"]
-    requote = _quote(client, headers, {**QUOTE, "budget": {"amount": str(eur),
-                                                           "currency": "EUR"}}).json()
+    requote = _quote(client, headers, {**QUOTE, "policy": "fx-age-warns", "budget": {
+        "amount": str(eur), "currency": "EUR"}}).json()
     assert requote["fx"]["fixing_date"] == "2025-05-02"
     assert requote["fx"]["version"] == "fx_000002"
 
@@ -310,7 +318,8 @@ def test_a_policy_limit_in_the_budgets_currency_is_converted_at_the_same_fixing(
         eur += Decimal("0.01")
     for name, limit in (("eur-enough", eur), ("eur-short", eur - Decimal("0.01"))):
         created = client.post("/v1/policies", headers=headers, json={
-            "name": name, "rules": {"currency": "EUR", "max_commitment": str(limit)}})
+            "name": name, "rules": {"currency": "EUR", "max_commitment": str(limit),
+                                    "warn_only": ["fx_rate_age"]}})
         assert created.status_code == 201, created.text
     body = {**QUOTE, "budget": {"amount": "100000000.00", "currency": "EUR"}}
     enough = _quote(client, headers, {**body, "policy": "eur-enough"}).json()

@@ -129,3 +129,46 @@ def test_an_offer_priced_in_cny_under_a_usd_budget_is_a_coded_rejection(
     assert alone["verdict"] == "reject"
     assert alone["reason_details"][0]["code"] == "no_offer_in_quote_currency"
     assert "priced in USD" in alone["reasons"][0]
+
+
+def test_fx_rate_age_warns_after_7_days_and_fails_after_35_naming_date_limits_and_fix(
+        client: TestClient, api_key: Any) -> None:
+    """Before: a quote on the seed converted at a fixing 19 months old with no word. Now the
+    rule fx_rate_age judges the fixing's age against the quote's day (the route's clock)."""
+    import datetime as dt
+
+    from service.core.policy import DEFAULT_POLICY
+
+    headers = api_key("quotes:write", "catalog:write")
+    today = dt.datetime.now(dt.UTC).date()
+    stale = quote(client, headers, budget={"amount": "1000000.00", "currency": "EUR"},
+                  providers=["aws"], fx_date=None)
+    aged = next(r for r in stale["reason_details"] if r["rule"] == "fx_rate_age")
+    fixing = dt.date.fromisoformat(stale["fx"]["fixing_date"])
+    assert (aged["outcome"], aged["code"]) == ("fail", "fx_rate_too_old")
+    assert (aged["date"], aged["age_days"]) == (fixing.isoformat(), (today - fixing).days)
+    assert aged["limit_days"] == DEFAULT_POLICY.fx_rate_fail_age_days == 35
+    assert "/v1/fx-rates/imports" in aged["fix"]
+    assert "7 days" in aged["message"]
+    assert "35 days" in aged["message"]
+    assert stale["verdict"] == "reject"
+    policy = stale["policy_result"]["policy"]
+    assert (policy["fx_rate_warn_age_days"], policy["fx_rate_fail_age_days"]) == (7, 35)
+    # A fixing 10 days old warns; 3 days old passes silently. A USD budget is not judged.
+    for days, outcome in ((10, "warn"), (3, None)):
+        day = today - dt.timedelta(days=days)
+        made = client.post(
+            "/v1/fx-rates/imports", content=f"Date,USD,\n{day.isoformat()},1.1000,\n".encode(),
+            headers={**headers, "Content-Type": "text/csv"})
+        assert made.status_code == 201, made.text
+        body = quote(client, headers, budget={"amount": "1000000.00", "currency": "EUR"},
+                     providers=["aws"], fx_date=None)
+        assert body["fx"]["fixing_date"] == day.isoformat()
+        found = [r for r in body["reason_details"] if r["rule"] == "fx_rate_age"]
+        assert [r["outcome"] for r in found] == ([outcome] if outcome else [])
+        if outcome:
+            assert (found[0]["code"], found[0]["age_days"], found[0]["limit_days"]) == (
+                "fx_rate_stale", days, 7.0)
+    usd = quote(client, headers, budget={"amount": "1000000.00", "currency": "USD"},
+                providers=["aws"], fx_date=None)
+    assert not any(r["rule"] == "fx_rate_age" for r in usd["reason_details"])

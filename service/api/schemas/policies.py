@@ -16,7 +16,8 @@ from service.core.policy import DEFAULT_POLICY, RULES
 PolicyRuleName = TypeAliasType("PolicyRuleName", Literal[
     "budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",
     "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
-    "max_price_age_s", "max_observed_age_days", "max_duration_s", "min_success_probability",
+    "max_price_age_s", "max_observed_age_days", "fx_rate_age", "max_duration_s",
+    "min_success_probability",
     "require_node_fit", "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates"])
 RuleName = PolicyRuleName
 assert set(get_args(PolicyRuleName.__value__)) == set(RULES)  # noqa: S101

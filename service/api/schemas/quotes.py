@@ -456,7 +456,7 @@ class RuleOut(BaseModel):
         "commitment_over_policy_limit, job_cost_over_policy_limit, term_not_allowed, "
         "provider_not_allowed, region_not_allowed, indicative_price, derived_price, "
         "quarantined_price, stale_price, undated_price, price_date_unknown_observed, "
-        "observed_price_stale, duration_over_limit, "
+        "observed_price_stale, fx_rate_stale, fx_rate_too_old, duration_over_limit, "
         "success_probability_below_minimum, no_offer_fits_plan, spot_capacity_unverified, "
         "assumed_interruption_rate, infeasible, no_feasible_offer."))
     severity: Severity
@@ -464,13 +464,15 @@ class RuleOut(BaseModel):
     date: dt.date | None = Field(default=None, exclude_if=_absent, examples=["2026-11-22"],
                                  description=(
         "Price-date rules only (max_price_age_s, max_observed_age_days; absent otherwise): "
-        "the date judged, the price's as_of, or its observed_at when as_of is unknown."))
+        "the date judged, the price's as_of, or its observed_at when as_of is unknown; for "
+        "fx_rate_age, the ECB fixing the quote converted with."))
     age_days: int | None = Field(default=None, exclude_if=_absent, examples=[9], description=(
         "Price-date rules only: days from date to the quote's day."))
     limit_days: float | None = Field(default=None, exclude_if=_absent, examples=[30.0],
                                      description=(
         "Price-date rules only: the policy's limit in days (max_price_age_s ÷ 86,400, or "
-        "max_observed_age_days)."))
+        "max_observed_age_days; fx_rate_age: fx_rate_warn_age_days or "
+        "fx_rate_fail_age_days, whichever fired)."))
     fix: str | None = Field(default=None, exclude_if=_absent, examples=[
         "to date it, run `cq catalog refresh --provider azure` (the Azure Retail Prices API) "
         "or `cq catalog import` a price list that states as_of"],

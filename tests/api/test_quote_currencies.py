@@ -8,7 +8,10 @@ import uuid
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 
 H100 = "h100-sxm5-80gb"
 BASE: dict[str, Any] = {
@@ -172,3 +175,79 @@ def test_fx_rate_age_warns_after_7_days_and_fails_after_35_naming_date_limits_an
     usd = quote(client, headers, budget={"amount": "1000000.00", "currency": "USD"},
                 providers=["aws"], fx_date=None)
     assert not any(r["rule"] == "fx_rate_age" for r in usd["reason_details"])
+
+
+# -- property tests: every currency of the FX table ------------------------------------------
+
+def _seed_table() -> tuple[str, dict[str, Decimal]]:
+    """The seed's latest fixing and its rates per EUR, every currency it has."""
+    import csv
+    from pathlib import Path
+
+    seed = (Path(__file__).resolve().parents[2]
+            / "service/catalog/seed/prices/fx_reference_rates.csv")
+    with seed.open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    latest = max(r["date"] for r in rows)
+    return latest, {r["currency"]: Decimal(r["rate_per_eur"]) for r in rows
+                    if r["date"] == latest}
+
+
+LATEST, RATES = _seed_table()
+CURRENCIES = sorted({"EUR", *RATES} - {"USD"})
+
+
+@given(currency=st.sampled_from(CURRENCIES),
+       budget=st.decimals(min_value=Decimal("1"), max_value=Decimal("1e12"), places=2),
+       cost=st.decimals(min_value=Decimal("0.01"), max_value=Decimal("1e11"), places=2))
+def test_a_passed_line_never_shows_more_than_the_budget_in_any_table_currency(
+        currency: str, budget: Decimal, cost: Decimal) -> None:
+    """For every currency of the FX table: a USD cost the verdict finds within the converted
+    budget is never shown above the budget, and its shown amount is the USD amount times the
+    rate (units of the currency per USD), rounded up to the currency's minor unit."""
+    import datetime as dt
+
+    from service.catalog import fx
+    from service.catalog.currencies import minor_units
+
+    unit = Decimal(1).scaleb(-minor_units(currency))
+    budget = budget.quantize(unit, rounding=ROUND_CEILING)
+    c = fx.convert(budget, currency, "USD", RATES, dt.date.fromisoformat(LATEST), "fx_000001")
+    shown = c.in_budget_currency(cost)
+    per_usd = fx.CONVERSION_PRECISION.divide(Decimal(1), c.rate)
+    exact = cost * per_usd
+    assert shown >= exact - Decimal("1e-18")
+    assert shown - exact <= unit + Decimal("1e-18")
+    if cost <= c.converted:
+        assert shown <= budget
+
+
+@pytest.mark.parametrize("currency", ["CNY", "EUR", "JPY", "GBP"])
+def test_passed_lines_and_the_onprem_line_agree_in_the_budgets_currency(
+        client: TestClient, api_key: Any, currency: str) -> None:
+    """Real quotes: every line within the budget shows at most the budget in its currency;
+    the on-prem line in that currency is its USD amount times the rate (rounded up)."""
+    from service.catalog.currencies import minor_units
+
+    headers = api_key("quotes:write")
+    unit = Decimal(1).scaleb(-minor_units(currency))
+    probe = quote(client, headers, budget={"amount": "1", "currency": currency})
+    rate = Decimal(probe["fx"]["rate"])
+    usd_cheapest = Decimal(probe["cheapest"]["total"])
+    # A budget between the cheapest line and the dearest: some lines pass, some do not.
+    amount = (usd_cheapest * 3 / rate).quantize(unit)
+    body = quote(client, headers, budget={"amount": str(amount), "currency": currency})
+    lines = [x for x in body["lines"] if x["feasible"]]
+    assert any(x["within_budget"] for x in lines)
+    for line in lines:
+        shown = line["in_budget_currency"]
+        assert shown["currency"] == currency
+        if line["within_budget"]:
+            assert Decimal(shown["total"]) <= amount
+        exact = Decimal(line["total"]) / rate
+        assert Decimal(shown["total"]) == exact.quantize(unit, rounding=ROUND_CEILING)
+    owned = onprem_line(body)
+    assert owned["currency"] == "USD"
+    exact = Decimal(owned["commitment_total"]) / rate
+    assert Decimal(owned["in_budget_currency"]["commitment_total"]) == exact.quantize(
+        unit, rounding=ROUND_CEILING)

@@ -53,6 +53,19 @@ WORKER_STOP_S = 2.0
 obey SIGTERM, before it kills them: ending takes at most twice this, well inside the pod's
 grace period after uvicorn's graceful shutdown (``tests/deploy`` checks the sum)."""
 _end_with_app = True
+_closed = False
+"""Set when the app's lifespan has ended the pool (``stop_with_app``): no search may start a
+new pool, or run inline, while the server is exiting."""
+
+
+class WorkersClosedError(SearchQueueTimeoutError):
+    """A search asked for a worker after the server began shutting down (HTTP 503 with
+    ``Retry-After``, like a queue timeout: another replica can take it)."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, "the server is shutting down and starts no more searches; "
+                                 "nothing was stored: retry after Retry-After seconds")
+        self.waited_s = 0.0
 
 
 def _watch_parent(parent: int) -> None:
@@ -94,6 +107,11 @@ def _executor(workers: int) -> ProcessPoolExecutor:
 def _executor_and_slots(workers: int) -> tuple[ProcessPoolExecutor, threading.BoundedSemaphore]:
     global _pool, _size, _slots
     with _lock:
+        if _closed:
+            # A sweep's later phase (its shares after the count) must not spawn a new pool,
+            # nor fall back inline, once the lifespan ended the pool: the server would then
+            # search for up to the deadline before it could exit (issue 38's spread sweeps).
+            raise WorkersClosedError
         if _pool is None or _size != workers:
             if _pool is not None:
                 _pool.shutdown(wait=False, cancel_futures=True)
@@ -319,8 +337,12 @@ def share_between_apps() -> None:
 
 
 def stop_with_app() -> None:
-    """The lifespan's shutdown: end the pool (``shutdown``) unless ``share_between_apps``."""
+    """The lifespan's shutdown: end the pool (``shutdown``) unless ``share_between_apps``;
+    from then on no search starts in this process (``WorkersClosedError``)."""
+    global _closed
     if _end_with_app:
+        with _lock:
+            _closed = True
         shutdown()
 
 

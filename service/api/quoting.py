@@ -211,8 +211,6 @@ def optimised_jobs(
                     if current is not None:
                         current.set_attributes(search_attributes(result))
             except NoFeasiblePlanError as exc:
-                if exc.truncated:
-                    raise budget.late() from None
                 budget.charge(exc.candidates_total)
                 if not isinstance(exc, NoLayoutError):
                     too_big = True
@@ -224,8 +222,6 @@ def optimised_jobs(
                 raise budget.exhausted(f"{prefix}clusters") from None
             except TimeoutError:
                 raise budget.late() from None
-            if result.stats.truncated:
-                raise budget.late()
             budget.charge(result.stats.candidates_total)
             best = result.plans[0]
             training = training_in.to_core(best.global_batch_seqs)

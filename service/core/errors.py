@@ -50,13 +50,11 @@ class NoFeasiblePlanError(CoreError):
     """No candidate plan satisfies the constraints. ``closest`` lists the nearest misses."""
 
     def __init__(self, message: str, *, closest: list[dict[str, Any]] | None = None,
-                 candidates_total: int = 0, truncated: bool = False) -> None:
+                 candidates_total: int = 0) -> None:
         super().__init__(message)
         self.closest: list[dict[str, Any]] = list(closest or [])
         self.candidates_total = candidates_total
         """The candidates the search held (callers charge them to a shared work budget)."""
-        self.truncated = truncated
-        """The search stopped at its deadline: part of the space was never evaluated."""
 
 
 class NoLayoutError(NoFeasiblePlanError):

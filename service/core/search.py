@@ -199,8 +199,8 @@ class SearchStats:
     @property
     def truncated(self) -> bool:
         """Always false: a search past its deadline raises ``SearchTimeoutError`` instead of
-        answering from part of the space (issue 38). Kept for the callers that still read it
-        (quote sizing, tracing)."""
+        answering from part of the space (issue 38). Kept for the deprecated response field and
+        the tracing attribute."""
         return False
 
     @property

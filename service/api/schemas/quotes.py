@@ -404,19 +404,31 @@ class InBudgetCurrencyOut(BaseModel):
     divided by ``fx.rate`` and rounded up to the currency's minor unit, so a line the verdict
     finds within budget never shows more than the budget, and a cost is never shown smaller."""
 
-    currency: str = Field(examples=["EUR"])
+    currency: str = Field(examples=["EUR"], description=(
+        "The budget's currency. FOCUS has no column for a reporting currency: the line's own "
+        "currency is its BillingCurrency, and these amounts are its BilledCost and "
+        "EffectiveCost converted (docs/focus.md)."))
     rate: str | None = Field(default=None, examples=["1.1373"], description=(
         "The rate the amounts were converted with: units of the line's currency (the "
         "pricing currency, USD) per 1 unit of this currency, the quote's fx.rate (absent on "
         "quotes stored before 2026-12-02)."))
-    total: str
-    commitment_total: str
-    job_cost_total: str
+    total: str = Field(description=(
+        "The line's total in this currency: FOCUS BilledCost under accounting 'commitment', "
+        "EffectiveCost under 'amortised'."))
+    commitment_total: str = Field(
+        description="The line's commitment_total in this currency (FOCUS BilledCost).")
+    job_cost_total: str = Field(
+        description="The line's job_cost_total in this currency (FOCUS EffectiveCost).")
 
 
 class ReservedOut(BaseModel):
-    dedicated_total: str
-    amortised_total: str
+    dedicated_total: str = Field(description=(
+        "Every hour of every term bought × the reserved rate, as commitment_total: FOCUS "
+        "BilledCost of the commitment, summed over the billing periods it spans."))
+    amortised_total: str = Field(description=(
+        "Deprecated: job_cost_total ÷ the request's reserved_utilisation_fraction (default "
+        "1): FOCUS EffectiveCost with the commitment's unused share (CommitmentDiscountStatus "
+        "'Unused') spread over the job."))
     terms_bought: int
     utilisation_fraction: str
     break_even_utilisation_fraction: str | None
@@ -495,8 +507,10 @@ class UncertaintyOut(BaseModel):
     """The estimate's 80 % band carried into time and money (p10 fast, p90 slow)."""
 
     wall_clock_s: BandOut
-    job_cost_total: MoneyBandOut
-    commitment_total: MoneyBandOut
+    job_cost_total: MoneyBandOut = Field(
+        description="The line's job_cost_total (FOCUS EffectiveCost) at p10, p50 and p90.")
+    commitment_total: MoneyBandOut = Field(
+        description="The line's commitment_total (FOCUS BilledCost) at p10, p50 and p90.")
     deadline_probability: float | None = Field(
         description="P(finishing before deadline_s): the wall-clock taken as log-normal with "
                     "the band as its 10th and 90th percentiles.")
@@ -528,14 +542,22 @@ class ServingFleetOut(BaseModel):
 class QuoteLineOut(BaseModel):
     """One way to buy the run. Amounts are decimal strings in ``currency``. ``total`` is what
     ranking and the budget use: ``commitment_total`` by default, the amortised job cost under
-    ``accounting: amortised``."""
+    ``accounting: amortised``. Each amount's FinOps FOCUS column is in its description and in
+    docs/focus.md."""
 
     provider: str
     region: str | None
     zone: str | None
     instance_type: str | None
-    term: str
-    payment_option: str | None
+    term: str = Field(description=(
+        "What is bought. FOCUS PricingCategory: on_demand 'Standard', spot 'Dynamic', "
+        "reserved_1y and reserved_3y 'Committed' (a commitment discount: CommitmentDiscountType "
+        "is the provider's label, CommitmentDiscountCategory 'Usage'), capacity_block and "
+        "onprem 'Other'."))
+    payment_option: str | None = Field(description=(
+        "How a commitment is paid. FOCUS ChargeFrequency of the purchase: all_upfront "
+        "'One-Time', no_upfront and savings plans 'Recurring', partial_upfront both; null "
+        "(on demand, spot) is 'Usage-Based'."))
     accelerator: str
     num_gpus: int
     gpus_per_instance: float
@@ -546,26 +568,53 @@ class QuoteLineOut(BaseModel):
     instances: int
     rounded_up: bool | None = Field(description="GPUs were rounded up to whole instances.")
     wall_clock_s: float | None
-    billed_hours: str | None
-    gpu_hours: str | None
-    unit_price: str | None
+    billed_hours: str | None = Field(description=(
+        "Hours each instance is billed: the wall clock plus the goodput loss. FOCUS "
+        "PricingQuantity is instances × billed_hours instance-hours (gpu_hours on onprem "
+        "lines)."))
+    gpu_hours: str | None = Field(description=(
+        "Instances × GPUs per instance × billed_hours: FOCUS ConsumedQuantity in GPU-hours "
+        "(ConsumedUnit), and the PricingQuantity of onprem lines."))
+    unit_price: str | None = Field(description=(
+        "The price per unit, in currency. FOCUS ContractedUnitPrice: net of the discount "
+        "book's negotiated discount when one priced the line, else the published price (FOCUS "
+        "ContractedUnitPrice then equals ListUnitPrice). On reserved and capacity_block lines "
+        "it is the commitment's rate, the commitment discount included (FOCUS would show it "
+        "as EffectiveCost ÷ PricingQuantity); on onprem lines the TCO per GPU-hour."))
     list_unit_price: str | None = Field(
-        default=None, description="The seller's list price per unit when a discount book "
-                                  "priced the line; unit_price and every amount are net.")
-    discount: str | None = Field(default=None,
-                                 description="The discount book entry that gave the net price.")
-    unit: str
+        default=None, description="FOCUS ListUnitPrice: the seller's list price per unit when a "
+                                  "discount book priced the line; unit_price and every amount "
+                                  "are net. Null otherwise: unit_price is then the list price.")
+    discount: str | None = Field(default=None, description=(
+        "The discount book entry that gave the net price: a FOCUS negotiated discount, the "
+        "gap between ListUnitPrice and ContractedUnitPrice."))
+    unit: str = Field(description=(
+        "FOCUS PricingUnit of unit_price: instance-hour (cloud lines) or gpu-hour (onprem)."))
     accounting: AccountingName
     commitment_total: str | None = Field(
         description="Cash signed for: the whole reservation terms or capacity blocks bought, "
-                    "the on-premises purchase plus running costs, or the job's cost.")
-    job_cost_total: str | None = Field(description="The job's own share.")
-    total: str | None = Field(description="The amount ranked and judged (see accounting).")
+                    "the on-premises purchase plus running costs, or the job's cost. FOCUS "
+                    "BilledCost, summed over every billing period of term_s: what the "
+                    "invoices add up to, nothing amortised.")
+    job_cost_total: str | None = Field(description=(
+        "The job's own share. FOCUS EffectiveCost: the cost recognised for the hours the job "
+        "uses (the amortised share of a reservation, block or owned GPUs, "
+        "CommitmentDiscountStatus 'Used'); on on_demand and spot lines it equals BilledCost "
+        "(commitment_total)."))
+    total: str | None = Field(description=(
+        "The amount ranked and judged (see accounting): under 'commitment', commitment_total "
+        "(FOCUS BilledCost); under 'amortised', FOCUS EffectiveCost with reserved and owned "
+        "capacity's unused share (CommitmentDiscountStatus 'Unused') spread over the work "
+        "(job_cost_total ÷ reservation_utilisation_fraction)."))
     term_s: float | None = Field(description="Length of what is committed: the reservation "
                                              "terms or blocks bought, the depreciation "
-                                             "period, or the job's billed time.")
+                                             "period, or the job's billed time (FOCUS: from "
+                                             "the first ChargePeriodStart to the last "
+                                             "ChargePeriodEnd of its charges).")
     terms_bought: int | None
-    currency: str
+    currency: str = Field(description=(
+        "The currency of every amount of the line (the catalogue's pricing currency): FOCUS "
+        "BillingCurrency. in_budget_currency converts them."))
     goodput_loss_fraction: float | None
     checkpoint_interval_s: float | None
     goodput_basis: str
@@ -580,7 +629,9 @@ class QuoteLineOut(BaseModel):
     meets_deadline: bool | None
     policy_outcome: RuleOutcome
     rules: list[RuleOut] = Field(description="Every rule that warned or failed on this line.")
-    uncertainty: UncertaintyOut | None
+    uncertainty: UncertaintyOut | None = Field(description=(
+        "The estimate's band: job_cost_total (FOCUS EffectiveCost) and commitment_total "
+        "(BilledCost) at p10, p50 and p90; null for an infeasible line."))
     price_as_of: dt.date | None = Field(description=(
         "The date the line's price held; null for on-prem lines and for prices whose source "
         "gives no date (those lines carry the flag undated_price)."))
@@ -590,11 +641,18 @@ class QuoteLineOut(BaseModel):
         "price_as_of; null for on-prem lines and for prices whose reading day was not "
         "recorded. An undated price read within the policy's max_observed_age_days warns "
         "price_date_unknown_observed."))
-    reserved: ReservedOut | None
-    onprem: dict[str, Any] | None
+    reserved: ReservedOut | None = Field(description=(
+        "Reserved terms only: dedicated_total (FOCUS BilledCost of the commitment) and the "
+        "deprecated amortised_total (EffectiveCost over a utilisation)."))
+    onprem: dict[str, Any] | None = Field(description=(
+        "How an onprem line was priced: the purchase price per GPU, the TCO parts per "
+        "GPU-hour and capex_total. No cloud bill: capex_total is a one-time purchase (FOCUS "
+        "ChargeCategory 'Purchase', its BilledCost), the per-GPU-hour parts add up to "
+        "unit_price (ContractedUnitPrice). Null on cloud lines."))
     in_budget_currency: InBudgetCurrencyOut | None = Field(
         default=None, description="The amounts in the budget's currency when the budget was "
-                                  "converted with an ECB rate (fx); null otherwise.")
+                                  "converted with an ECB rate (fx): the same FOCUS columns, "
+                                  "converted; null otherwise.")
     offer_id: str | None
     catalog_version: str
     plan: Parallelism | None

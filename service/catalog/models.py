@@ -202,6 +202,17 @@ class CatalogState(Base):
     write_seq: Mapped[int] = mapped_column(BigInteger)
 
 
+class SchemaCompatibility(Base):
+    """One row per migration from 0014 on: the oldest code (its ``SCHEMA_HEAD``) that still runs
+    correctly on the schema that migration leaves (``service.catalog.migrate.readiness``;
+    ``deploy/README.md``, "Rolling releases: expand, then contract")."""
+
+    __tablename__ = "schema_compatibility"
+
+    revision: Mapped[str] = mapped_column(String(32), primary_key=True)
+    oldest_compatible_code: Mapped[str] = mapped_column(String(32))
+
+
 class ApiKey(Base):
     """An API key: ``cq_<id>_<secret>``. Only an HMAC-SHA256 of the whole key is stored."""
 

@@ -345,7 +345,7 @@ def connect(api_url: str, api_key: str | None, local: bool) -> Iterator[Api]:
         return
     from service.api.auth import Principal, caller
     from service.catalog.keys import SCOPES
-    from service.catalog.migrate import migrate_and_seed
+    from service.catalog.migrate import SchemaAheadError, migrate_and_seed
     from service.main import create_app, dispose
     from service.settings import Settings
 
@@ -355,7 +355,10 @@ def connect(api_url: str, api_key: str | None, local: bool) -> Iterator[Api]:
     # Searches run in this process (no worker pool), no start-up warm-up (a one-off command
     # would pay for it), and the access log stays quiet.
     settings = Settings(search_workers=0, log_level="warning", warm_up=False)
-    migrate_and_seed(settings.resolved_database_url)
+    try:
+        migrate_and_seed(settings.resolved_database_url)
+    except SchemaAheadError as error:
+        raise CliError(str(error)) from None
     app = create_app(settings)
     if not api_key:
         # Whoever runs --local can already write the database; they act as local:<user>.

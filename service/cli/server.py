@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from service.cli.client import CliError
 from service.cli.common import handled
 
 
@@ -19,10 +20,13 @@ def register(app: typer.Typer) -> None:
         """Migrate and seed the database, then run the service (like make run)."""
         import uvicorn
 
-        from service.catalog.migrate import migrate_and_seed
+        from service.catalog.migrate import SchemaAheadError, migrate_and_seed
         from service.settings import Settings
 
-        migrate_and_seed(Settings().resolved_database_url)
+        try:
+            migrate_and_seed(Settings().resolved_database_url)
+        except SchemaAheadError as error:
+            raise CliError(str(error)) from None
         from service.api.connections import HTTP_PROTOCOL
         from service.api.observability import UVICORN_LOG_CONFIG
 

@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from service.api.problems import problem_response, problem_responses
-from service.catalog.migrate import SCHEMA_HEAD, current_revision
+from service.catalog.migrate import readiness
 
 router = APIRouter(tags=["health"])
 
@@ -30,7 +30,8 @@ async def get_liveness() -> Health:
 )
 def get_readiness(request: Request) -> Health | JSONResponse:
     """200 when the start-up warm-up is done (``CQ_WARM_UP``), the database answers and its
-    schema is at the revision this code expects."""
+    schema is at the revision this code expects, or at a later one whose every step declares
+    this code compatible (a rolling release: ``deploy/README.md``, expand then contract)."""
     warmed = getattr(request.app.state, "warmed", None)
     if warmed is not None and not warmed.is_set():
         return problem_response(
@@ -39,19 +40,18 @@ def get_readiness(request: Request) -> Health | JSONResponse:
                    "(CQ_WARM_UP); ready within a minute", headers={"Retry-After": "1"},
         )
     try:
-        revision = current_revision(request.app.state.engine)
+        state = readiness(request.app.state.engine)
     except Exception:
         return problem_response(
             request, status=503, slug="unavailable", title="Service unavailable",
             detail="the database cannot be reached", headers={"Retry-After": "5"},
         )
-    if revision != SCHEMA_HEAD:
+    if not state.ready:
         return problem_response(
             request, status=503, slug="schema-not-ready", title="Database schema not ready",
-            detail=f"schema revision is {revision!r}, this code needs {SCHEMA_HEAD!r}; run the "
-            "migrations", headers={"Retry-After": "30"},
+            detail=state.detail, headers={"Retry-After": "30"},
         )
-    return Health(status="ready", schema_revision=revision)
+    return Health(status="ready", schema_revision=state.revision)
 
 
 @router.get(

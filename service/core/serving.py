@@ -43,12 +43,14 @@ Everything is in SI units; money is not computed here (the API prices GPU-hours)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
+from typing import Any
 
 from service.core.errors import InvalidSpecError
+from service.core.ops import Num, ScalarOps
 from service.core.params import count_parameters
 from service.core.specs import AcceleratorSpec, ModelSpec, Precision
 
@@ -200,6 +202,16 @@ MAX_REPLICAS = 100_000
 TAIL_P99 = 0.99
 P99_TPOT_STEP_SHARE = 0.01
 """The p99 TPOT includes a prefill chunk when more than this share of steps carry one."""
+TP_ALLREDUCE_LATENCY_S = 20e-6
+"""Fixed latency of one tensor-parallel all-reduce over NVLink: the training model's fitted
+collective latency (service/core/calibration.py)."""
+BISECTION_STEPS = 60
+"""Halvings of the running-batch bisection (``_online_load``; ``serving_search`` the same)."""
+NEAR_IDLE_PREFILL_SHARE = 0.01
+"""Sizing stops adding replicas once a replica spends under 1 % of its time in prefill: an
+SLO missed there cannot be met by more replicas."""
+REPLICA_GROWTH = 1.1
+"""Sizing tries max(count + 1, ceil(count x 1.1)) replicas next."""
 
 MOE_SERVING_WARNING = (
     "mixture-of-experts serving is not validated: on the only published MoE runs we hold "
@@ -361,18 +373,39 @@ class ServingEstimate:
     assumptions: tuple[str, ...]
 
 
-def _kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
-    return max(1.0, model.num_kv_heads / tp)
+# -- the model, written once ------------------------------------------------------------------
+#
+# Every formula below runs on one deployment (Python numbers, ``SERVING_SCALAR``) or on many
+# at once (numpy arrays with one element per deployment, ``serving_search``): the arithmetic
+# is ordinary operators plus ``xp.where``, ``xp.maximum``, ``xp.minimum`` and ``xp.log``
+# (``service/core/ops.py``), so both run the same formulas in the same order. Control flow
+# that differs between one and many (the running-batch bisection, sizing) is each caller's.
+
+
+class _ServingOps(ScalarOps):
+    """``ops.ScalarOps`` plus the natural log the TTFT tail needs (numpy has ``np.log``)."""
+
+    @staticmethod
+    def log(a: Num) -> Num:
+        return math.log(a)
+
+
+SERVING_SCALAR = _ServingOps()
+"""The scalar namespace ``serve()`` passes; ``serving_search`` passes ``numpy``."""
+
+
+def _kv_bytes(xp: Any, model: ModelSpec, layers: Num, tp: Num, width: Num) -> Num:
+    """K and V of every layer one GPU holds, for one token (module docstring)."""
+    if model.mla is not None:  # latent + rotary key, replicated on each tp rank
+        return layers * (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * width
+    head_dim = model.head_dim or model.hidden_size // model.num_heads
+    return 2.0 * layers * xp.maximum(1.0, model.num_kv_heads / tp) * head_dim * width
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, deployment: Deployment) -> float:
     """K and V of every layer this GPU holds, for one token (module docstring)."""
-    layers = model.num_layers / deployment.pp
-    width = KV_BYTES[deployment.kv_cache_precision]
-    if model.mla is not None:  # latent + rotary key, replicated on each tp rank
-        return layers * (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * width
-    head_dim = model.head_dim or model.hidden_size // model.num_heads
-    return 2.0 * layers * _kv_heads_per_gpu(model, deployment.tp) * head_dim * width
+    return float(_kv_bytes(SERVING_SCALAR, model, model.num_layers / deployment.pp,
+                           deployment.tp, KV_BYTES[deployment.kv_cache_precision]))
 
 
 def _attention_width(model: ModelSpec) -> float:
@@ -385,181 +418,385 @@ def _attention_width(model: ModelSpec) -> float:
     return float(model.num_heads * head_dim)
 
 
-@dataclass(frozen=True, slots=True)
-class _Replica:
-    """Per-replica constants of one model on one deployment."""
+def _context(traffic: Traffic) -> float:
+    """The mean context of a running sequence: its prompt and half its output."""
+    return traffic.prompt.mean + traffic.output.mean / 2
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Replica:
+    """Per-replica constants of one model on one deployment (Python numbers), or on many
+    (numpy arrays, one element per deployment, with ``xp`` numpy); the methods are the
+    model's formulas."""
+
+    xp: Any
     model: ModelSpec
-    deployment: Deployment
-    eff: EngineEfficiency
-    weights_bytes_per_gpu: float
-    dense_weight_bytes_per_gpu: float
-    expert_bytes_per_gpu: float
-    matmul_flops_per_token_per_gpu: float
-    kv_bytes_per_token_per_gpu: float
-    peak_flops_per_s: float
-    hbm_bytes_per_s: float
+    tp: Num
+    pp: Num
+    layers_per_gpu: Num
+    weights_bytes_per_gpu: Num
+    dense_weight_bytes_per_gpu: Num
+    expert_bytes_per_gpu: Num
+    matmul_flops_per_token_per_gpu: Num
+    kv_bytes_per_token_per_gpu: Num
+    hbm_effective: Num
+    """HBM bytes/s x the engine's hbm_fraction."""
+    compute_effective: Num
+    """Peak FLOP/s at the weights' matmul precision x the engine's compute_fraction."""
+    scaleup_bytes_per_s: Num
+    step_overhead_s: Num
+    memory_bytes: Num
+    gpu_memory_fraction: Num
+    prefix_cache_hit_fraction: Num
+    spec_tokens: Num
+    """Tokens a target step verifies per sequence: k + 1 with speculative decoding, else 1."""
+    spec_yield: Num
+    """Tokens a target step yields per sequence (``tokens_per_step``)."""
+    attention_width: float
+    moe: bool
+    experts_keep: float
+    """1 - k / E: the chance an expert is not picked by one token."""
+
+    @classmethod
+    def create(cls, xp: Any, model: ModelSpec, *, tp: Num, pp: Num, weight_bytes: Num,
+               kv_bytes: Num, peak_flops_per_s: Num, hbm_bytes_per_s: Num,
+               scaleup_bytes_per_s: Num, memory_bytes: Num, hbm_fraction: Num,
+               compute_fraction: Num, step_overhead_s: Num, gpu_memory_fraction: Num,
+               prefix_cache_hit_fraction: Num, speculative: Num, acceptance_rate: Num,
+               draft_tokens: Num) -> _Replica:
+        """``acceptance_rate`` is read only where ``speculative`` (pass 0 elsewhere)."""
+        counts = count_parameters(model)
+        gpus = tp * pp
+        expert_bytes = counts.routed_expert_total * weight_bytes / gpus
+        weights = counts.total * weight_bytes / gpus
+        layers = model.num_layers / pp
+        moe = model.num_experts > 0 and counts.routed_expert_total != 0
+        rate = acceptance_rate
+        return cls(
+            xp=xp, model=model, tp=tp, pp=pp, layers_per_gpu=layers,
+            weights_bytes_per_gpu=weights, dense_weight_bytes_per_gpu=weights - expert_bytes,
+            expert_bytes_per_gpu=expert_bytes,
+            matmul_flops_per_token_per_gpu=2.0 * (counts.active - counts.embedding) / gpus,
+            kv_bytes_per_token_per_gpu=_kv_bytes(xp, model, layers, tp, kv_bytes),
+            hbm_effective=hbm_bytes_per_s * hbm_fraction,
+            compute_effective=peak_flops_per_s * compute_fraction,
+            scaleup_bytes_per_s=scaleup_bytes_per_s, step_overhead_s=step_overhead_s,
+            memory_bytes=memory_bytes, gpu_memory_fraction=gpu_memory_fraction,
+            prefix_cache_hit_fraction=prefix_cache_hit_fraction,
+            spec_tokens=xp.where(speculative, draft_tokens + 1.0, 1.0),
+            spec_yield=xp.where(speculative, (1.0 - rate ** (draft_tokens + 1)) / (1.0 - rate),
+                                1.0),
+            attention_width=_attention_width(model), moe=moe,
+            experts_keep=(1.0 - model.experts_per_token / model.num_experts) if moe else 1.0)
 
     @classmethod
     def build(cls, model: ModelSpec, deployment: Deployment) -> _Replica:
-        counts = count_parameters(model)
-        width = WEIGHT_BYTES[deployment.weight_precision]
-        gpus = deployment.tp * deployment.pp
-        experts_total = counts.routed_expert_total
-        expert_bytes = experts_total * width / gpus
-        weights = counts.total * width / gpus
-        active_matmul = counts.active - counts.embedding
-        precision = COMPUTE_PRECISION[deployment.weight_precision]
-        acc = deployment.accelerator
+        """One deployment, in Python numbers."""
+        d = deployment
+        precision = COMPUTE_PRECISION[d.weight_precision]
+        acc = d.accelerator
         if precision not in acc.peak_flops_per_s:
             raise InvalidSpecError(
                 f"accelerator {acc.id} has no {precision} peak for "
-                f"{deployment.weight_precision} weights", field="deployment.weight_precision")
-        return cls(model=model, deployment=deployment, eff=ENGINE_EFFICIENCY[deployment.engine],
-                   weights_bytes_per_gpu=weights,
-                   dense_weight_bytes_per_gpu=weights - expert_bytes,
-                   expert_bytes_per_gpu=expert_bytes,
-                   matmul_flops_per_token_per_gpu=2.0 * active_matmul / gpus,
-                   kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, deployment),
-                   peak_flops_per_s=acc.peak_for(precision),
-                   hbm_bytes_per_s=acc.hbm_bytes_per_s)
+                f"{d.weight_precision} weights", field="deployment.weight_precision")
+        eff = ENGINE_EFFICIENCY[d.engine]
+        rate = d.speculative_acceptance_rate
+        return cls.create(
+            SERVING_SCALAR, model, tp=d.tp, pp=d.pp, weight_bytes=WEIGHT_BYTES[d.weight_precision],
+            kv_bytes=KV_BYTES[d.kv_cache_precision], peak_flops_per_s=acc.peak_for(precision),
+            hbm_bytes_per_s=acc.hbm_bytes_per_s, scaleup_bytes_per_s=acc.scaleup_bytes_per_s,
+            memory_bytes=acc.memory_bytes, hbm_fraction=eff.hbm_fraction,
+            compute_fraction=eff.compute_fraction, step_overhead_s=eff.step_overhead_s,
+            gpu_memory_fraction=eff.gpu_memory_fraction,
+            prefix_cache_hit_fraction=d.prefix_cache_hit_fraction,
+            speculative=rate is not None, acceptance_rate=0.0 if rate is None else rate,
+            draft_tokens=d.speculative_draft_tokens)
 
-    def weight_bytes_read(self, batch: float) -> float:
+    def weight_bytes_read(self, tokens: Num) -> Num:
         """Weights one decode step reads: every dense weight, and the routed experts the
         batch touches: E x (1 - (1 - k/E)^(b x tokens)) of E experts when each of b tokens
         picks k uniformly (a balanced router)."""
-        model = self.model
-        if model.num_experts <= 0 or self.expert_bytes_per_gpu == 0:
+        if not self.moe:
             return self.weights_bytes_per_gpu
-        experts, k = model.num_experts, model.experts_per_token
-        touched = 1.0 - float((1.0 - k / experts) ** max(batch, 1.0))
+        touched = 1.0 - self.experts_keep ** self.xp.maximum(tokens, 1.0)
         return self.dense_weight_bytes_per_gpu + self.expert_bytes_per_gpu * touched
 
-    def tp_allreduce_s(self, tokens: float) -> float:
+    def tp_allreduce_s(self, tokens: Num) -> Num:
         """Two all-reduces per layer of tokens x hidden x 2 bytes over NVLink (ring:
-        2 (tp - 1) / tp of the bytes), each with a fixed latency of 20 us (the training
-        model's fitted collective latency, service/core/calibration.py)."""
-        tp = self.deployment.tp
-        if tp == 1:
-            return 0.0
-        layers = self.model.num_layers / self.deployment.pp
+        2 (tp - 1) / tp of the bytes), each with a fixed latency of
+        ``TP_ALLREDUCE_LATENCY_S``; none at tp 1."""
+        xp, tp = self.xp, self.tp
+        single = tp == 1
         volume = tokens * self.model.hidden_size * 2.0
-        bandwidth = self.deployment.accelerator.scaleup_bytes_per_s
-        return 2.0 * layers * (20e-6 + 2.0 * (tp - 1) / tp * volume / bandwidth)
+        bandwidth = xp.where(single, 1.0, self.scaleup_bytes_per_s)
+        time = 2.0 * self.layers_per_gpu * (
+            TP_ALLREDUCE_LATENCY_S + 2.0 * (tp - 1) / tp * volume / bandwidth)
+        return xp.where(single, 0.0, time)
 
-    def decode_step(self, batch: float, context: float) -> tuple[float, float, float]:
+    def decode_attention(self, context: Num) -> Num:
+        """Attention FLOPs of one decoded token at ``context`` tokens, per GPU."""
+        return 4.0 * self.layers_per_gpu * self.attention_width * context / self.tp
+
+    def decode_step(self, batch: Num, context: Num) -> tuple[Num, Num, Num]:
         """(step, memory term, compute term) in seconds for ``batch`` sequences at mean
         ``context`` tokens; the step covers every pipeline stage in turn."""
-        d = self.deployment
-        spec_tokens = 1.0
-        if d.speculative_acceptance_rate is not None:
-            spec_tokens = d.speculative_draft_tokens + 1.0
-        layers_per_gpu = self.model.num_layers / d.pp
-        attention = (4.0 * layers_per_gpu * _attention_width(self.model) * context
-                     / d.tp)
-        flops = batch * spec_tokens * (self.matmul_flops_per_token_per_gpu + attention)
+        tokens = batch * self.spec_tokens
+        flops = tokens * (self.matmul_flops_per_token_per_gpu + self.decode_attention(context))
         kv = batch * context * self.kv_bytes_per_token_per_gpu
-        memory_s = (self.weight_bytes_read(batch * spec_tokens) + kv) / (
-            self.hbm_bytes_per_s * self.eff.hbm_fraction)
-        compute_s = flops / (self.peak_flops_per_s * self.eff.compute_fraction)
-        stage = max(memory_s, compute_s)
-        step = d.pp * stage + self.tp_allreduce_s(batch * spec_tokens) + self.eff.step_overhead_s
-        return step, d.pp * memory_s, d.pp * compute_s
+        memory_s = (self.weight_bytes_read(tokens) + kv) / self.hbm_effective
+        compute_s = flops / self.compute_effective
+        step = (self.pp * self.xp.maximum(memory_s, compute_s) + self.tp_allreduce_s(tokens)
+                + self.step_overhead_s)
+        return step, self.pp * memory_s, self.pp * compute_s
 
-    def tokens_per_step(self) -> float:
-        rate = self.deployment.speculative_acceptance_rate
-        if rate is None:
-            return 1.0
-        k = self.deployment.speculative_draft_tokens
-        return float((1.0 - rate ** (k + 1)) / (1.0 - rate))
+    def tokens_per_step(self) -> Num:
+        return self.spec_yield
 
-    def prefill_s(self, prompt_tokens: float) -> float:
+    def prefill_s(self, prompt_tokens: Num) -> Num:
         """Compute-bound prefill of one prompt (the uncached part), every stage in turn."""
-        d = self.deployment
-        tokens = prompt_tokens * (1.0 - d.prefix_cache_hit_fraction)
-        layers_per_gpu = self.model.num_layers / d.pp
-        attention = 2.0 * layers_per_gpu * _attention_width(self.model) * tokens * (
-            prompt_tokens) / d.tp  # causal: half of 4 x layers x width x L x L
+        tokens = prompt_tokens * (1.0 - self.prefix_cache_hit_fraction)
+        attention = 2.0 * self.layers_per_gpu * self.attention_width * tokens * (
+            prompt_tokens) / self.tp  # causal: half of 4 x layers x width x L x L
         flops = tokens * self.matmul_flops_per_token_per_gpu + attention
-        compute = flops / (self.peak_flops_per_s * self.eff.compute_fraction)
-        weights = self.weights_bytes_per_gpu / (self.hbm_bytes_per_s * self.eff.hbm_fraction)
-        return d.pp * max(compute, weights) + self.tp_allreduce_s(tokens)
+        compute = flops / self.compute_effective
+        weights = self.weights_bytes_per_gpu / self.hbm_effective
+        return self.pp * self.xp.maximum(compute, weights) + self.tp_allreduce_s(tokens)
 
+    def memory(self, traffic: Traffic) -> tuple[Num, Num, Num, Num, Num]:
+        """(usable, workspace, KV budget, KV per sequence, largest concurrency) per GPU."""
+        xp, model = self.xp, self.model
+        usable = self.memory_bytes * self.gpu_memory_fraction
+        h = model.hidden_size
+        ffn = max(model.ffn_hidden_size, model.moe_ffn_hidden_size or 0)
+        # Activations of one forward pass of WORKSPACE_TOKENS: residual, QKV and attention
+        # output (4h) and the MLP's gate/up/product (3 x ffn / tp), bf16, plus the logits of
+        # the sampled tokens (vocab x 4 bytes for up to 256 sequences).
+        workspace = WORKSPACE_TOKENS * (4 * h + 3 * ffn / self.tp) * 2.0 + (
+            256 * model.vocab_size * 4)
+        budget = usable - self.weights_bytes_per_gpu - workspace
+        kv = self.kv_bytes_per_token_per_gpu
+        per_sequence = _context(traffic) * kv
+        # Many sequences share the cache at steady state, but one must still fit at its end.
+        whole = budget >= (traffic.prompt.mean + traffic.output.mean) * kv
+        sequences = xp.where(whole, budget, 0.0) // per_sequence
+        return (usable, workspace, budget, per_sequence,
+                xp.where(whole, xp.maximum(sequences, 1.0), 0.0))
+
+    def crossover(self, context: Num) -> Num:
+        """Batch where the decode step's compute term equals its memory term (dense weights;
+        for MoE an approximation with every expert read); NaN where it never does."""
+        mem_per_seq = context * self.kv_bytes_per_token_per_gpu / self.hbm_effective
+        attention = 4.0 * self.model.num_layers / self.pp * self.attention_width * (
+            context) / self.tp
+        flops_per_seq = (self.matmul_flops_per_token_per_gpu + attention) / (
+            self.compute_effective)
+        gap = flops_per_seq - mem_per_seq
+        positive = gap > 0
+        return self.xp.where(positive, self.weights_bytes_per_gpu / self.hbm_effective
+                             / self.xp.where(positive, gap, 1.0), math.nan)
+
+    def capacity(self, traffic: Traffic, batch: Num, prefill_mean: Num) -> Num:
+        """Requests per second one replica completes at ``batch`` (prefill + decode share);
+        ``prefill_mean`` is ``prefill_s`` of the mean prompt."""
+        step = self.decode_step(batch, _context(traffic))[0]
+        decode_per_request = traffic.output.mean / self.spec_yield * step / batch
+        return 1.0 / (prefill_mean + decode_per_request)
+
+    def ttft(self, traffic: Traffic, per_replica_rps: Num, prefill_share: Num,
+             prefill_mean: Num, decode_share: Num) -> tuple[Num, Num]:
+        """(p50, p99): prefill of the p50/p99 prompt plus the M/G/1 wait (module docstring),
+        with the prefill server's utilisation rho = lambda E[S] / (1 - decode share): an
+        open loop passes ``_decode_work_share``, a closed loop (a fixed concurrency,
+        offline) 0, since its arrivals are its own completions and never pile up beyond its
+        slots (rho is then the share of time spent in prefill)."""
+        xp, prompt = self.xp, traffic.prompt
+        p50, p99 = self.prefill_s(prompt.p50), self.prefill_s(prompt.p99)
+        # Service time second moment: prefill time scales with tokens (linear part dominates).
+        ratio = prompt.second_moment / max(prompt.mean ** 2, 1e-12)
+        s2 = prefill_mean * prefill_mean * ratio
+        rho = xp.minimum(prefill_share / xp.maximum(1.0 - decode_share, 1e-9), 0.999999)
+        wait_mean = per_replica_rps * s2 / (2.0 * (1.0 - rho))
+
+        def wait_at(tail: float) -> Num:
+            none = (rho <= tail) | (wait_mean <= 0)
+            safe_rho = xp.where(none, 1.0, rho)
+            return xp.where(none, 0.0, wait_mean / safe_rho * xp.log(safe_rho / tail))
+
+        idle = per_replica_rps <= 0
+        return (xp.where(idle, p50, p50 + wait_at(1.0 - 0.5)),
+                xp.where(idle, p99, p99 + wait_at(1.0 - TAIL_P99)))
+
+    def tpot(self, traffic: Traffic, step: Num, prefill_share: Num,
+             served: Num) -> tuple[Num, Num]:
+        """(p50, p99): the decode step stretched by the replica's prefill share; its p99
+        adds one prefill chunk when more than ``P99_TPOT_STEP_SHARE`` of steps carry one
+        (module docstring)."""
+        p50 = step / self.xp.maximum(1.0 - prefill_share, 1e-9) / self.spec_yield
+        chunk = self.prefill_s(min(PREFILL_CHUNK_TOKENS, traffic.prompt.p99))
+        steps_with_prefill = served * step  # prefills arriving per decode step
+        return p50, p50 + self.xp.where(steps_with_prefill > P99_TPOT_STEP_SHARE, chunk, 0.0)
+
+
+def _decode_work_share(xp: Any, per_replica_rps: Num, capacity: Num, prefill_share: Num) -> Num:
+    """The share of an open-loop replica's time its decode work needs at its most efficient
+    batch: lambda x output x step(b*) / b*, which is lambda / capacity - lambda E[S] since
+    capacity = 1 / (E[S] + output x step(b*) / b*) (``_Replica.capacity``). The prefill
+    server has the rest, so its utilisation reaches 1 exactly where the replica saturates."""
+    return xp.maximum(per_replica_rps / capacity - prefill_share, 0.0)
+
+
+def _within_slo(slo: Slo, ttft: tuple[Num, Num], tpot: tuple[Num, Num]) -> Num | None:
+    """Whether every SLO given holds (p50, p99 pairs); None when none is given."""
+    given = [(limit, value) for limit, value in (
+        (slo.ttft_p50_s, ttft[0]), (slo.ttft_p99_s, ttft[1]),
+        (slo.tpot_p50_s, tpot[0]), (slo.tpot_p99_s, tpot[1])) if limit is not None]
+    if not given:
+        return None
+    within: Num = True
+    for limit, value in given:
+        within = within & (value <= limit)
+    return within
+
+
+@dataclass(frozen=True, slots=True)
+class _Load:
+    batch: Num
+    step_s: Num
+    prefill_share: Num
+    saturated: Num
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Answer:
+    """What ``serve()`` answers, for one deployment or many (``_answer``)."""
+
+    largest: Num
+    capacity: Num
+    count: Num
+    load: _Load
+    served: Num
+    requested: Num
+    waiting: Num
+    queue_s: Num
+    ttft: tuple[Num, Num]
+    tpot: tuple[Num, Num]
+    e2e: tuple[Num, Num]
+    within: Num | None
+    meets: Num
+    memory_s: Num
+    compute_s: Num
+
+
+def _largest(xp: Any, max_concurrency: Num, max_batch: Num) -> Num:
+    """The largest running batch: what fits (at least 1), at most ``max_batch`` (+inf for
+    none)."""
+    return xp.minimum(xp.maximum(max_concurrency, 1.0) * 1.0, max_batch)
+
+
+def _answer(r: _Replica, traffic: Traffic, *, largest: Num, fits: Num, prefill_mean: Num,
+            replicas: int | None, size: Callable[[Num], Num],
+            online_load: Callable[[Num, Num], _Load]) -> _Answer:
+    """The serving answer's figures (module docstring): online traffic at a rate on the
+    replica count ``size(capacity)`` returns (the given count, or sizing), with the running
+    batch from ``online_load(per_replica_rps, capacity)``; otherwise the batch the mode asks
+    for, at most ``largest``, on ``replicas`` (default 1)."""
+    xp = r.xp
+    context = _context(traffic)
+    capacity = r.capacity(traffic, largest, prefill_mean)
+    if traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None:
+        count = size(capacity)
+        served = traffic.requests_per_s / count
+        load = online_load(served, capacity)
+        ttft = r.ttft(traffic, served, load.prefill_share, prefill_mean,
+                      _decode_work_share(xp, served, capacity, load.prefill_share))
+        requested: Num = 0.0
+        waiting: Num = 0.0
+        queue_s: Num = 0.0
+    else:
+        if traffic.mode is TrafficMode.FIXED_BATCH:
+            requested = float(traffic.batch_size or 1)
+        elif traffic.mode is TrafficMode.ONLINE:  # a fixed concurrency (closed loop)
+            requested = float(traffic.concurrency or 1)
+        else:
+            requested = largest
+        # Sequences beyond those whose KV cache fits wait for a slot (the engine admits
+        # what fits, as vLLM's and TensorRT-LLM's schedulers do), so the batch that runs is
+        # at most ``largest``.
+        batch = xp.minimum(requested, largest)
+        count = replicas or 1
+        step = r.decode_step(batch, context)[0]
+        served = r.capacity(traffic, batch, prefill_mean)
+        load = _Load(batch, step, served * prefill_mean, largest < 0.0)  # never saturated
+        if traffic.mode is TrafficMode.FIXED_BATCH:
+            ttft = (r.prefill_s(traffic.prompt.p50) * batch,
+                    r.prefill_s(traffic.prompt.p99) * batch)
+        else:
+            ttft = r.ttft(traffic, served, load.prefill_share, prefill_mean, 0.0)
+        # The extra sequences wait in line, and by Little's law the line drains at the
+        # replica's completion rate.
+        waiting = requested - batch
+        queue_s = xp.where(waiting > 0, waiting / served, 0.0)
+        ttft = (ttft[0] + queue_s, ttft[1] + queue_s)
+    if traffic.mode is TrafficMode.FIXED_BATCH:
+        # Lock-step: the batch's prefills all run before its first decode step (they are in
+        # the TTFT above), so no decode step waits on a prefill or carries a chunk.
+        tpot = r.tpot(traffic, load.step_s, 0.0, 0.0)
+    else:
+        tpot = r.tpot(traffic, load.step_s, load.prefill_share, served)
+    # A request's decode time sums hundreds of steps, so its tail is the mean step times the
+    # tail output length (the p99 step is a rare chunk, not every step's).
+    output = traffic.output
+    e2e = (ttft[0] + tpot[0] * max(output.p50 - 1, 0),
+           ttft[1] + tpot[0] * max(output.p99 - 1, 0))
+    within = _within_slo(traffic.slo, ttft, tpot)
+    meets = xp.where(load.saturated, False, fits & (True if within is None else within))
+    _, memory_s, compute_s = r.decode_step(load.batch, context)
+    return _Answer(largest=largest, capacity=capacity, count=count, load=load, served=served,
+                   requested=requested, waiting=waiting, queue_s=queue_s, ttft=ttft,
+                   tpot=tpot, e2e=e2e, within=within, meets=meets, memory_s=memory_s, compute_s=compute_s)
+
+
+# -- one deployment -----------------------------------------------------------------------------
 
 def _memory(r: _Replica, traffic: Traffic) -> ServingMemory:
-    d = r.deployment
-    acc = d.accelerator
-    usable = acc.memory_bytes * r.eff.gpu_memory_fraction
-    h = r.model.hidden_size
-    ffn = max(r.model.ffn_hidden_size, r.model.moe_ffn_hidden_size or 0)
-    # Activations of one forward pass of WORKSPACE_TOKENS: residual, QKV and attention
-    # output (4h) and the MLP's gate/up/product (3 x ffn / tp), bf16, plus the logits of
-    # the sampled tokens (vocab x 4 bytes for up to 256 sequences).
-    workspace = WORKSPACE_TOKENS * (4 * h + 3 * ffn / d.tp) * 2.0 + 256 * r.model.vocab_size * 4
-    budget = usable - r.weights_bytes_per_gpu - workspace
-    per_sequence = (traffic.prompt.mean + traffic.output.mean / 2) * r.kv_bytes_per_token_per_gpu
-    # Many sequences share the cache at steady state, but one must still fit at its end.
-    fits = budget >= (traffic.prompt.mean + traffic.output.mean) * r.kv_bytes_per_token_per_gpu
-    max_concurrency = max(1, int(budget // per_sequence)) if fits else 0
+    usable, workspace, budget, per_sequence, largest = r.memory(traffic)
+    max_concurrency = int(largest)
     return ServingMemory(
         weights_bytes_per_gpu=r.weights_bytes_per_gpu,
         kv_cache_bytes_per_token=r.kv_bytes_per_token_per_gpu,
         kv_cache_bytes_per_sequence=per_sequence, workspace_bytes_per_gpu=workspace,
         usable_bytes_per_gpu=usable, kv_budget_bytes_per_gpu=max(budget, 0.0),
-        max_concurrency=max_concurrency, fits=fits)
+        max_concurrency=max_concurrency, fits=max_concurrency >= 1)
 
 
 def _crossover(r: _Replica, context: float) -> float | None:
-    """Batch where the decode step's compute term equals its memory term (dense weights;
-    for MoE an approximation with every expert read)."""
-    step_mem_per_seq = context * r.kv_bytes_per_token_per_gpu / (
-        r.hbm_bytes_per_s * r.eff.hbm_fraction)
-    attention = 4.0 * r.model.num_layers / r.deployment.pp * _attention_width(r.model) * (
-        context) / r.deployment.tp
-    step_flops_per_seq = (r.matmul_flops_per_token_per_gpu + attention) / (
-        r.peak_flops_per_s * r.eff.compute_fraction)
-    gap = step_flops_per_seq - step_mem_per_seq
-    if gap <= 0:
-        return None
-    return r.weights_bytes_per_gpu / (r.hbm_bytes_per_s * r.eff.hbm_fraction) / gap
-
-
-def _capacity(r: _Replica, traffic: Traffic, batch: float) -> float:
-    """Requests per second one replica completes at ``batch`` (prefill + decode share)."""
-    context = traffic.prompt.mean + traffic.output.mean / 2
-    step, _, _ = r.decode_step(batch, context)
-    decode_per_request = traffic.output.mean / r.tokens_per_step() * step / batch
-    return 1.0 / (r.prefill_s(traffic.prompt.mean) + decode_per_request)
-
-
-@dataclass(frozen=True, slots=True)
-class _Load:
-    batch: float
-    step_s: float
-    prefill_share: float
-    saturated: bool
+    """``_Replica.crossover``; None when decode never becomes compute-bound."""
+    crossover = r.crossover(context)
+    return None if math.isnan(crossover) else crossover
 
 
 def _online_load(r: _Replica, traffic: Traffic, per_replica_rps: float,
                  largest: float) -> _Load:
     """The running batch at ``per_replica_rps`` by Little's law: b = rate x decode time,
-    decode time = output x step(b) / (1 - prefill share), fixed point by bisection."""
-    context = traffic.prompt.mean + traffic.output.mean / 2
+    decode time = output x step(b) / (1 - prefill share), fixed point by bisection
+    (``serving_search._online_load`` lands on the same root for many deployments)."""
+    context = _context(traffic)
     prefill_share = per_replica_rps * r.prefill_s(traffic.prompt.mean)
     if prefill_share >= 1.0:
         step, _, _ = r.decode_step(largest, context)
         return _Load(largest, step, min(prefill_share, 1.0), True)
-    steps = traffic.output.mean / r.tokens_per_step()
+    steps = traffic.output.mean / r.spec_yield
 
     def excess(b: float) -> float:
         step, _, _ = r.decode_step(b, context)
-        return per_replica_rps * steps * step / (1.0 - prefill_share) - b
+        gap: float = per_replica_rps * steps * step / (1.0 - prefill_share) - b
+        return gap
 
     if excess(largest) > 0:
         step, _, _ = r.decode_step(largest, context)
         return _Load(largest, step, prefill_share, True)
     low, high = 1e-9, largest
-    for _ in range(60):
+    for _ in range(BISECTION_STEPS):
         mid = (low + high) / 2
         if excess(mid) > 0:
             low = mid
@@ -568,39 +805,6 @@ def _online_load(r: _Replica, traffic: Traffic, per_replica_rps: float,
     batch = max(high, 1.0)
     step, _, _ = r.decode_step(batch, context)
     return _Load(high, step, prefill_share, False)
-
-
-def _decode_work_share(per_replica_rps: float, capacity: float, prefill_share: float) -> float:
-    """The share of an open-loop replica's time its decode work needs at its most efficient
-    batch: lambda x output x step(b*) / b*, which is lambda / capacity - lambda E[S] since
-    capacity = 1 / (E[S] + output x step(b*) / b*) (``_capacity``). The prefill server has
-    the rest, so its utilisation reaches 1 exactly where the replica saturates."""
-    return max(per_replica_rps / capacity - prefill_share, 0.0)
-
-
-def _ttft(r: _Replica, traffic: Traffic, per_replica_rps: float,
-          prefill_share: float, decode_share: float) -> Quantiles:
-    """Prefill of the p50/p99 prompt plus the M/G/1 wait (module docstring), with the prefill
-    server's utilisation rho = lambda E[S] / (1 - decode share): an open loop passes
-    ``_decode_work_share``, a closed loop (a fixed concurrency, offline) 0, since its
-    arrivals are its own completions and never pile up beyond its slots (rho is then the
-    share of time spent in prefill)."""
-    p50, p99 = r.prefill_s(traffic.prompt.p50), r.prefill_s(traffic.prompt.p99)
-    mean = r.prefill_s(traffic.prompt.mean)
-    if per_replica_rps <= 0:
-        return Quantiles(p50=p50, p99=p99)
-    # Service time second moment: prefill time scales with tokens (linear part dominates).
-    ratio = traffic.prompt.second_moment / max(traffic.prompt.mean ** 2, 1e-12)
-    s2 = mean * mean * ratio
-    rho = min(prefill_share / max(1.0 - decode_share, 1e-9), 0.999999)
-    wait_mean = per_replica_rps * s2 / (2.0 * (1.0 - rho))
-
-    def wait_at(p: float) -> float:
-        if rho <= 1.0 - p or wait_mean <= 0:
-            return 0.0
-        return wait_mean / rho * math.log(rho / (1.0 - p))
-
-    return Quantiles(p50=p50 + wait_at(0.5), p99=p99 + wait_at(TAIL_P99))
 
 
 def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
@@ -612,7 +816,7 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
     memory = _memory(r, traffic)
     warnings: list[str] = []
     assumptions = [
-        f"engine {deployment.engine}: {r.eff.basis}",
+        f"engine {deployment.engine}: {ENGINE_EFFICIENCY[deployment.engine].basis}",
         f"continuous batching: prefill and decode time-share each replica; prefill waits "
         f"are M/G/1 (Pollaczek-Khinchine mean, exponential tail); chunked prefill of "
         f"{PREFILL_CHUNK_TOKENS} tokens for the p99 TPOT",
@@ -629,95 +833,41 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
     if (traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None
             and OPEN_LOOP_TTFT_NOTE not in warnings):
         assumptions.append(OPEN_LOOP_TTFT_NOTE)
-    largest = float(max(memory.max_concurrency, 1))
-    if deployment.max_batch is not None:
-        largest = float(min(largest, deployment.max_batch))
+    largest = _largest(SERVING_SCALAR, memory.max_concurrency, (
+        math.inf if deployment.max_batch is None else float(deployment.max_batch)))
     if not memory.fits:
         warnings.append(
             f"does not fit: weights take {memory.weights_bytes_per_gpu / 1e9:.1f} GB of the "
             f"{memory.usable_bytes_per_gpu / 1e9:.1f} GB the engine uses per GPU, leaving no "
             f"room for one sequence's KV cache at its full {traffic.prompt.mean:.0f} + "
             f"{traffic.output.mean:.0f} tokens; use more GPUs per replica or lower precision")
-    context = traffic.prompt.mean + traffic.output.mean / 2
-    capacity = _capacity(r, traffic, largest)
-    crossover = _crossover(r, context)
-
-    if traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None:
-        count = replicas or _size(r, traffic, largest, capacity)
-        per_replica = traffic.requests_per_s / count
-        load = _online_load(r, traffic, per_replica, largest)
-        ttft = _ttft(r, traffic, per_replica, load.prefill_share,
-                     _decode_work_share(per_replica, capacity, load.prefill_share))
-        batch, step, served = load.batch, load.step_s, per_replica
-        saturated = load.saturated
-    else:
-        if traffic.mode is TrafficMode.FIXED_BATCH:
-            requested = float(traffic.batch_size or 1)
-        elif traffic.mode is TrafficMode.ONLINE:  # a fixed concurrency (closed loop)
-            requested = float(traffic.concurrency or 1)
-        else:
-            requested = largest
-        # Sequences beyond those whose KV cache fits wait for a slot (the engine admits
-        # what fits, as vLLM's and TensorRT-LLM's schedulers do), so the batch that runs is
-        # at most ``largest``.
-        batch = min(requested, largest)
-        count = replicas or 1
-        step, _, _ = r.decode_step(batch, context)
-        served = _capacity(r, traffic, batch)
-        load = _Load(batch, step, served * r.prefill_s(traffic.prompt.mean), False)
-        saturated = False
-        if traffic.mode is TrafficMode.FIXED_BATCH:
-            ttft = Quantiles(p50=r.prefill_s(traffic.prompt.p50) * batch,
-                             p99=r.prefill_s(traffic.prompt.p99) * batch)
-        else:
-            ttft = _ttft(r, traffic, served, load.prefill_share, 0.0)
-        waiting = requested - batch
-        if waiting > 0:
-            # The extra sequences wait in line, and by Little's law the line drains at the
-            # replica's completion rate.
-            queue_s = waiting / served
-            ttft = Quantiles(p50=ttft.p50 + queue_s, p99=ttft.p99 + queue_s)
-            what = ("batch" if traffic.mode is TrafficMode.FIXED_BATCH else "concurrency")
-            warnings.append(
-                f"{what} {requested:g} exceeds the {batch:g} sequences that fit; "
-                f"{waiting:g} wait about {queue_s:.3g} s for a slot")
-    if traffic.mode is TrafficMode.FIXED_BATCH:
-        # Lock-step: the batch's prefills all run before its first decode step (they are in
-        # the TTFT above), so no decode step waits on a prefill or carries a chunk.
-        tpot = _tpot(r, traffic, step, 0.0, 0.0)
-    else:
-        tpot = _tpot(r, traffic, step, load.prefill_share, served)
-    # A request's decode time sums hundreds of steps, so its tail is the mean step times the
-    # tail output length (the p99 step is a rare chunk, not every step's).
-    e2e = Quantiles(p50=ttft.p50 + tpot.p50 * max(traffic.output.p50 - 1, 0),
-                    p99=ttft.p99 + tpot.p50 * max(traffic.output.p99 - 1, 0))
-    within = _within_slo(traffic.slo, ttft, tpot)
-    meets = None if within is None else (not saturated and memory.fits and within)
-    _, memory_s, compute_s = r.decode_step(load.batch, context)
+    prefill_mean = r.prefill_s(traffic.prompt.mean)
+    a = _answer(r, traffic, largest=largest, fits=memory.fits, prefill_mean=prefill_mean,
+                replicas=replicas,
+                size=lambda capacity: replicas or _size(r, traffic, largest, capacity,
+                                                        prefill_mean),
+                online_load=lambda rps, _: _online_load(r, traffic, rps, largest))
+    if a.waiting > 0:
+        what = "batch" if traffic.mode is TrafficMode.FIXED_BATCH else "concurrency"
+        warnings.append(
+            f"{what} {a.requested:g} exceeds the {a.load.batch:g} sequences that "
+            f"fit; {a.waiting:g} wait about {a.queue_s:.3g} s for a slot")
+    saturated = bool(a.load.saturated)
     if saturated:
-        warnings.append(f"saturated: {served:.3g} requests/s per replica exceeds the replica's "
-                        f"capacity of {capacity:.3g}")
+        warnings.append(f"saturated: {a.served:.3g} requests/s per replica exceeds the "
+                        f"replica's capacity of {a.capacity:.3g}")
     return ServingEstimate(
         memory=memory, prefill_s=Quantiles(p50=r.prefill_s(traffic.prompt.p50),
                                            p99=r.prefill_s(traffic.prompt.p99)),
-        decode_step_s=step, decode_step_memory_s=memory_s, decode_step_compute_s=compute_s,
-        crossover_batch=crossover, batch=load.batch,
-        output_tokens_per_s=served * traffic.output.mean,
-        input_tokens_per_s=served * traffic.prompt.mean, requests_per_s=served,
-        capacity_requests_per_s=capacity, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e,
-        replicas=count, meets_slo=meets, saturated=saturated, warnings=tuple(warnings),
-        assumptions=tuple(assumptions))
-
-
-def _tpot(r: _Replica, traffic: Traffic, step: float, prefill_share: float,
-          served: float) -> Quantiles:
-    """The decode step stretched by the replica's prefill share; its p99 adds one prefill
-    chunk when more than ``P99_TPOT_STEP_SHARE`` of steps carry one (module docstring)."""
-    p50 = step / max(1.0 - prefill_share, 1e-9) / r.tokens_per_step()
-    chunk = r.prefill_s(min(PREFILL_CHUNK_TOKENS, traffic.prompt.p99))
-    steps_with_prefill = served * step  # prefills arriving per decode step
-    return Quantiles(p50=p50,
-                     p99=p50 + (chunk if steps_with_prefill > P99_TPOT_STEP_SHARE else 0.0))
+        decode_step_s=a.load.step_s, decode_step_memory_s=a.memory_s,
+        decode_step_compute_s=a.compute_s, crossover_batch=_crossover(r, _context(traffic)),
+        batch=a.load.batch, output_tokens_per_s=a.served * traffic.output.mean,
+        input_tokens_per_s=a.served * traffic.prompt.mean, requests_per_s=a.served,
+        capacity_requests_per_s=a.capacity, ttft_s=Quantiles(p50=a.ttft[0], p99=a.ttft[1]),
+        tpot_s=Quantiles(p50=a.tpot[0], p99=a.tpot[1]),
+        e2e_s=Quantiles(p50=a.e2e[0], p99=a.e2e[1]), replicas=a.count,
+        meets_slo=None if a.within is None else bool(a.meets), saturated=saturated,
+        warnings=tuple(warnings), assumptions=tuple(assumptions))
 
 
 def unvalidated_warnings(model: ModelSpec, traffic: Traffic) -> list[str]:
@@ -734,32 +884,27 @@ def unvalidated_warnings(model: ModelSpec, traffic: Traffic) -> list[str]:
     return found
 
 
-def _within_slo(slo: Slo, ttft: Quantiles, tpot: Quantiles) -> bool | None:
-    """Whether every SLO given holds; None when none is given."""
-    given = [(limit, value) for limit, value in (
-        (slo.ttft_p50_s, ttft.p50), (slo.ttft_p99_s, ttft.p99),
-        (slo.tpot_p50_s, tpot.p50), (slo.tpot_p99_s, tpot.p99)) if limit is not None]
-    return None if not given else all(value <= limit for limit, value in given)
-
-
-def _size(r: _Replica, traffic: Traffic, largest: float, capacity: float) -> int:
+def _size(r: _Replica, traffic: Traffic, largest: float, capacity: float,
+          prefill_mean: float) -> int:
     """The fewest replicas that serve the load below saturation and meet the SLOs, judged
-    with the same TTFT and TPOT the answer reports (``_ttft``, ``_tpot``)."""
+    with the same TTFT and TPOT the answer reports (``_Replica.ttft``, ``_Replica.tpot``),
+    trying max(count + 1, ceil(count x REPLICA_GROWTH)) replicas next."""
     assert traffic.requests_per_s is not None  # noqa: S101 - online with a rate
     count = max(1, math.ceil(traffic.requests_per_s / capacity))
     while count <= MAX_REPLICAS:
         per_replica = traffic.requests_per_s / count
         load = _online_load(r, traffic, per_replica, largest)
         if not load.saturated:
-            ttft = _ttft(r, traffic, per_replica, load.prefill_share,
-                         _decode_work_share(per_replica, capacity, load.prefill_share))
-            tpot = _tpot(r, traffic, load.step_s, load.prefill_share, per_replica)
+            ttft = r.ttft(traffic, per_replica, load.prefill_share, prefill_mean,
+                          _decode_work_share(SERVING_SCALAR, per_replica, capacity,
+                                             load.prefill_share))
+            tpot = r.tpot(traffic, load.step_s, load.prefill_share, per_replica)
             if _within_slo(traffic.slo, ttft, tpot) is not False:
                 return count
             # An SLO missed at a near-idle replica cannot be met by adding replicas.
-            if per_replica * r.prefill_s(traffic.prompt.mean) < 0.01:
+            if per_replica * prefill_mean < NEAR_IDLE_PREFILL_SHARE:
                 return count
-        count = max(count + 1, math.ceil(count * 1.1))
+        count = max(count + 1, math.ceil(count * REPLICA_GROWTH))
     return MAX_REPLICAS
 
 

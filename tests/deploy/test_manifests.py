@@ -320,3 +320,102 @@ def test_the_stand_in_refuses_a_changed_job_under_one_name(tmp_path: Path) -> No
     server.apply(first)
     with pytest.raises(ImmutableFieldError, match=r"spec\.template: field is immutable"):
         server.apply(fixed_name)
+
+
+# Behind an ingress: trusted proxies (issue 41).
+
+def forwarded_allow_ips(docs: list[dict[str, Any]]) -> str:
+    config = next(d for d in docs if d["kind"] == "ConfigMap"
+                  and d["metadata"]["name"].startswith("computequote-config"))
+    return str(config["data"]["FORWARDED_ALLOW_IPS"])
+
+
+def test_only_named_proxies_are_trusted_and_prod_trusts_its_ingress_network() -> None:
+    import ipaddress
+
+    assert '"--proxy-headers"' in (DEPLOY / "Dockerfile").read_text()
+    assert forwarded_allow_ips(render("dev")) == "127.0.0.1,::1"
+    prod = forwarded_allow_ips(render("prod"))
+    networks = [ipaddress.ip_network(part.strip()) for part in prod.split(",")]
+    assert networks and all(n.is_private and n.prefixlen >= 8 for n in networks)
+    assert "*" not in prod
+
+
+def test_the_access_log_names_the_client_behind_a_trusted_proxy_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """uvicorn's ProxyHeadersMiddleware with prod's FORWARDED_ALLOW_IPS, around this app: a
+    request relayed by a pod of the ingress network is logged with the client's address (the
+    right-most untrusted one, so a forged left-most entry is ignored); the same header from an
+    address outside it is not believed."""
+    import asyncio
+    import json
+
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    from service.main import create_app, dispose
+    from service.settings import Settings
+
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/x.sqlite3", warm_up=False,
+                              search_workers=0))
+    wrapped = ProxyHeadersMiddleware(app, trusted_hosts=forwarded_allow_ips(render("prod")))
+
+    async def get(peer: str, forwarded: str) -> None:
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "GET", "scheme": "http", "path": "/livez", "raw_path": b"/livez",
+                 "query_string": b"", "root_path": "", "server": ("10.244.0.10", 8000),
+                 "client": (peer, 40000),
+                 "headers": [(b"host", b"computequote"),
+                             (b"x-forwarded-for", forwarded.encode())]}
+        messages = iter([{"type": "http.request", "body": b"", "more_body": False}])
+
+        async def receive() -> dict[str, Any]:
+            return next(messages, {"type": "http.disconnect"})
+
+        async def send(_: dict[str, Any]) -> None:
+            return None
+
+        await wrapped(scope, receive, send)  # type: ignore[arg-type]
+
+    capsys.readouterr()
+    asyncio.run(get("10.244.3.7", "6.6.6.6, 198.51.100.7"))
+    asyncio.run(get("192.0.2.50", "198.51.100.8"))
+    dispose(app)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    clients = [line["client"] for line in lines if line.get("logger") == "service.access"]
+    assert clients == ["198.51.100.7", "192.0.2.50"]
+
+
+def test_the_optional_samples_validate_and_select_the_api_pods() -> None:
+    """deploy/k8s/optional: the Ingress pair validates strictly; /ui goes through the auth
+    proxy and the API paths do not; the PodMonitor (a CRD, so checked by shape) scrapes the
+    API pods' /metrics on the named port the Deployment declares."""
+    ingresses = list(yaml.safe_load_all((DEPLOY / "k8s/optional/ingress.yaml").read_text()))
+    for doc in ingresses:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    by_name = {d["metadata"]["name"]: d for d in ingresses}
+    portal, api = by_name["computequote-portal"], by_name["computequote-api"]
+    assert "nginx.ingress.kubernetes.io/auth-url" in portal["metadata"]["annotations"]
+    assert "nginx.ingress.kubernetes.io/auth-url" not in api["metadata"]["annotations"]
+    portal_paths = {p["path"] for r in portal["spec"]["rules"] for p in r["http"]["paths"]}
+    api_paths = {p["path"] for r in api["spec"]["rules"] for p in r["http"]["paths"]}
+    assert portal_paths == {"/ui"} and "/ui" not in api_paths and "/v1" in api_paths
+    monitor = yaml.safe_load((DEPLOY / "k8s/optional/podmonitor.yaml").read_text())
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "PodMonitor"
+    deployment = one(render("prod"), "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    ports = {p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+    spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in spread} == {"topology.kubernetes.io/zone",
+                                                  "kubernetes.io/hostname"}
+    assert all(c["labelSelector"]["matchLabels"].items() <= pod_labels.items() for c in spread)
+
+
+def test_compose_publishes_on_loopback_only_and_documents_the_first_key() -> None:
+    text = (DEPLOY / "compose.yaml").read_text()
+    ports = yaml.safe_load(text)["services"]["app"]["ports"]
+    assert ports == ["127.0.0.1:8000:8000"]
+    assert "run --rm app cq keys create" in text

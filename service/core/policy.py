@@ -15,7 +15,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from service.core import pricing
+from service.core import capacity, pricing
 from service.core.units import SECONDS_PER_DAY
 
 if TYPE_CHECKING:
@@ -87,6 +87,16 @@ class Policy:
     max_duration_s: float | None = None
     min_success_probability: float | None = None
     require_node_fit: bool = True
+    max_on_demand_gpus_per_region: int | None = capacity.SELF_SERVICE_MAX_GPUS_PER_REGION
+    """Most GPUs of one instance type in one region that an on-demand line may count on (rule
+    ``max_gpus_per_region_by_term``, code ``capacity_limit_exceeded``); set it to the quota
+    the organisation's accounts hold. None: not judged."""
+    max_reserved_gpus_per_region: int | None = capacity.SELF_SERVICE_MAX_GPUS_PER_REGION
+    """The same for reserved and committed-use lines (``reserved_1y``, ``reserved_3y``)."""
+    max_capacity_block_instances: int | None = capacity.CAPACITY_BLOCK_MAX_INSTANCES
+    """Most instances a capacity-block line may need (rule ``max_capacity_block_instances``,
+    code ``capacity_block_size_exceeded``): AWS sells at most 64 instances a block, placed
+    together, and 256 across an account's blocks. None: not judged."""
     forbid_unverified_spot_capacity: bool = True
     forbid_assumed_interruption_rates: bool = False
     warn_only: frozenset[str] = frozenset()
@@ -104,7 +114,8 @@ nothing approves on an indicative price."""
 RULES = ("budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms",
          "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
          "max_price_age_s", "max_observed_age_days", "fx_rate_age", "max_duration_s",
-         "min_success_probability", "require_node_fit", "forbid_unverified_spot_capacity",
+         "min_success_probability", "require_node_fit", "max_gpus_per_region_by_term",
+         "max_capacity_block_instances", "forbid_unverified_spot_capacity",
          "forbid_assumed_interruption_rates")
 """Every rule a line is judged by, in report order."""
 
@@ -367,7 +378,8 @@ def _fixed_rules(line: QuoteLine, policy: Policy, today: int, instances: int,
                  ) -> tuple[str, tuple[RuleResult, ...], tuple[RuleResult, ...]]:
     """The rules that read no money or time of a feasible line, only its offer, the policy,
     the day and the line's instance count: (where, (allowed_terms ... max_price_age_s),
-    (require_node_fit, forbid_unverified_spot_capacity, forbid_assumed_interruption_rates))."""
+    (require_node_fit, the capacity rules, forbid_unverified_spot_capacity,
+    forbid_assumed_interruption_rates))."""
     results: list[RuleResult] = []
     append = results.append
     where = _where(line)
@@ -413,6 +425,9 @@ def _fixed_rules(line: QuoteLine, policy: Policy, today: int, instances: int,
             policy, "require_node_fit", False, "no_offer_fits_plan",
             f"{where}: priced although it cannot host the plan ({node_fit_reason})",
             soft=not policy.require_node_fit))
+    limited = _capacity_rule(line, policy, instances, where)
+    if limited is not None:
+        append(limited)
     if "spot_capacity_unverified" in line.flags:
         append(_rule(
             policy, "forbid_unverified_spot_capacity", False, "spot_capacity_unverified",
@@ -425,3 +440,62 @@ def _fixed_rules(line: QuoteLine, policy: Policy, today: int, instances: int,
             f"{where}: the spot interruption rate is an assumption ({line.goodput_basis})",
             soft=not policy.forbid_assumed_interruption_rates))
     return where, first, tuple(results)
+
+
+_REGION_LIMITS = MappingProxyType({
+    "on_demand": "max_on_demand_gpus_per_region", "reserved_1y": "max_reserved_gpus_per_region",
+    "reserved_3y": "max_reserved_gpus_per_region"})
+"""The policy field that limits each term's GPUs in one region (rule
+``max_gpus_per_region_by_term``); spot is judged per zone (``forbid_unverified_spot_capacity``)
+and capacity blocks by their instances (``max_capacity_block_instances``)."""
+
+
+def _capacity_rule(line: QuoteLine, policy: Policy, instances: int,
+                   where: str) -> RuleResult | None:
+    """The term's capacity limit on a cloud line (``service/core/capacity.py``): a capacity
+    block of more instances than ``max_capacity_block_instances`` fails
+    ``capacity_block_size_exceeded``; an on-demand or reserved line of more GPUs of one
+    instance type in one region than the term's ``max_*_gpus_per_region`` fails
+    ``capacity_limit_exceeded``. Each reason names the limit, its policy field, the source of
+    the built-in figure, where the provider publishes its quotas, and the fix. None within
+    the limit, for on-prem lines and for terms without one."""
+    if line.provider == "onprem" or line.region is None:
+        return None
+    term = line.term.value
+    gpus = instances * line.gpus_per_instance
+    if term == "capacity_block":
+        limit = policy.max_capacity_block_instances
+        if limit is None or instances <= limit:
+            return None
+        fix = ("split the job into jobs of at most "
+               f"{capacity.CAPACITY_BLOCK_MAX_INSTANCES} instances, quote another term, or "
+               "set max_capacity_block_instances in the policy when several blocks (at most "
+               f"{capacity.CAPACITY_BLOCK_MAX_INSTANCES_PER_ACCOUNT} instances across an "
+               "account's blocks) placed apart will do")
+        message = (
+            f"{where}: {instances:,} instances ({gpus:,g} GPUs) in capacity blocks; the policy "
+            f"allows {limit:,} (max_capacity_block_instances); AWS sells at most "
+            f"{capacity.CAPACITY_BLOCK_MAX_INSTANCES} instances a block, placed together in one "
+            f"UltraCluster, and {capacity.CAPACITY_BLOCK_MAX_INSTANCES_PER_ACCOUNT} across an "
+            "account's blocks (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/"
+            f"capacity-blocks-purchase.html); {fix}")
+        result = _rule(policy, "max_capacity_block_instances", False,
+                       "capacity_block_size_exceeded", message)
+        return replace(result, fix=fix)
+    name = _REGION_LIMITS.get(term)
+    if name is None:
+        return None
+    limit = getattr(policy, name)
+    if limit is None or gpus <= limit:
+        return None
+    fix = (f"set {name} in the policy to the quota your account holds in {line.region} "
+           "(and ask the provider for it), split the job across regions, or reserve the "
+           "capacity under an agreement")
+    message = (
+        f"{where}: {gpus:,g} GPUs ({instances:,} instances) of one instance type in one "
+        f"region on {term}; the policy allows {limit:,} ({name}, rule "
+        f"max_gpus_per_region_by_term; {capacity.LIMIT_SOURCE}); "
+        f"{capacity.quota_source(line.provider)}; {fix}")
+    result = _rule(policy, "max_gpus_per_region_by_term", False, "capacity_limit_exceeded",
+                   message)
+    return replace(result, fix=fix)

@@ -30,7 +30,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Literal, get_args
 
-from service.core import pricing
+from service.core import capacity, pricing
 from service.core.failures import interruptions_per_s
 from service.core.plausibility import WarningDetail
 from service.core.policy import (
@@ -507,10 +507,14 @@ def _price_amounts(
     gpus_per_instance: float, rate: Decimal, _rate_exponent: int | str, lost_fraction: float,
     interval_s: float | None, carbon_g_per_kwh: float, pue: float,
     on_demand_rate: Decimal | None, _on_demand_exponent: int | str | None,
+    spares: int = 0,
 ) -> Amounts:
     wall_s, wall_s_p10, wall_s_p90, accounting, utilisation_fraction, deadline_s = context
 
     instances, rounded_up = pricing.instances_for(num_gpus, gpus_per_instance)
+    # An SLO-bound serving fleet's spare instances on spot (``capacity.spare_instances``) are
+    # bought and billed like the others.
+    instances += spares
     factor_decimal = 1 + pricing.exact(lost_fraction)
 
     def at(wall_s: float) -> tuple[Decimal, Decimal, Decimal, float, int | None, float]:
@@ -578,7 +582,7 @@ def _flags(offer: PriceOffer, instances: int) -> tuple[str, ...]:
 
 _OfferFacts = tuple[pricing.Goodput, str, tuple[str, ...], float | None,
                     tuple[Term, float, Decimal, int | str, float, float | None, float,
-                          Decimal | None, int | str | None] | None]
+                          Decimal | None, int | str | None, int] | None]
 """(goodput, goodput basis, flags, carbon intensity, the offer's part of
 ``_price_amounts``' arguments or None when infeasible): ``_offer_facts``."""
 
@@ -602,9 +606,20 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
     else:
         rate_per_s = interruptions_per_s(options.failure_rate_per_gpu_hour, counted, gpus)
         basis = f"hardware failures {options.failure_rate_per_gpu_hour:g} per GPU-hour"
+    spares = 0
     if job.serving is not None:
         loss = interruption_fraction(rate_per_s, options.restart_s)
         basis += "; spare replicas for the instances restarting"
+        if (offer.term is Term.SPOT and loss.feasible
+                and job.serving.get("meets_slo") is not None):
+            # An SLO-bound fleet on spot (issue 39): an eviction must not take a replica the
+            # SLO counts on out of service, so whole spare instances are bought.
+            spares = capacity.spare_instances(instances, rate_per_s, options.restart_s)
+            basis += (f"; {spares} spare instance{'s' if spares != 1 else ''} bought for the "
+                      f"SLO: a fleet of {instances:,} x {rate:g} evictions per instance-hour x "
+                      f"{options.restart_s:g} s to replace, short of replicas at most "
+                      f"{capacity.SPARE_SHORTFALL_PROBABILITY:.1%} of the time (Poisson, at "
+                      f"least {capacity.MIN_SPARE_INSTANCES})")
     else:
         loss = pricing.goodput(rate_per_s, checkpoint_s, options.restart_s)
     carbon = offer.region_carbon_g_per_kwh
@@ -616,7 +631,8 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
                   loss.lost_fraction + 0.0,
                   None if loss.interval_s is None else loss.interval_s + 0.0,
                   (carbon if carbon is not None else options.grid_gco2e_per_kwh) + 0.0,
-                  on_demand, None if on_demand is None else on_demand.as_tuple().exponent)
+                  on_demand, None if on_demand is None else on_demand.as_tuple().exponent,
+                  spares)
     return loss, basis, _flags(offer, instances), carbon, priced
 
 
@@ -669,11 +685,12 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
     loss, basis, flags, carbon, priced = _offer_facts(job, offer, options)
     amounts = None
     if priced is not None:
-        term, gpus, price, exponent, lost, interval, intensity, on_demand, od_exponent = priced
+        (term, gpus, price, exponent, lost, interval, intensity, on_demand, od_exponent,
+         spares) = priced
         key: _AmountsKey = (
             job.num_gpus, job.power_w_per_gpu + 0.0, _amounts_context(timing, options), term,
             gpus, price, exponent, lost, interval, intensity, options.pue + 0.0, on_demand,
-            od_exponent)
+            od_exponent, spares)
         found = None if amounts_seen is None else amounts_seen.get(key)
         if found is None:
             found = _price_amounts(*key)  # type: ignore[arg-type]

@@ -18,7 +18,8 @@ PolicyRuleName = TypeAliasType("PolicyRuleName", Literal[
     "allowed_providers", "allowed_regions", "forbid_indicative", "forbid_quarantined",
     "max_price_age_s", "max_observed_age_days", "fx_rate_age", "max_duration_s",
     "min_success_probability",
-    "require_node_fit", "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates"])
+    "require_node_fit", "max_gpus_per_region_by_term", "max_capacity_block_instances",
+    "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates"])
 RuleName = PolicyRuleName
 assert set(get_args(PolicyRuleName.__value__)) == set(RULES)  # noqa: S101
 
@@ -70,6 +71,17 @@ class PolicyRulesIn(RequestModel):
                     "undated_price. null: every undated price fails undated_price. Judged only "
                     "while max_price_age_s is set; each reason carries date, age_days, "
                     "limit_days and the fix.")
+    fx_rate_warn_age_days: float | None = Field(
+        strict=True, default=DEFAULT_POLICY.fx_rate_warn_age_days, gt=0, le=36_525,
+        examples=[7],
+        description="A quote that converts money (a budget not in USD) warns fx_rate_stale "
+                    "when its ECB fixing is more than this many days before the quote's date "
+                    "(rule fx_rate_age). null: never warns.")
+    fx_rate_fail_age_days: float | None = Field(
+        strict=True, default=DEFAULT_POLICY.fx_rate_fail_age_days, gt=0, le=36_525,
+        examples=[35],
+        description="... and fails fx_rate_too_old past this many days. null: never fails. A "
+                    "quote that converts nothing is not judged.")
     max_duration_s: float | None = Field(strict=True, default=None, gt=0, le=1e10)
     min_success_probability: float | None = Field(
         strict=True, default=None, ge=0, le=1,
@@ -78,6 +90,26 @@ class PolicyRulesIn(RequestModel):
         strict=True, default=DEFAULT_POLICY.require_node_fit,
         description="Offers whose instance cannot host the plan are rejected unpriced; "
                     "false: priced with a warning.")
+    max_on_demand_gpus_per_region: int | None = Field(
+        strict=True, default=DEFAULT_POLICY.max_on_demand_gpus_per_region, gt=0,
+        le=10_000_000, examples=[4096],
+        description="Most GPUs of one instance type in one region an on-demand line may count "
+                    "on; more fails capacity_limit_exceeded (rule "
+                    "max_gpus_per_region_by_term). Built-in 2,048: AWS's published 256 "
+                    "instances across an account's Capacity Blocks, the largest allocation "
+                    "sold without an agreement; set it to your accounts' quota. null: not "
+                    "judged.")
+    max_reserved_gpus_per_region: int | None = Field(
+        strict=True, default=DEFAULT_POLICY.max_reserved_gpus_per_region, gt=0,
+        le=10_000_000, examples=[4096],
+        description="The same for reserved_1y and reserved_3y lines.")
+    max_capacity_block_instances: int | None = Field(
+        strict=True, default=DEFAULT_POLICY.max_capacity_block_instances, gt=0,
+        le=1_000_000, examples=[64],
+        description="Most instances a capacity_block line may need; more fails "
+                    "capacity_block_size_exceeded. Built-in 64: AWS sells at most 64 "
+                    "instances a Capacity Block, placed together (256 across an account's "
+                    "blocks). null: not judged.")
     forbid_unverified_spot_capacity: bool = Field(
         strict=True, default=DEFAULT_POLICY.forbid_unverified_spot_capacity,
         description="A spot line needing more GPUs in one zone than anything public shows "

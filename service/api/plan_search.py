@@ -7,7 +7,10 @@ however busy the machine is:
    request over the cap is refused (422 naming the field and the limit) before any is
    evaluated;
 2. the groups are spread across the workers in shares of about equal candidates
-   (``shares``), each evaluated by ``search_part``;
+   (``shares``), each evaluated by ``search_part``; the groups of one family (the same GPU
+   count, node size and batch on different accelerators, ``search.group_families``) stay
+   in one share where the balance allows, since one call evaluates their layouts' memory
+   once for all of them;
 3. one worker merges the parts (``merge_parts``), which ranks them exactly as one search
    over every group would (``tests/core/test_search_parts.py``).
 
@@ -22,8 +25,9 @@ space.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from service.api.workers import run_cpu_bound, run_each_cpu_bound
 from service.core.search import (
@@ -32,6 +36,7 @@ from service.core.search import (
     SearchResult,
     SearchTimeoutError,
     group_count,
+    group_families,
     merge_parts,
     search,
     search_part,
@@ -64,18 +69,31 @@ def part_until(request: SearchRequest, groups: Sequence[int], ends_at: float) ->
     return search_part(dataclasses.replace(request, deadline_s=left), time.monotonic, groups)
 
 
-def shares(sizes: Sequence[int], count: int) -> list[list[int]]:
+def shares(sizes: Sequence[int], count: int,
+           families: Sequence[Hashable] | None = None) -> list[list[int]]:
     """The groups with candidates, cut into at most ``count`` shares of about equal
-    candidates: the largest group first into the share with the fewest so far (ties: the
-    first share), each share's groups in ascending order. Deterministic, and the answer does
-    not depend on it (``merge_parts`` ranks any split alike)."""
+    candidates. The groups of one family (``families[g]``, default: each group its own) form
+    one bundle, or, when the family holds more than a share's fair part of the candidates,
+    as many bundles of consecutive groups as that takes. The largest bundle goes first into
+    the share with the fewest candidates so far (ties: the first share), each share's groups
+    in ascending order. Deterministic, and the answer does not depend on it
+    (``merge_parts`` ranks any split alike)."""
     loads = [0] * max(1, count)
+    members: dict[Hashable, list[int]] = {}
+    for group, size in enumerate(sizes):
+        if size:
+            members.setdefault(group if families is None else families[group], []).append(group)
+    fair = sum(sizes) / len(loads)
+    bundles: list[list[int]] = []
+    for groups in members.values():
+        parts = min(len(groups), max(1, math.ceil(sum(sizes[g] for g in groups) / fair)))
+        bundles.extend(groups[i * len(groups) // parts:(i + 1) * len(groups) // parts]
+                       for i in range(parts))
     cut: list[list[int]] = [[] for _ in loads]
-    for group in sorted((g for g, size in enumerate(sizes) if size),
-                        key=lambda g: (-sizes[g], g)):
+    for bundle in sorted(bundles, key=lambda b: (-sum(sizes[g] for g in b), b[0])):
         lightest = loads.index(min(loads))
-        cut[lightest].append(group)
-        loads[lightest] += sizes[group]
+        cut[lightest].extend(bundle)
+        loads[lightest] += sum(sizes[g] for g in bundle)
     return [sorted(share) for share in cut if share]
 
 
@@ -92,7 +110,7 @@ def plan_search(request: SearchRequest, *, workers: int, ends_at: float,
     started = time.monotonic()
     sizes = run_cpu_bound(workers, search_size, request, timeout_s=within(), start_by=ends_at,
                           stop=stop)
-    cut = shares(sizes, workers * SHARES_PER_WORKER)
+    cut = shares(sizes, workers * SHARES_PER_WORKER, group_families(request))
     parts = run_each_cpu_bound(workers, part_until, [(request, share, ends_at) for share in cut],
                                start_by=ends_at, ends_at=ends_at, stop=stop)
     elapsed_s = time.monotonic() - started

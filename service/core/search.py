@@ -694,20 +694,43 @@ def search_size(request: SearchRequest) -> tuple[int, ...]:
     zeros, codes = _inner(request.space, request.training.framework)
     inner = len(zeros) * len(codes)
     sizes: list[int] = []
+    counted: dict[tuple[int, int, int], int] = {}  # this call's own (``_family``)
     total = 0
     for index in range(group_count(request)):
         cluster, batch = _group_of(request, index)
-        size = 0
-        for skeleton in _skeletons(request.model, cluster, batch, request.training.seq_len,
-                                   request.space, {}):
-            size += skeleton.count(inner)
-            if total + size > request.max_candidates:
-                raise _too_large(request.max_candidates)
+        family = _family(cluster, batch)
+        size = counted.get(family, -1)
+        if size < 0:
+            size = 0
+            for skeleton in _skeletons(request.model, cluster, batch,
+                                       request.training.seq_len, request.space, {}):
+                size += skeleton.count(inner)
+                if total + size > request.max_candidates:
+                    raise _too_large(request.max_candidates)
+            counted[family] = size
+        elif total + size > request.max_candidates:
+            raise _too_large(request.max_candidates)
         total += size
         sizes.append(size)
     if sizes and not any(sizes):
         raise _no_layout(request)
     return tuple(sizes)
+
+
+def group_families(request: SearchRequest) -> tuple[tuple[int, int, int], ...]:
+    """The ``_family`` of each group (``group_count``): groups of one family evaluated in one
+    ``search_part`` call share their enumeration and memory figures, so the API keeps them
+    together when it spreads a sweep over its workers."""
+    return tuple(_family(*_group_of(request, index)) for index in range(group_count(request)))
+
+
+def _family(cluster: ClusterSpec, batch: int) -> tuple[int, int, int]:
+    """What a group's layouts and their memory depend on: the GPU count, the GPUs per node
+    (the default ``max_tp`` of ``_skeletons`` and the per-node group sizes of
+    ``build_geometry``) and the global batch; not the accelerator, whose capacity only
+    decides which layouts fit. Groups of one family (a sweep of accelerators at the same GPU
+    counts) share their enumeration, grids and memory figures within one call (issue 38)."""
+    return cluster.num_gpus, cluster.gpus_per_node, batch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -732,85 +755,244 @@ def search_part(request: SearchRequest, clock: Callable[[], float],
     """Enumerate and evaluate the given groups (default: all) of ``request``. Raises
     ``SearchTooLargeError`` before any work when they hold more than ``max_candidates``, and
     ``SearchDeadlineError`` when ``clock`` passes ``deadline_s`` (checked before each chunk):
-    a search past its deadline answers nothing rather than a part of the space."""
+    a search past its deadline answers nothing rather than a part of the space.
+
+    The groups of one ``_family`` are evaluated together, chunk by chunk: the grid and the
+    memory of every candidate once for the family, then, for each group, the timing of the
+    candidates that fit its accelerator (``_Evaluation``). The order of the groups does not
+    change the answer: every kept list is ranked by total keys in ``merge_parts``."""
     started = clock()
     model, space = request.model, request.space
     _check_prices(request)
-    priced = bool(request.price_per_gpu_hour_usd)
     zeros, codes = _inner(space, request.training.framework)
     inner = len(zeros) * len(codes)
     pruned: dict[str, int] = {}
     chosen = range(group_count(request)) if groups is None else groups
-    layouts: list[tuple[int, ClusterSpec, int, list[_Skeleton]]] = []
-    total = 0
+    families: dict[tuple[int, int, int], list[tuple[int, ClusterSpec]]] = {}
     for index in chosen:
         cluster, batch = _group_of(request, index)
+        families.setdefault(_family(cluster, batch), []).append((index, cluster))
+    layouts: list[tuple[int, list[tuple[int, ClusterSpec]], list[_Skeleton]]] = []
+    total = 0
+    for (_, _, batch), members in families.items():
+        found: dict[str, int] = {}
         skeletons = []
-        for skeleton in _skeletons(model, cluster, batch, request.training.seq_len, space,
-                                   pruned):
-            total += skeleton.count(inner)
+        for skeleton in _skeletons(model, members[0][1], batch, request.training.seq_len,
+                                   space, found):
+            total += skeleton.count(inner) * len(members)
             if total > request.max_candidates:
                 raise _too_large(request.max_candidates)
             skeletons.append(skeleton)
-        layouts.append((index, cluster, batch, skeletons))
+        for rule, count in found.items():
+            pruned[rule] = pruned.get(rule, 0) + count * len(members)
+        layouts.append((batch, members, skeletons))
 
-    kept: list[_Candidate] = []
-    front: list[_Candidate] = []
-    closest: list[_Candidate] = []
-    evaluated = feasible = 0
-    headroom = 1.0 - space.memory_headroom_fraction
-    checkpoint = checkpoint_bytes(model)
-    for cluster_index, cluster, batch, skeletons in layouts:
+    run = _Evaluation(request)
+    for batch, members, skeletons in layouts:
         training = dataclasses.replace(request.training, global_batch_seqs=batch)
-        usable = cluster.accelerator.memory_bytes * headroom
-        price = float(request.price_per_gpu_hour_usd.get(cluster.accelerator.id, 0))
-        # One factor per group: failures depend on the GPU count and the model, not the layout.
-        factor = job_failures(cluster.num_gpus, checkpoint, request.reliability).factor
         for chunk in _chunks(skeletons, inner):
             if clock() - started > request.deadline_s:
                 raise SearchTimeoutError(request.deadline_s)
             grid = _grid(chunk, zeros, codes, batch)
-            figures = _flat_figures(grid, evaluate_bulk(
-                model, cluster, training, grid.columns, energy=request.energy,
-                calibration=request.calibration, base=space.base))
-            size = grid.size
-            evaluated += size
-            # Time, cost and every objective with failures and checkpoints (the quote's
-            # billed hours); infinite where the job cannot progress.
-            cost = _with_failures(figures.gpu_hours * price if priced else figures.gpu_hours,
-                                  factor)
-            train_s = _with_failures(figures.train_s, factor)
-            fits = figures.peak_bytes <= usable
-            ok = fits.copy()
-            pruned["memory"] = pruned.get("memory", 0) + int(size - fits.sum())
-            if request.max_train_s is not None:
-                late = ok & (train_s > request.max_train_s)
-                pruned["deadline"] = pruned.get("deadline", 0) + int(late.sum())
-                ok &= ~late
-            if request.budget_usd is not None:
-                over = ok & (cost > float(request.budget_usd))
-                pruned["budget"] = pruned.get("budget", 0) + int(over.sum())
-                ok &= ~over
-            feasible += int(ok.sum())
-            objective = _with_failures(_objective_values(
-                request.objective, figures, figures.gpu_hours * price if priced
-                else figures.gpu_hours, _energy_for(request, cluster)), factor)
-            picked = _top(objective, _sort_keys(grid, objective, figures, cluster_index), ok,
-                          request.top_k)
-            make = _maker(grid, figures, cost, usable, cluster_index, batch,
-                          objective, train_s, space.base)
-            kept.extend(make(picked))
-            if math.isfinite(factor):  # a job that cannot progress is on no time/cost front
-                front.extend(make(_pareto_indices(train_s, cost, ok)))
-            if not ok.any():
-                ratio = figures.peak_bytes / usable
-                near = np.where(fits, figures.train_s, np.inf) if fits.any() else ratio
-                closest.extend(make([int(i) for i in np.argsort(near, kind="stable")[
-                    :CLOSEST_SHOWN]]))
-    return SearchPart(kept=tuple(kept), front=tuple(front), closest=tuple(closest),
-                      candidates_total=total, candidates_evaluated=evaluated,
-                      feasible=feasible, pruned_by_rule=tuple(pruned.items()),
-                      groups_with_layout=sum(1 for *_, sk in layouts if sk))
+            peak = run.peak_bytes(grid, members[0][1], training)
+            for cluster_index, cluster in members:
+                if clock() - started > request.deadline_s:
+                    raise SearchTimeoutError(request.deadline_s)
+                run.group(grid, peak, cluster_index, cluster, batch, training)
+    counted = run.pruned
+    for rule in ("memory", "deadline", "budget"):
+        if rule in counted:
+            pruned[rule] = pruned.get(rule, 0) + counted[rule]
+    return SearchPart(kept=tuple(run.kept), front=tuple(run.front),
+                      closest=tuple(run.closest), candidates_total=total,
+                      candidates_evaluated=run.evaluated, feasible=run.feasible,
+                      pruned_by_rule=tuple(pruned.items()),
+                      groups_with_layout=sum(len(members) for _, members, sk in layouts
+                                             if sk))
+
+
+class _Evaluation:
+    """The evaluation of one ``search_part`` call: what it has kept and counted so far (this
+    call's own; nothing outlives it).
+
+    A candidate's peak memory does not depend on the accelerator (``_family``), so
+    ``peak_bytes`` runs the memory formulas once per chunk for every group of a family. A
+    group then times only the candidates that fit its accelerator: a candidate that does not
+    fit is never feasible, never on a front and never ranked, so its time is read only for
+    the near misses of a chunk where nothing is feasible, and such a chunk is evaluated
+    whole, as ``evaluate_bulk`` does (``_closest_of``). The timing runs on the grid rows
+    (skeleton, vp, micro-batch) that hold at least one fitting candidate, and the job figures
+    on the fitting candidates alone; each element is the same sequence of operations on the
+    same values as in the whole grid, so every figure is bit-identical
+    (tests/core/test_search.py)."""
+
+    def __init__(self, request: SearchRequest) -> None:
+        self.request = request
+        space = request.space
+        self.counts = count_parameters(request.model)
+        self.flops = token_flops(request.model, self.counts, request.training.seq_len)
+        self.gather = shard_unit(space.base, request.training) == ShardUnit.MATRIX
+        self.headroom = 1.0 - space.memory_headroom_fraction
+        self.checkpoint = checkpoint_bytes(request.model)
+        self.priced = bool(request.price_per_gpu_hour_usd)
+        self.kept: list[_Candidate] = []
+        self.front: list[_Candidate] = []
+        self.closest: list[_Candidate] = []
+        self.evaluated = 0
+        self.feasible = 0
+        self.pruned: dict[str, int] = {}
+
+    def _vars(self, columns: Mapping[str, np.ndarray]) -> PlanVars:
+        space = self.request.space
+        return plan_vars(columns, self.request.model, space.base.offload, self.gather,
+                         space.base)
+
+    def peak_bytes(self, grid: _Grid, cluster: ClusterSpec,
+                   training: TrainingSpec) -> np.ndarray:
+        """Peak bytes of every element of ``grid``, flat in C order (``evaluate_bulk``'s
+        ``peak_bytes``; ``cluster`` only gives the GPUs per node, which its family fixes)."""
+        request, model = self.request, self.request.model
+        pv = self._vars(grid.columns)
+        geometry = build_geometry(model, self.counts, cluster, pv, training, np)
+        activations = stage_activation_bytes(model, pv, training, geometry, np)
+        memory = memory_breakdown(model, pv, training, geometry, request.calibration,
+                                  cluster.accelerator.memory_bytes, np,
+                                  stage_activations=activations)
+        peak = np.broadcast_to(np.asarray(memory.peak_bytes, dtype=float), grid.shape)
+        flat: np.ndarray = peak.reshape(-1)
+        return flat
+
+    def _timed(self, grid: _Grid, cluster: ClusterSpec, training: TrainingSpec,
+               elements: np.ndarray) -> tuple[np.ndarray, PlanVars]:
+        """Step seconds of the grid elements given, timed on the rows that hold them, and the
+        inputs ``job_figures`` reads for them (one value per element)."""
+        request, model = self.request, self.request.model
+        rows_n = grid.shape[3]
+        rows = elements % rows_n
+        keep = np.zeros(rows_n, dtype=bool)
+        keep[rows] = True
+        kept_rows = np.flatnonzero(keep)
+        columns = grid.columns
+        if kept_rows.size < rows_n:
+            columns = {key: (value[..., kept_rows] if key in _OUTER else value)
+                       for key, value in columns.items()}
+            renumber = np.cumsum(keep) - 1
+            at = (elements // rows_n) * kept_rows.size + renumber[rows]
+        else:
+            at = elements
+        shape = (*grid.shape[:3], int(kept_rows.size))
+        pv = self._vars(columns)
+        geometry = build_geometry(model, self.counts, cluster, pv, training, np)
+        activations = stage_activation_bytes(model, pv, training, geometry, np)
+        step = step_time(model, self.counts, cluster, pv, training, geometry,
+                         request.calibration, activations[0], np)
+        step_s = np.broadcast_to(np.asarray(step.step_s, dtype=float), shape).reshape(-1)
+        codes = grid.columns["recompute"].reshape(-1)[
+            (elements // (grid.shape[2] * rows_n)) % grid.shape[1]]
+        return step_s[at], dataclasses.replace(
+            pv, full_recompute=codes == 2, selective_recompute=codes == 1,
+            global_batch_seqs=np.reshape(pv.global_batch_seqs, -1))
+
+    def group(self, grid: _Grid, peak: np.ndarray, cluster_index: int, cluster: ClusterSpec,
+              batch: int, training: TrainingSpec) -> None:
+        """Evaluate one group's candidates of ``grid`` (with their ``peak`` bytes) and keep
+        what it ranks."""
+        request = self.request
+        usable = cluster.accelerator.memory_bytes * self.headroom
+        size = grid.size
+        self.evaluated += size
+        fits = (peak <= usable)[grid.index]
+        positions = np.flatnonzero(fits)
+        self._count("memory", size - positions.size)
+        if positions.size == 0:
+            for rule, limit in (("deadline", request.max_train_s),
+                                ("budget", request.budget_usd)):
+                if limit is not None:
+                    self._count(rule, 0)
+            self._closest_of(grid, cluster_index, cluster, batch, training, usable)
+            return
+        elements = grid.index[positions]
+        step_s, job_pv = self._timed(grid, cluster, training, elements)
+        acc = cluster.accelerator
+        job = job_figures(step_s, job_pv, training, cluster.num_gpus, self.flops,
+                          acc.peak_for(training.precision),
+                          average_power_w_per_gpu(acc.tdp_w, request.energy),
+                          request.energy.pue, np)
+        figures = BulkFigures(
+            peak_bytes=peak[elements], step_s=step_s,
+            tokens_per_s=np.asarray(job.tokens_per_s, dtype=float),
+            train_s=np.asarray(job.train_s, dtype=float),
+            gpu_hours=np.asarray(job.gpu_hours, dtype=float),
+            kwh=np.asarray(job.kwh, dtype=float),
+            mfu_fraction=np.asarray(job.mfu_fraction, dtype=float))
+        if not self._rank_group(grid, figures, positions, cluster_index, cluster, batch,
+                                usable):
+            self._closest_of(grid, cluster_index, cluster, batch, training, usable)
+
+    def _count(self, rule: str, count: int) -> None:
+        self.pruned[rule] = self.pruned.get(rule, 0) + int(count)
+
+    def _scores(self, figures: BulkFigures, cluster: ClusterSpec,
+                factor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Cost, time (both with failures and checkpoints, the quote's billed hours) and the
+        objective of each candidate; infinite where the job cannot progress."""
+        request = self.request
+        price = float(request.price_per_gpu_hour_usd.get(cluster.accelerator.id, 0))
+        billed = figures.gpu_hours * price if self.priced else figures.gpu_hours
+        cost = _with_failures(billed, factor)
+        train_s = _with_failures(figures.train_s, factor)
+        objective = _with_failures(_objective_values(
+            request.objective, figures, billed, _energy_for(request, cluster)), factor)
+        return cost, train_s, objective
+
+    def _rank_group(self, grid: _Grid, figures: BulkFigures, positions: np.ndarray,
+                    cluster_index: int, cluster: ClusterSpec, batch: int,
+                    usable: float) -> bool:
+        """Count and keep the feasible candidates among those that fit (``figures``, at
+        ``positions`` of ``grid``'s candidates); False when none is feasible."""
+        request = self.request
+        # One factor per group: failures depend on the GPU count and the model, not the layout.
+        factor = job_failures(cluster.num_gpus, self.checkpoint, request.reliability).factor
+        cost, train_s, objective = self._scores(figures, cluster, factor)
+        ok = np.ones(positions.size, dtype=bool)
+        if request.max_train_s is not None:
+            late = train_s > request.max_train_s
+            self._count("deadline", late.sum())
+            ok &= ~late
+        if request.budget_usd is not None:
+            over = ok & (cost > float(request.budget_usd))
+            self._count("budget", over.sum())
+            ok &= ~over
+        feasible = int(ok.sum())
+        if not feasible:
+            return False
+        self.feasible += feasible
+        picked = _top(objective, _sort_keys(grid, objective, figures, cluster_index, positions),
+                      ok, request.top_k)
+        make = _maker(grid, figures, cost, usable, cluster_index, batch, objective, train_s,
+                      request.space.base, positions)
+        self.kept.extend(make(picked))
+        if math.isfinite(factor):  # a job that cannot progress is on no time/cost front
+            self.front.extend(make(_pareto_indices(train_s, cost, ok)))
+        return True
+
+    def _closest_of(self, grid: _Grid, cluster_index: int, cluster: ClusterSpec, batch: int,
+                    training: TrainingSpec, usable: float) -> None:
+        """The near misses of a chunk where no candidate is feasible, from every candidate's
+        figures (``evaluate_bulk`` on the whole chunk)."""
+        request = self.request
+        figures = _flat_figures(grid, evaluate_bulk(
+            request.model, cluster, training, grid.columns, energy=request.energy,
+            calibration=request.calibration, base=request.space.base))
+        factor = job_failures(cluster.num_gpus, self.checkpoint, request.reliability).factor
+        cost, train_s, objective = self._scores(figures, cluster, factor)
+        fits = figures.peak_bytes <= usable
+        make = _maker(grid, figures, cost, usable, cluster_index, batch, objective, train_s,
+                      request.space.base)
+        ratio = figures.peak_bytes / usable
+        near = np.where(fits, figures.train_s, np.inf) if fits.any() else ratio
+        self.closest.extend(make([int(i) for i in np.argsort(near, kind="stable")[
+            :CLOSEST_SHOWN]]))
 
 
 def merge_parts(request: SearchRequest, parts: Sequence[SearchPart],
@@ -902,12 +1084,14 @@ def _flat_figures(grid: _Grid, figures: BulkFigures) -> BulkFigures:
 
 
 def _sort_keys(grid: _Grid, objective: np.ndarray, figures: BulkFigures,
-               cluster_index: int) -> Callable[[np.ndarray], list[np.ndarray]]:
+               cluster_index: int, positions: np.ndarray | None = None,
+               ) -> Callable[[np.ndarray], list[np.ndarray]]:
     """The ranking keys of the candidates at given indices, primary first: objective (with
     failures), time and GPU-hours (without: the same order within a group, whose failure
-    factor is one number), then the layout itself (deterministic)."""
+    factor is one number), then the layout itself (deterministic). The figures are those of
+    the grid's candidates at ``positions`` (default: all of them)."""
     def keys(idx: np.ndarray) -> list[np.ndarray]:
-        columns = grid.take(idx)
+        columns = grid.take(idx if positions is None else positions[idx])
         layout = [columns[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch",
                                        "zero_stage", "recompute")]
         return [objective[idx], figures.train_s[idx], figures.gpu_hours[idx],
@@ -930,9 +1114,11 @@ def _top(primary: np.ndarray, keys: Callable[[np.ndarray], list[np.ndarray]], ok
 
 def _maker(grid: _Grid, figures: BulkFigures, cost: np.ndarray, usable: float,
            cluster_index: int, batch: int, objective: np.ndarray, train_s: np.ndarray,
-           base: ParallelismPlan) -> Callable[[Sequence[int]], list[_Candidate]]:
+           base: ParallelismPlan, positions: np.ndarray | None = None,
+           ) -> Callable[[Sequence[int]], list[_Candidate]]:
     def make(indices: Sequence[int]) -> list[_Candidate]:
-        columns = grid.take(np.asarray(indices, dtype=np.int64))
+        at = np.asarray(indices, dtype=np.int64)
+        columns = grid.take(at if positions is None else positions[at])
         made = []
         for j, i in enumerate(indices):
             plan = plan_at(columns, j, base)

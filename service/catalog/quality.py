@@ -6,7 +6,9 @@ the research data (``seed/prices/README.md``): GCP A100-80GB on-demand below its
 price, GCP per-GPU prices 2.3× apart between regions, AWS p5e with no on-demand price, spot
 equal to on-demand in some AWS zones, and RunPod's memory written as MiB when it meant GB;
 and (issue 39) GCP committed-use rates above the on-demand rate of the same machine and region,
-where the on-demand row is the one that is wrong (``docs/catalog.md``, "GCP A3 on-demand").
+where the on-demand row is the one that is wrong (``docs/catalog.md``, "GCP A3 on-demand"), so
+such an on-demand row is flagged too, on its own data (``on_demand_below_committed``;
+``docs/data-quality.md``: SkyPilot's GCP fetcher priced the GPUs at the DWS flex-start SKU).
 """
 
 from __future__ import annotations
@@ -34,11 +36,20 @@ provider, region, instance type and currency. A commitment is sold as a discount
 (AWS Reserved Instances and Savings Plans, GCP committed-use discounts, Azure reservations), so
 one of the two prices is wrong. Capacity blocks are not checked: they are priced on their own
 market, not as a discount."""
+ON_DEMAND_BELOW_COMMITTED = "on_demand_below_committed"
+"""An on-demand price cheaper per GPU-hour than a real (not indicative) reserved or
+committed-use price (``reserved_1y``, ``reserved_3y``, effective rate) of the same provider,
+accelerator, region and currency, whichever machine type it is on. A commitment is a discount
+on on-demand of at least 30 % (GCP's A3 1-year discount is 31 %), far more than the few per cent
+a GPU-hour costs more or less between machine types of one accelerator, so no right on-demand
+price is below one: the on-demand price is the likely wrong one (seed: the GCP A3 rows whose GPU
+part is the DWS flex-start SKU, ``docs/data-quality.md``). Indicative commitments are not
+compared: the seed derives them from the on-demand price itself."""
 PRICE_OUTLIER = "price_outlier"
 MISSING_ON_DEMAND = "missing_on_demand"
 GPU_MEMORY_MISMATCH = "gpu_memory_mismatch"
 FLAG_CODES = (SPOT_ABOVE_ON_DEMAND, SPOT_NOT_DISCOUNTED, RESERVED_ABOVE_ON_DEMAND,
-              PRICE_OUTLIER, MISSING_ON_DEMAND, GPU_MEMORY_MISMATCH)
+              ON_DEMAND_BELOW_COMMITTED, PRICE_OUTLIER, MISSING_ON_DEMAND, GPU_MEMORY_MISMATCH)
 
 
 def _instance_key(offer: OfferContent) -> tuple[str, str, str, str]:
@@ -90,6 +101,8 @@ def check_offers(
                            "on-demand, so one of the two prices is wrong",
                 ))
 
+    _flag_on_demand_below_committed(offers, flags)
+
     groups: dict[tuple[str, str, str, str, str], list[OfferContent]] = defaultdict(list)
     for offer in offers:
         payment = offer.payment_option.value if offer.payment_option else ""
@@ -123,3 +136,33 @@ def check_offers(
                        f"{expected:g} GiB (a unit error, or a different accelerator)",
             ))
     return {offer_id: tuple(found) for offer_id, found in flags.items()}
+
+
+def _flag_on_demand_below_committed(offers: Sequence[OfferContent],
+                                    flags: dict[str, list[QualityFlag]]) -> None:
+    """``ON_DEMAND_BELOW_COMMITTED``: each on-demand offer against the dearest real commitment
+    (per GPU-hour, effective) of its provider, accelerator, region and currency."""
+    dearest: dict[tuple[str, str, str, str], OfferContent] = {}
+    for offer in offers:
+        if offer.term in RESERVED_YEARS and not offer.indicative:
+            key = (offer.provider, offer.accelerator, offer.region, offer.currency)
+            held = dearest.get(key)
+            if held is None or (offer.price_per_gpu_hour_micros, offer.offer_id) > (
+                    held.price_per_gpu_hour_micros, held.offer_id):
+                dearest[key] = offer
+    for offer in offers:
+        if offer.term is not Term.ON_DEMAND:
+            continue
+        committed = dearest.get((offer.provider, offer.accelerator, offer.region, offer.currency))
+        if committed is None:
+            continue
+        od, rate = offer.price_per_gpu_hour_micros, committed.price_per_gpu_hour_micros
+        if od < rate:
+            flags[offer.offer_id].append(QualityFlag(
+                code=ON_DEMAND_BELOW_COMMITTED,
+                detail=f"on-demand {micros_to_text(od)} per GPU-hour is below the "
+                       f"{committed.term.value} {micros_to_text(rate)} (effective) of "
+                       f"{committed.instance_type} in {offer.region} ({od / rate:.2f}x): a "
+                       "commitment is a discount on on-demand, so this on-demand price is "
+                       "likely too low",
+            ))

@@ -115,6 +115,14 @@ def register(app: typer.Typer) -> None:
             "--hold-on-moves", help="Store nothing, and exit 4, when a price moves by more "
                                     "than the threshold or an offer would be removed: a "
                                     "person reviews it first.")] = False,
+        observed_at: Annotated[str | None, typer.Option(
+            "--observed-at", help="YYYY-MM-DD the document was read from its source "
+                                  "(default: today; pass the download day of an older "
+                                  "--from-file).")] = None,
+        source_url: Annotated[str | None, typer.Option(
+            "--source-url", help="https:// address the --from-file came from, recorded on "
+                                 "every refreshed offer (a live fetch records its own, "
+                                 "commit-pinned for SkyPilot).")] = None,
         api: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None, local: Local = False,
         as_json: AsJson = False,
     ) -> None:
@@ -127,10 +135,14 @@ def register(app: typer.Typer) -> None:
         if from_file is not None:
             body = from_file.read_bytes()
         else:
-            body = fetch_live(kind, provider)
+            body, source_url = fetch_live(kind, provider)
             as_of = as_of or dt.date.today().isoformat()
         params: dict[str, Any] = {"format": kind, "threshold": threshold,
                                   "dry_run": str(dry_run).lower()}
+        if observed_at:
+            params["observed_at"] = observed_at
+        if source_url:
+            params["source_url"] = source_url
         if kind == "skypilot":
             params["provider"] = provider
         if as_of:
@@ -189,10 +201,14 @@ def register(app: typer.Typer) -> None:
 
 
 LIVE_SOURCES = {
-    "skypilot": "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/"
+    "skypilot": "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/{ref}/"
                 "catalogs/v8/{provider}/vms.csv",
     "azure": "https://prices.azure.com/api/retail/prices",
 }
+SKYPILOT_LATEST_COMMIT = ("https://api.github.com/repos/skypilot-org/skypilot-catalog/commits"
+                          "?path=catalogs/v8/{provider}/vms.csv&per_page=1")
+"""The newest commit that changed a cloud's vms.csv: a live SkyPilot refresh reads the file at
+that commit, so the source it records names exactly what was read (issue 41)."""
 AZURE_FILTER = ("serviceName eq 'Virtual Machines' and priceType ne 'DevTestConsumption' and "
                 "(startswith(armSkuName, 'Standard_ND') or startswith(armSkuName, "
                 "'Standard_NC'))")
@@ -202,9 +218,10 @@ AZURE_HOST = "prices.azure.com"
 on https://prices.azure.com (issue 36: a NextPageLink was followed to any host)."""
 
 
-def fetch_live(kind: str, provider: str) -> bytes:
-    """The provider's current public document (network permitting). AWS's regional offer
-    files are hundreds of megabytes: download one and pass --from-file."""
+def fetch_live(kind: str, provider: str) -> tuple[bytes, str]:
+    """The provider's current public document (network permitting), and the address it was
+    read from. AWS's regional offer files are hundreds of megabytes: download one and pass
+    --from-file."""
     if kind == "gcp":
         raise typer.BadParameter(
             "the Cloud Billing Catalog API needs your API key: save the Compute Engine SKUs "
@@ -242,16 +259,18 @@ def _pinned_to_azure(url: str) -> None:
             "and nothing was stored")
 
 
-def _fetch(httpx: Any, kind: str, provider: str, transport: Any = None) -> bytes:
+def _fetch(httpx: Any, kind: str, provider: str, transport: Any = None) -> tuple[bytes, str]:
     hooks = ({"request": [lambda request: _pinned_to_azure(str(request.url))]}
              if kind == "azure" else {})
     with httpx.Client(timeout=60, follow_redirects=True, event_hooks=hooks,
                       transport=transport) as web:
         if kind == "skypilot":
-            answer = web.get(LIVE_SOURCES["skypilot"].format(provider=provider))
+            ref = _skypilot_commit(httpx, web, provider)
+            pinned = LIVE_SOURCES["skypilot"].format(ref=ref, provider=provider)
+            answer = web.get(pinned)
             answer.raise_for_status()
             content: bytes = answer.content
-            return content
+            return content, pinned
         pages: list[Any] = []
         url: str | None = LIVE_SOURCES["azure"]
         params: dict[str, str] | None = {"$filter": AZURE_FILTER}
@@ -266,4 +285,18 @@ def _fetch(httpx: Any, kind: str, provider: str, transport: Any = None) -> bytes
                     raise CliError("the Azure Retail Prices API answered a NextPageLink that "
                                    f"is not a URL on https://{AZURE_HOST}; nothing was stored")
                 _pinned_to_azure(url)
-        return json.dumps(pages).encode()
+        return json.dumps(pages).encode(), LIVE_SOURCES["azure"]
+
+
+def _skypilot_commit(httpx: Any, web: Any, provider: str) -> str:
+    """The newest commit of the cloud's vms.csv (a 40-hex sha), or ``master`` when GitHub's
+    API does not say (rate limit, no network to it): the source then records ``master``."""
+    try:
+        answer = web.get(SKYPILOT_LATEST_COMMIT.format(provider=provider),
+                         headers={"Accept": "application/vnd.github+json"})
+        sha = answer.json()[0]["sha"] if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, LookupError, TypeError):
+        sha = None
+    if isinstance(sha, str) and len(sha) == 40 and all(c in "0123456789abcdef" for c in sha):
+        return sha
+    return "master"

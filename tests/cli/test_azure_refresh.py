@@ -36,7 +36,9 @@ def test_pages_on_the_azure_host_are_followed() -> None:
             return _page(None)
         return _page(f"https://{AZURE_HOST}/api/retail/prices?$skip=100")
 
-    pages = json.loads(_fetch(httpx, "azure", "azure", _transport(answer, seen)))
+    document, source = _fetch(httpx, "azure", "azure", _transport(answer, seen))
+    pages = json.loads(document)
+    assert source == "https://prices.azure.com/api/retail/prices"
     assert len(pages) == 2
     assert [url.split("?")[0] for url in seen] == [FIRST, FIRST]
 

@@ -337,7 +337,8 @@ def test_only_named_proxies_are_trusted_and_prod_trusts_its_ingress_network() ->
     assert forwarded_allow_ips(render("dev")) == "127.0.0.1,::1"
     prod = forwarded_allow_ips(render("prod"))
     networks = [ipaddress.ip_network(part.strip()) for part in prod.split(",")]
-    assert networks and all(n.is_private and n.prefixlen >= 8 for n in networks)
+    assert networks
+    assert all(n.is_private and n.prefixlen >= 8 for n in networks)
     assert "*" not in prod
 
 
@@ -357,7 +358,8 @@ def test_the_access_log_names_the_client_behind_a_trusted_proxy_only(
 
     app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/x.sqlite3", warm_up=False,
                               search_workers=0))
-    wrapped = ProxyHeadersMiddleware(app, trusted_hosts=forwarded_allow_ips(render("prod")))
+    wrapped = ProxyHeadersMiddleware(app,  # type: ignore[arg-type]
+                                     trusted_hosts=forwarded_allow_ips(render("prod")))
 
     async def get(peer: str, forwarded: str) -> None:
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
@@ -399,15 +401,19 @@ def test_the_optional_samples_validate_and_select_the_api_pods() -> None:
     assert "nginx.ingress.kubernetes.io/auth-url" not in api["metadata"]["annotations"]
     portal_paths = {p["path"] for r in portal["spec"]["rules"] for p in r["http"]["paths"]}
     api_paths = {p["path"] for r in api["spec"]["rules"] for p in r["http"]["paths"]}
-    assert portal_paths == {"/ui"} and "/ui" not in api_paths and "/v1" in api_paths
+    assert portal_paths == {"/ui"}
+    assert "/ui" not in api_paths
+    assert "/v1" in api_paths
     monitor = yaml.safe_load((DEPLOY / "k8s/optional/podmonitor.yaml").read_text())
-    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "PodMonitor"
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["kind"] == "PodMonitor"
     deployment = one(render("prod"), "Deployment")
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     ports = {p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+    assert endpoint["port"] in ports
+    assert endpoint["path"] == "/metrics"
     spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
     assert {c["topologyKey"] for c in spread} == {"topology.kubernetes.io/zone",
                                                   "kubernetes.io/hostname"}
@@ -419,3 +425,31 @@ def test_compose_publishes_on_loopback_only_and_documents_the_first_key() -> Non
     ports = yaml.safe_load(text)["services"]["app"]["ports"]
     assert ports == ["127.0.0.1:8000:8000"]
     assert "run --rm app cq keys create" in text
+
+
+def test_the_skypilot_refresh_cronjobs_cover_aws_gcp_and_lambda_with_real_commands() -> None:
+    """deploy/k8s/optional/price-refresh-skypilot-cronjobs.yaml (issue 41): one CronJob per
+    cloud of SkyPilot's catalogue, schema-valid, each a command the CLI accepts, held for
+    review on big moves, and not all at the same minute."""
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    path = DEPLOY / "k8s/optional/price-refresh-skypilot-cronjobs.yaml"
+    jobs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    help_text = CliRunner().invoke(app, ["catalog", "refresh", "--help"],
+                                   env={"COLUMNS": "200"}).output
+    clouds = []
+    for doc in jobs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        assert doc["spec"]["concurrencyPolicy"] == "Forbid"
+        command = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0][
+            "command"]
+        assert command[:3] == ["cq", "catalog", "refresh"]
+        assert command[command.index("--format") + 1] == "skypilot"
+        assert "--hold-on-moves" in command
+        for option in (c for c in command[3:] if c.startswith("--")):
+            assert option in help_text, option
+        clouds.append(command[command.index("--provider") + 1])
+    assert sorted(clouds) == ["aws", "gcp", "lambda"]
+    assert len({d["spec"]["schedule"] for d in jobs}) == len(jobs)

@@ -16,7 +16,7 @@ from typing_extensions import TypeAliasType
 from service.api.auth import Principal, require
 from service.api.deps import SessionDep, commit_before_answer
 from service.api.problems import problem_responses
-from service.api.schemas.common import NoteText
+from service.api.schemas.common import NoteText, TextRule
 from service.catalog import importers
 from service.catalog.offers import ImportRejectedError
 from service.core.errors import InvalidSpecError
@@ -27,6 +27,9 @@ CatalogWrite = Annotated[Principal, require("catalog:write")]
 RefreshFormat = TypeAliasType("RefreshFormat", Literal["skypilot", "azure", "aws", "gcp"])
 Format = RefreshFormat
 SKYPILOT_CLOUDS = ("aws", "gcp", "lambda", "nebius", "azure")
+SourceUrl = Annotated[str, TextRule(max_length=500)]
+"""Where the refreshed document came from (an https:// URL, a commit-pinned one where the
+source is versioned): appended to every refreshed offer's ``source`` (issue 41)."""
 
 
 class PriceMoveOut(BaseModel):
@@ -120,6 +123,16 @@ async def refresh_catalog(
     dry_run: Annotated[bool, Query(description="Report only; store nothing.")] = False,
     note: Annotated[NoteText, Query(description="Stored on the new version; no control "
                                                 "characters.")] = "",
+    observed_at: Annotated[dt.date | None, Query(
+        description="The day the document was read from its source (each refreshed offer's "
+                    "observed_at; the price policy's age rule counts from it). Default: today "
+                    "(UTC); pass the download day for an older file. Not after today.")]
+    = None,
+    source_url: Annotated[SourceUrl | None, Query(
+        pattern=r"^https://\S+$",
+        description="Where the document was fetched from (https://; pin the commit where the "
+                    "source is versioned, e.g. a raw.githubusercontent.com URL at a commit). "
+                    "Appended to every refreshed offer's source.")] = None,
 ) -> RefreshOut:
     """Replace the provider's offers in the document's scope (the regions and terms it has
     rows for) with those in the document, as one new catalogue version (all or nothing, like
@@ -136,6 +149,10 @@ async def refresh_catalog(
     if source_format != "skypilot" and provider not in (None, source_format):
         raise InvalidSpecError(f"a {source_format} document holds {source_format}'s prices",
                                field="provider")
+    today = dt.datetime.now(dt.UTC).date()
+    if observed_at is not None and observed_at > today:
+        raise InvalidSpecError(f"must not be after today ({today.isoformat()}, UTC): it is the "
+                               "day the document was read", field="observed_at")
     body = await request.body()
     day = as_of.isoformat() if as_of else "unknown"
 
@@ -181,13 +198,16 @@ async def refresh_catalog(
                                    field="body") from None
 
     imported = await run_in_threadpool(parse)
+    if source_url is not None:
+        for row in imported.rows:
+            row["source"] = f"{row['source']}; fetched from {source_url}"[:2000]
     target = str(provider) if source_format == "skypilot" else source_format
 
     def work() -> RefreshOut:
         try:
             report = importers.refresh_provider(
                 session, target, imported, created_by=principal.name, note=note,
-                threshold=threshold, dry_run=dry_run)
+                threshold=threshold, dry_run=dry_run, observed_on=observed_at or today)
         except importers.ImporterError as exc:
             raise InvalidSpecError(str(exc), field="body") from None
         answer = RefreshOut.model_validate(dataclasses.asdict(report))

@@ -152,11 +152,14 @@ def build_geometry(
     t, c = plan.tp, plan.cp
     ls = plan.layers_per_stage
     moe_share = counts.num_moe_layers / model.num_layers
-    moe_layers = ls * moe_share
+    # A dense model's expert terms are one 0.0 for every plan (what ls x 0.0 gives), so a
+    # search does not carry arrays of zeros through the expert state and its traffic.
+    moe_layers = ls * moe_share if counts.num_moe_layers else 0.0
     dense_layers = ls - moe_layers
     non_expert_moe_layer = counts.moe_layer - counts.routed_experts_per_layer
     layer_params = (dense_layers * counts.dense_layer + moe_layers * non_expert_moe_layer) / t
-    expert_params = moe_layers * counts.routed_experts_per_layer / (plan.ep * plan.expert_tp)
+    expert_params = (moe_layers * counts.routed_experts_per_layer / (plan.ep * plan.expert_tp)
+                     if counts.num_moe_layers else 0.0)
     head = counts.output_head if not model.tied_embeddings else counts.embedding
     if model.tied_embeddings:
         head = xp.where(plan.pp == 1, 0, head)

@@ -262,7 +262,17 @@ def _collective_s(volume_bytes: Num, group: Num, per_node: Num, bandwidth: Num,
     bandwidth: NCCL's cost model, latency by algorithm, protocol and ring size
     (``collectives.collective_s``: 2(n-1)/n x S/B for an all-reduce, (n-1)/n x S/B for the
     others, plus the fastest pair's latency); 0 for a group of one or nothing to send."""
+    if _same_for_all(group, 1) or _same_for_all(volume_bytes, 0):
+        return 0.0
     return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp)
+
+
+def _same_for_all(value: Num, at_most: float) -> bool:
+    """Whether ``value`` is one Python number at most ``at_most`` (a group of one or nothing to
+    send, the same for every plan of a search: a dense model's expert state, unreplicated
+    shards): the collective is then 0 without computing it, as ``collective_s`` would answer
+    (issue 38: the search built those arrays only to zero them)."""
+    return isinstance(value, (int, float)) and value <= at_most
 
 
 def ring_bandwidth(
@@ -685,6 +695,8 @@ def _replica_all_reduce_s(
     all-reduce (factor 2) at the replica group's ring bandwidth; it happens wherever the
     shard group's reduce-scatter does (every micro-batch under ZeRO-3), and overlaps the
     backward like the rest of the data-parallel traffic."""
+    if _same_for_all(replicas, 1):
+        return 0.0
     grads = shard_params * layout.grad_bytes_per_param
     bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp)
     return _collective_s(grads, replicas, per_node, bandwidth, True, xp)
@@ -698,6 +710,8 @@ def _dp_traffic_s(
     the gradients (ZeRO-0), or their reduce-scatter plus one all-gather of the weights
     (ZeRO-1/2), or plus two (ZeRO-3: forward and backward). Gradients travel in the stack's
     gradient precision, weights in their working precision (``memory.state_layout``)."""
+    if _same_for_all(params, 0) or _same_for_all(group, 1):
+        return 0.0
     grads = params * layout.grad_bytes_per_param
     weights = params * layout.gather_bytes_per_param
     all_reduce = _collective_s(grads, group, per_node, bandwidth, True, xp)

@@ -10,6 +10,9 @@ first case: the ratio says how much faster one bulk candidate is than one scalar
 ``--workers N`` adds the 12-accelerator 405B sweep (384 clusters, 31.4 M candidates) as the
 API runs it: its groups spread across N search worker processes (``api.plan_search``), in
 wall seconds (issue 38's target: 2 s with 2 workers).
+``--worker-allocator`` first sets this process's C allocator as a search worker's
+(``service.api.allocator``), so the in-process cases measure the core search as the API runs
+it; without it they run on glibc's defaults (page faults are then up to half of the CPU).
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ once per chunk, so timing them costs little."""
 
 def phase_split(request: SearchRequest, repeats: int) -> tuple[float, dict[str, float]]:
     """Median CPU seconds of ``search`` and of each phase in ``SPLIT_PHASES``."""
-    spent: collections.Counter[str] = collections.Counter()
+    spent: collections.defaultdict[str, float] = collections.defaultdict(float)
     originals = {name: getattr(search_module, name) for name in SPLIT_PHASES}
 
     def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -159,7 +162,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="also print the 405B sweep's CPU time by phase")
     parser.add_argument("--workers", type=int, default=0,
                         help="also time the 12-accelerator sweep on this many workers")
+    parser.add_argument("--worker-allocator", action="store_true",
+                        help="set the C allocator as a search worker does")
     args = parser.parse_args(argv)
+    if args.worker_allocator:
+        from service.api.allocator import set_thresholds
+
+        print(f"C allocator as in a search worker: {'set' if set_thresholds() else 'n/a'}")
     if args.workers:
         spread_sweep(args.workers, args.repeats)
     scalar = scalar_seconds_per_candidate(gpt3_request())

@@ -52,6 +52,7 @@ from typing import Any
 from service.core.errors import InvalidSpecError
 from service.core.ops import Num, ScalarOps
 from service.core.params import count_parameters
+from service.core.plausibility import DEFAULTED_INPUT, WarningDetail
 from service.core.specs import AcceleratorSpec, ModelSpec, Precision
 
 
@@ -240,6 +241,141 @@ a TTFT SLO is given (sizing and ``meets_slo`` then rest on it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EngineLimits:
+    """One engine version's documented scheduler defaults: what runs when a deployment sets
+    none of them (issue 40). ``max_running_seqs`` and ``max_batched_tokens`` are those of a
+    GPU of at least ``LARGE_GPU_MIN_MEMORY_BYTES`` other than an A100; ``small_gpu_*`` those
+    of the others where the engine tells them apart (None: the same)."""
+
+    version: str
+    max_running_seqs: int | None
+    """The running-batch limit: vLLM ``max_num_seqs``, TensorRT-LLM ``max_batch_size``,
+    SGLang ``max_running_requests``; None where the engine sets none (KV memory bounds it)."""
+    max_batched_tokens: int | None
+    """Tokens one scheduler step may carry: vLLM ``max_num_batched_tokens`` (the OpenAI
+    server's), TensorRT-LLM ``max_num_tokens``, SGLang ``max_prefill_tokens``; None where it
+    follows the model's context length."""
+    chunked_prefill_tokens: int | None
+    """The prefill chunk; None where chunked prefill is off by default."""
+    scheduling_policy: str
+    source: str
+    small_gpu_max_running_seqs: int | None = None
+    small_gpu_max_batched_tokens: int | None = None
+    small_gpu_chunked_prefill_tokens: int | None = None
+
+    def on(self, accelerator: AcceleratorSpec) -> tuple[int | None, int | None, int | None]:
+        """(running sequences, batched tokens, prefill chunk) on ``accelerator``: vLLM's
+        V1 engine gives GPUs of at least 70 GiB other than the A100 the larger defaults
+        (``EngineArgs.get_batch_defaults``: ``device_memory >= 70 * GiB_bytes and "a100"
+        not in device_name``)."""
+        large = (accelerator.memory_bytes >= LARGE_GPU_MIN_MEMORY_BYTES
+                 and "a100" not in accelerator.id.lower())
+        if large or self.small_gpu_max_running_seqs is None:
+            return self.max_running_seqs, self.max_batched_tokens, self.chunked_prefill_tokens
+        return (self.small_gpu_max_running_seqs, self.small_gpu_max_batched_tokens,
+                self.small_gpu_chunked_prefill_tokens)
+
+    def running_limit(self, accelerator: AcceleratorSpec) -> float:
+        """The largest running batch the defaults admit on ``accelerator`` (+inf for none):
+        the running-sequence limit, at most one decode token per sequence within the step's
+        token budget (vLLM: ``max_num_seqs = min(default, max_num_batched_tokens)``)."""
+        seqs, tokens, _ = self.on(accelerator)
+        limits = [float(x) for x in (seqs, tokens) if x is not None]
+        return min(limits) if limits else math.inf
+
+    def describe(self, engine: Engine, accelerator: AcceleratorSpec) -> str:
+        seqs, tokens, chunk = self.on(accelerator)
+        name = {Engine.VLLM: ("max_num_seqs", "max_num_batched_tokens"),
+                Engine.TRTLLM: ("max_batch_size", "max_num_tokens"),
+                Engine.SGLANG: ("max_running_requests", "max_prefill_tokens")}.get(
+                    engine, ("running limit", "token budget"))
+        running = (f"{seqs:,} running sequences ({name[0]})" if seqs is not None
+                   else f"no running-sequence limit ({name[0]} unset: KV memory bounds it)")
+        budget = (f"{tokens:,} tokens per step ({name[1]})" if tokens is not None
+                  else f"{name[1]} from the context length")
+        chunked = (f"chunked prefill of {chunk:,} tokens" if chunk is not None
+                   else "chunked prefill off")
+        return (f"{engine} {self.version} defaults on {accelerator.id}: {running}, {budget}, "
+                f"{chunked}, scheduling {self.scheduling_policy} [{self.source}]")
+
+
+LARGE_GPU_MIN_MEMORY_BYTES = 70 * 2**30
+"""vLLM V1's threshold for its larger batch defaults, 70 GiB of device memory
+(vllm/engine/arg_utils.py, ``EngineArgs.get_batch_defaults``; PR #12369 raised the H100/H200
+token budget, PR #17885 keeps the A100 on the smaller one)."""
+
+ENGINE_LIMITS: Mapping[Engine, tuple[EngineLimits, ...]] = MappingProxyType({
+    Engine.VLLM: (
+        EngineLimits(
+            version="0.6", max_running_seqs=256, max_batched_tokens=None,
+            chunked_prefill_tokens=None, scheduling_policy="fcfs",
+            source="vLLM 0.6 engine arguments, --max-num-seqs default 256; V0 engine, chunked "
+                   "prefill off by default below 32K context, max_num_batched_tokens follows "
+                   "max_model_len: https://docs.vllm.ai/en/v0.6.6/serving/engine_args.html"),
+        EngineLimits(
+            version="0.10", max_running_seqs=1024, max_batched_tokens=8192,
+            chunked_prefill_tokens=8192, scheduling_policy="fcfs",
+            small_gpu_max_running_seqs=256, small_gpu_max_batched_tokens=2048,
+            small_gpu_chunked_prefill_tokens=2048,
+            source="vLLM 0.10 V1 engine, EngineArgs.get_batch_defaults for the OpenAI server: "
+                   "max_num_seqs 1024 and max_num_batched_tokens 8192 on GPUs of 70 GiB or "
+                   "more other than A100, else 256 and 2048; V1 always chunks prefill to the "
+                   "token budget; --scheduling-policy default fcfs: "
+                   "https://github.com/vllm-project/vllm/blob/v0.10.2/vllm/engine/arg_utils.py"),
+    ),
+    Engine.TRTLLM: (
+        EngineLimits(
+            version="0.16", max_running_seqs=2048, max_batched_tokens=8192,
+            chunked_prefill_tokens=None, scheduling_policy="guaranteed_no_evict",
+            source="TensorRT-LLM 0.16 trtllm-build: --max_batch_size default 2048, "
+                   "--max_num_tokens default 8192; chunked context off unless "
+                   "enable_chunked_context; capacity scheduler GUARANTEED_NO_EVICT: "
+                   "https://nvidia.github.io/TensorRT-LLM/0.16.0/commands/trtllm-build.html"),
+        EngineLimits(
+            version="0.18", max_running_seqs=2048, max_batched_tokens=8192,
+            chunked_prefill_tokens=None, scheduling_policy="guaranteed_no_evict",
+            source="TensorRT-LLM 0.18 trtllm-serve: --max_batch_size and --max_num_tokens "
+                   "default to BuildConfig's 2048 and 8192; chunked context off by default; "
+                   "capacity scheduler GUARANTEED_NO_EVICT: "
+                   "https://nvidia.github.io/TensorRT-LLM/0.18.2/commands/trtllm-serve.html"),
+    ),
+    Engine.SGLANG: (
+        EngineLimits(
+            version="0.4", max_running_seqs=None, max_batched_tokens=16384,
+            chunked_prefill_tokens=8192, scheduling_policy="fcfs",
+            source="SGLang 0.4 server arguments: --max-running-requests unset (the KV pool "
+                   "bounds the running batch), --max-prefill-tokens 16384, "
+                   "--chunked-prefill-size 8192, --schedule-policy fcfs: "
+                   "https://docs.sglang.ai/backend/server_arguments.html"),
+    ),
+    Engine.UNKNOWN: (),
+})
+"""The documented defaults per engine and version, oldest first; a deployment that names no
+``engine_version`` takes the engine's latest (and says so, ``defaulted_input``). They apply
+where the deployment sets no ``max_batch``; ``unknown`` has none (KV memory alone bounds the
+batch)."""
+
+
+def engine_limits(engine: Engine, version: str | None) -> EngineLimits | None:
+    """The defaults of ``engine`` at ``version`` (the latest known when None); None for an
+    engine with none documented. An unknown version is refused, naming the known ones."""
+    known = ENGINE_LIMITS[engine]
+    if version is None:
+        return known[-1] if known else None
+    for limits in known:
+        if limits.version == version:
+            return limits
+    names = ", ".join(limits.version for limits in known) or "none"
+    raise InvalidSpecError(
+        f"engine_version {version!r} is not a documented {engine} version (known: {names})",
+        field="deployment.engine_version")
+
+
+SATURATED = "saturated"
+"""The warning code of an open-loop load past what its replicas serve: the queue grows."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Deployment:
     accelerator: AcceleratorSpec
     gpus_per_replica: int
@@ -253,6 +389,11 @@ class Deployment:
     """Share of prompt tokens served from the prefix cache (0 when prefix caching is off)."""
     speculative_acceptance_rate: float | None = None
     speculative_draft_tokens: int = DEFAULT_DRAFT_TOKENS
+    engine_version: str | None = None
+    """One of ``ENGINE_LIMITS[engine]``'s versions; None: the latest known."""
+    replicas: int | None = None
+    """Pinned replica count: online traffic is not sized but served by these (saturated past
+    their capacity); None: sized."""
 
     def __post_init__(self) -> None:
         if self.tp * self.pp != self.gpus_per_replica:
@@ -271,6 +412,23 @@ class Deployment:
         if rate is not None and not 0.0 <= rate < 1.0:
             raise InvalidSpecError("speculative acceptance rate must be in [0, 1)",
                                    field="deployment.speculative.acceptance_rate")
+        engine_limits(self.engine, self.engine_version)  # refuses an unknown version
+        if self.replicas is not None and not 1 <= self.replicas <= MAX_REPLICAS:
+            raise InvalidSpecError(f"replicas must be in [1, {MAX_REPLICAS}]",
+                                   field="deployment.replicas")
+
+    @property
+    def limits(self) -> EngineLimits | None:
+        """The engine's documented defaults at ``engine_version`` (the latest known)."""
+        return engine_limits(self.engine, self.engine_version)
+
+    def running_limit(self) -> float:
+        """The largest running batch: ``max_batch``, else the engine's documented default on
+        this accelerator (+inf where there is none)."""
+        if self.max_batch is not None:
+            return float(self.max_batch)
+        limits = self.limits
+        return math.inf if limits is None else limits.running_limit(self.accelerator)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -371,6 +529,11 @@ class ServingEstimate:
     saturated: bool
     warnings: tuple[str, ...]
     assumptions: tuple[str, ...]
+    warning_details: tuple[WarningDetail, ...] = ()
+    """Coded warnings (``defaulted_input``, ``saturated``)."""
+    queue_growth_requests_per_s: float = 0.0
+    """Saturated at a request rate: how fast the queue grows over all replicas (offered load
+    less what the replicas complete); 0 otherwise."""
 
 
 # -- the model, written once ------------------------------------------------------------------
@@ -753,7 +916,8 @@ def _answer(r: _Replica, traffic: Traffic, *, largest: Num, fits: Num, prefill_m
     _, memory_s, compute_s = r.decode_step(load.batch, context)
     return _Answer(largest=largest, capacity=capacity, count=count, load=load, served=served,
                    requested=requested, waiting=waiting, queue_s=queue_s, ttft=ttft,
-                   tpot=tpot, e2e=e2e, within=within, meets=meets, memory_s=memory_s, compute_s=compute_s)
+                   tpot=tpot, e2e=e2e, within=within, meets=meets, memory_s=memory_s,
+                   compute_s=compute_s)
 
 
 # -- one deployment -----------------------------------------------------------------------------
@@ -810,11 +974,13 @@ def _online_load(r: _Replica, traffic: Traffic, per_replica_rps: float,
 def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
           replicas: int | None = None) -> ServingEstimate:
     """The serving estimate for ``traffic``; online traffic is sized (the fewest replicas
-    that keep every replica below saturation and meet the SLOs) unless ``replicas`` is
-    given."""
+    that keep every replica below saturation and meet the SLOs) unless ``replicas`` (or
+    ``deployment.replicas``) pins the count."""
     r = _Replica.build(model, deployment)
     memory = _memory(r, traffic)
+    pinned = replicas or deployment.replicas
     warnings: list[str] = []
+    details: list[WarningDetail] = []
     assumptions = [
         f"engine {deployment.engine}: {ENGINE_EFFICIENCY[deployment.engine].basis}",
         f"continuous batching: prefill and decode time-share each replica; prefill waits "
@@ -824,6 +990,26 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         f"the mean output ({traffic.prompt.mean:.0f} + {traffic.output.mean / 2:.0f} tokens; "
         f"paged KV blocks are allocated as tokens arrive)",
     ]
+    limits = deployment.limits
+    if limits is not None:
+        applied = ("applied: max_batch not given, so the running batch is at most "
+                   f"{deployment.running_limit():,.0f}" if deployment.max_batch is None
+                   else f"max_batch {deployment.max_batch} given, in place of the default")
+        described = limits.describe(deployment.engine, deployment.accelerator)
+        assumptions.append(f"engine limits: {described}; {applied}")
+        if deployment.engine_version is None:
+            known = ", ".join(x.version for x in ENGINE_LIMITS[deployment.engine])
+            message = (f"deployment.engine_version not given: {deployment.engine} "
+                       f"{limits.version} assumed, the latest of the documented versions "
+                       f"({known})")
+            assumptions.append(message)
+            details.append(WarningDetail(code=DEFAULTED_INPUT,
+                                         field="deployment.engine_version", message=message))
+    else:
+        assumptions.append(f"engine limits: engine {deployment.engine} has no documented "
+                           "defaults; the running batch is bounded by KV memory"
+                           + ("" if deployment.max_batch is None
+                              else f" and max_batch {deployment.max_batch}"))
     if deployment.speculative_acceptance_rate is not None:
         assumptions.append(
             f"speculative decoding: {r.tokens_per_step():.2f} tokens per target step "
@@ -833,8 +1019,7 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
     if (traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None
             and OPEN_LOOP_TTFT_NOTE not in warnings):
         assumptions.append(OPEN_LOOP_TTFT_NOTE)
-    largest = _largest(SERVING_SCALAR, memory.max_concurrency, (
-        math.inf if deployment.max_batch is None else float(deployment.max_batch)))
+    largest = _largest(SERVING_SCALAR, memory.max_concurrency, deployment.running_limit())
     if not memory.fits:
         warnings.append(
             f"does not fit: weights take {memory.weights_bytes_per_gpu / 1e9:.1f} GB of the "
@@ -843,9 +1028,9 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
             f"{traffic.output.mean:.0f} tokens; use more GPUs per replica or lower precision")
     prefill_mean = r.prefill_s(traffic.prompt.mean)
     a = _answer(r, traffic, largest=largest, fits=memory.fits, prefill_mean=prefill_mean,
-                replicas=replicas,
-                size=lambda capacity: replicas or _size(r, traffic, largest, capacity,
-                                                        prefill_mean),
+                replicas=pinned,
+                size=lambda capacity: pinned or _size(r, traffic, largest, capacity,
+                                                      prefill_mean),
                 online_load=lambda rps, _: _online_load(r, traffic, rps, largest))
     if a.waiting > 0:
         what = "batch" if traffic.mode is TrafficMode.FIXED_BATCH else "concurrency"
@@ -853,9 +1038,17 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
             f"{what} {a.requested:g} exceeds the {a.load.batch:g} sequences that "
             f"fit; {a.waiting:g} wait about {a.queue_s:.3g} s for a slot")
     saturated = bool(a.load.saturated)
+    growth = 0.0
     if saturated:
-        warnings.append(f"saturated: {a.served:.3g} requests/s per replica exceeds the "
-                        f"replica's capacity of {a.capacity:.3g}")
+        growth = max(float(a.served - a.capacity), 0.0) * a.count
+        message = (f"saturated: {a.served:.3g} requests/s per replica exceeds the "
+                   f"replica's capacity of {a.capacity:.3g}")
+        warnings.append(message)
+        details.append(WarningDetail(
+            code=SATURATED,
+            field="deployment.replicas" if pinned else "traffic.requests_per_s",
+            message=(f"{message}: the queue grows by {growth:.3g} requests/s over "
+                     f"{a.count} replica(s), so latency has no steady state")))
     return ServingEstimate(
         memory=memory, prefill_s=Quantiles(p50=r.prefill_s(traffic.prompt.p50),
                                            p99=r.prefill_s(traffic.prompt.p99)),
@@ -867,7 +1060,8 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         tpot_s=Quantiles(p50=a.tpot[0], p99=a.tpot[1]),
         e2e_s=Quantiles(p50=a.e2e[0], p99=a.e2e[1]), replicas=a.count,
         meets_slo=None if a.within is None else bool(a.meets), saturated=saturated,
-        warnings=tuple(warnings), assumptions=tuple(assumptions))
+        warnings=tuple(warnings), assumptions=tuple(assumptions),
+        warning_details=tuple(details), queue_growth_requests_per_s=growth)
 
 
 def unvalidated_warnings(model: ModelSpec, traffic: Traffic) -> list[str]:

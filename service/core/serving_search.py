@@ -49,9 +49,10 @@ __all__ = ["Columns", "Figures", "Grid", "GridRow", "PlanRanking", "columns_of",
 class Columns:
     """Deployments as columns: one row per deployment (a ``serving.Deployment`` each).
 
-    ``max_batch`` is +inf where none is set; ``speculative_acceptance_rate`` is NaN where
-    speculative decoding is off. The engine's efficiencies are copied per row from
-    ``serving.ENGINE_EFFICIENCY``."""
+    ``max_batch`` is +inf where none is set (``engine_running_limit``, the engine's
+    documented default on the row's accelerator, applies there; +inf where it has none);
+    ``speculative_acceptance_rate`` is NaN where speculative decoding is off. The engine's
+    efficiencies are copied per row from ``serving.ENGINE_EFFICIENCY``."""
 
     tp: Floats
     pp: Floats
@@ -66,6 +67,7 @@ class Columns:
     compute_fraction: Floats
     step_overhead_s: Floats
     gpu_memory_fraction: Floats
+    engine_running_limit: Floats
     max_batch: Floats
     prefix_cache_hit_fraction: Floats
     speculative_acceptance_rate: Floats
@@ -136,7 +138,7 @@ def columns_of(deployments: Sequence[sv.Deployment]) -> tuple[Columns, Bools]:
     accelerator has no peak at its weights' matmul precision is refused by ``serve()``
     (``InvalidSpecError``) and is False here (its figures are meaningless)."""
     rows = [_row(d.accelerator, d.tp, d.pp, d.weight_precision, d.kv_cache_precision,
-                 d.engine) for d in deployments]
+                 d.engine, d.engine_version) for d in deployments]
     ok = np.array([row is not None for row in rows], dtype=bool)
     filled = [row if row is not None else _INVALID_ROW for row in rows]
     columns = Columns(
@@ -153,23 +155,27 @@ def columns_of(deployments: Sequence[sv.Deployment]) -> tuple[Columns, Bools]:
 
 _ROW_FIELDS = ("tp", "pp", "weight_bytes_per_weight", "kv_bytes_per_value", "peak_flops_per_s",
                "hbm_bytes_per_s", "scaleup_bytes_per_s", "memory_bytes", "hbm_fraction",
-               "compute_fraction", "step_overhead_s", "gpu_memory_fraction")
+               "compute_fraction", "step_overhead_s", "gpu_memory_fraction",
+               "engine_running_limit")
 _INVALID_ROW = (1.0,) * len(_ROW_FIELDS)
 
 
 def _row(accelerator: AcceleratorSpec, tp: int, pp: int, weights: sv.WeightPrecision,
-         kv: sv.KvPrecision, engine: sv.Engine) -> tuple[float, ...] | None:
+         kv: sv.KvPrecision, engine: sv.Engine,
+         engine_version: str | None = None) -> tuple[float, ...] | None:
     """The per-deployment constants ``serving._Replica.build`` reads, in ``_ROW_FIELDS``
     order; None when the accelerator lacks the weights' matmul precision."""
     precision = sv.COMPUTE_PRECISION[weights]
     if precision not in accelerator.peak_flops_per_s:
         return None
     eff = sv.ENGINE_EFFICIENCY[engine]
+    limits = sv.engine_limits(engine, engine_version)
     return (float(tp), float(pp), sv.WEIGHT_BYTES[weights], sv.KV_BYTES[kv],
             accelerator.peak_flops_per_s[precision], accelerator.hbm_bytes_per_s,
             accelerator.scaleup_bytes_per_s, float(accelerator.memory_bytes),
             eff.hbm_fraction, eff.compute_fraction, eff.step_overhead_s,
-            eff.gpu_memory_fraction)
+            eff.gpu_memory_fraction,
+            np.inf if limits is None else limits.running_limit(accelerator))
 
 
 def _replica(model: ModelSpec, c: Columns) -> sv._Replica:
@@ -369,7 +375,9 @@ def evaluate(model: ModelSpec, columns: Columns, traffic: sv.Traffic,
     prompt, output = traffic.prompt, traffic.output
     usable, workspace, budget, per_sequence, concurrency = r.memory(traffic)
     fits = concurrency >= 1
-    largest = sv._largest(np, concurrency, columns.max_batch)
+    limit = np.where(np.isinf(columns.max_batch), columns.engine_running_limit,
+                     columns.max_batch)
+    largest = sv._largest(np, concurrency, limit)
     prefill_mean = r.prefill_s(prompt.mean)
     rows = len(columns)
     a = sv._answer(

@@ -151,3 +151,54 @@ def test_serving_plans_with_an_impossible_slo_return_the_closest(client: TestCli
     bad = copy.deepcopy(SERVING_PLAN_EXAMPLE)
     bad["price_per_gpu_hour_usd"] = {"b200-sxm-180gb": "5.00"}
     assert_problem(client.post("/v1/serving-plans", json=bad), 422)
+
+
+def test_pinned_replicas_past_their_capacity_answer_saturated_with_null_latency(
+        client: TestClient) -> None:
+    """Issue 40: a replica pinned at twice its capacity is not re-sized; the answer is 200,
+    coded saturated with the queue's growth, and its unbounded latencies are null (no NaN,
+    no infinity: the body parses as strict JSON)."""
+    import json
+
+    one = client.post("/v1/serving-estimates", json=body(replicas=1)).json()
+    capacity = one["throughput"]["capacity_requests_per_s"]
+    request = body(replicas=1)
+    request["traffic"]["requests_per_s"] = 2 * capacity
+    response = client.post("/v1/serving-estimates", json=request)
+    assert response.status_code == 200, response.text
+    e = json.loads(response.text, parse_constant=lambda c: pytest.fail(f"{c} in the body"))
+    assert e["sizing"]["replicas"] == 1
+    assert e["sizing"]["saturated"] is True
+    assert e["sizing"]["meets_slo"] is False
+    assert e["sizing"]["queue_growth_requests_per_s"] == pytest.approx(capacity, rel=1e-9)
+    assert e["latency"]["ttft_s"] is None
+    assert e["latency"]["e2e_s"] is None
+    assert e["latency"]["tpot_s"]["p99"] > 0
+    codes = {d["code"]: d for d in e["warning_details"]}
+    assert codes["saturated"]["field"] == "deployment.replicas"
+    # Without the pin the same load is sized into replicas that serve it.
+    sized = client.post("/v1/serving-estimates", json={**request, "deployment": {
+        k: v for k, v in request["deployment"].items() if k != "replicas"}}).json()
+    assert sized["sizing"]["replicas"] >= 2
+    assert sized["sizing"]["saturated"] is False
+    assert sized["sizing"]["queue_growth_requests_per_s"] is None
+    assert sized["latency"]["ttft_s"]["p99"] > 0
+
+
+def test_engine_version_defaults_to_the_latest_and_an_unknown_one_is_refused(
+        client: TestClient) -> None:
+    from service.core.serving import ENGINE_LIMITS, Engine
+
+    e = client.post("/v1/serving-estimates", json=SERVING_EXAMPLE).json()
+    [detail] = [d for d in e["warning_details"] if d["code"] == "defaulted_input"]
+    assert detail["field"] == "deployment.engine_version"
+    assert ENGINE_LIMITS[Engine.TRTLLM][-1].version in detail["message"]
+    assert any(a.startswith("engine limits: trtllm") for a in e["assumptions"])
+    pinned = client.post("/v1/serving-estimates", json=body(engine_version="0.16")).json()
+    assert pinned["warning_details"] == []
+    problem = assert_problem(client.post("/v1/serving-estimates",
+                                         json=body(engine_version="7.0")),
+                             422, "deployment.engine_version")
+    assert all(x.version in problem["detail"] for x in ENGINE_LIMITS[Engine.TRTLLM])
+    assert_problem(client.post("/v1/serving-estimates", json=body(replicas=0)), 422,
+                   "deployment.replicas")

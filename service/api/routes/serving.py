@@ -40,14 +40,7 @@ def estimate_serving(
     model = request.model.to_core()
     d = request.deployment
     accelerator = accelerators.require(d.accelerator, "deployment.accelerator")
-    deployment = serving.Deployment(
-        accelerator=accelerator, gpus_per_replica=d.gpus_per_replica, tp=d.tp, pp=d.pp,
-        weight_precision=d.weight_precision, kv_cache_precision=d.kv_cache_precision,
-        engine=d.engine, max_batch=d.max_batch,
-        prefix_cache_hit_fraction=d.prefix_cache_hit_fraction or 0.0,
-        speculative_acceptance_rate=d.speculative.acceptance_rate if d.speculative else None,
-        speculative_draft_tokens=(d.speculative.draft_tokens if d.speculative
-                                  else serving.DEFAULT_DRAFT_TOKENS))
+    deployment = d.to_core(accelerator)
     energy = request.energy.to_core()
     result = serving.serve(model, deployment, request.traffic.to_core())
     return ServingResponse.from_core(result, d, energy, accelerator.tdp_w)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, Field, model_validator
 
 from service.api.schemas.common import AcceleratorRef, RequestModel
-from service.api.schemas.estimate import EnergyIn, ModelIn
+from service.api.schemas.estimate import EnergyIn, ModelIn, WarningDetailOut
 from service.api.schemas.prices import PricePerGpuHour
 from service.core import serving
 from service.core.estimate import average_power_w_per_gpu
@@ -56,8 +56,25 @@ class DeploymentIn(RequestModel):
         default=serving.Engine.UNKNOWN,
         description="vllm, sglang, trtllm or unknown: each has its documented efficiency "
                     "(docs/serving.md); unknown takes the most conservative.")
-    max_batch: int | None = Field(strict=True, default=None, ge=1, le=100_000,
-                                  description="Largest running batch (max_num_seqs).")
+    max_batch: int | None = Field(
+        strict=True, default=None, ge=1, le=100_000,
+        description="Largest running batch (max_num_seqs); default: the engine version's "
+                    "documented limit (vLLM max_num_seqs, TensorRT-LLM max_batch_size, "
+                    "SGLang max_running_requests), named in assumptions.")
+    engine_version: str | None = Field(
+        default=None, min_length=1, max_length=16,
+        description="The engine's version, one of its documented ones: "
+                    + "; ".join(f"{engine}: {', '.join(x.version for x in known)}"
+                                for engine, known in serving.ENGINE_LIMITS.items() if known)
+                    + ". Default: the engine's latest (a defaulted_input warning detail). "
+                      "It selects the documented defaults that apply where max_batch is "
+                      "not given.")
+    replicas: int | None = Field(
+        strict=True, default=None, ge=1, le=serving.MAX_REPLICAS,
+        description="Pin the replica count: online traffic is not sized but served by "
+                    "these replicas; past their capacity the answer is saturated (the "
+                    "saturated warning detail, sizing.queue_growth_requests_per_s, and null "
+                    "TTFT and end-to-end latency). Default: sized for the load.")
     prefix_caching: bool = Field(strict=True, default=False)
     prefix_cache_hit_fraction: float | None = Field(
         strict=True, default=None, ge=0.0, lt=1.0,
@@ -89,7 +106,8 @@ class DeploymentIn(RequestModel):
             speculative_acceptance_rate=(self.speculative.acceptance_rate if self.speculative
                                          else None),
             speculative_draft_tokens=(self.speculative.draft_tokens if self.speculative
-                                      else serving.DEFAULT_DRAFT_TOKENS))
+                                      else serving.DEFAULT_DRAFT_TOKENS),
+            engine_version=self.engine_version, replicas=self.replicas)
 
 
 class LengthIn(RequestModel):
@@ -217,9 +235,11 @@ class ThroughputOut(BaseModel):
 
 
 class LatencyOut(BaseModel):
-    ttft_s: QuantilesOut
+    ttft_s: QuantilesOut | None = Field(description=(
+        "Null when pinned replicas are saturated at a request rate: the queue grows without "
+        "bound, so there is no steady-state time to first token."))
     tpot_s: QuantilesOut
-    e2e_s: QuantilesOut
+    e2e_s: QuantilesOut | None = Field(description="Null where ttft_s is.")
     prefill_s: QuantilesOut = Field(description="Unloaded prefill of the p50 and p99 prompt.")
     queueing_model: str
 
@@ -229,6 +249,10 @@ class SizingOut(BaseModel):
     num_gpus: int
     meets_slo: bool | None = Field(description="null when no SLO was given.")
     saturated: bool
+    queue_growth_requests_per_s: float | None = Field(default=None, description=(
+        "Saturated at a request rate: how fast the queue grows over all replicas (the "
+        "offered load less what the replicas complete), requests per second; null "
+        "otherwise."))
 
 
 class ServingCostOut(BaseModel):
@@ -293,8 +317,12 @@ class ServingResponse(BaseModel):
         "SLO at a request rate (docs/serving.md, Validation)."))
     assumptions: list[str] = Field(description=(
         "What the figures rest on: the engine's efficiency and the rows it was fitted on, "
-        "the queueing model, the KV-cache occupancy, and at a request rate the measured TTFT "
-        "gap when no TTFT SLO is given."))
+        "the engine version's documented limits (and whether they applied), the queueing "
+        "model, the KV-cache occupancy, and at a request rate the measured TTFT gap when no "
+        "TTFT SLO is given."))
+    warning_details: list[WarningDetailOut] = Field(default_factory=list, description=(
+        "Coded warnings: defaulted_input (deployment.engine_version not given), saturated "
+        "(the load exceeds what the replicas serve; its message gives the queue growth)."))
 
     @classmethod
     def from_core(cls, e: serving.ServingEstimate, deployment: DeploymentIn,
@@ -312,6 +340,7 @@ class ServingResponse(BaseModel):
             cost, cost_warnings = _serving_cost(deployment.price_per_gpu_hour_usd, num_gpus,
                                                 total_output_per_s, total_tokens_per_s)
         m = e.memory
+        unbounded = e.saturated and deployment.replicas is not None
         return cls(
             memory=ServingMemoryOut(
                 weights_bytes_per_gpu=m.weights_bytes_per_gpu,
@@ -330,20 +359,24 @@ class ServingResponse(BaseModel):
                 input_tokens_per_s=e.input_tokens_per_s, requests_per_s=e.requests_per_s,
                 capacity_requests_per_s=e.capacity_requests_per_s),
             latency=LatencyOut(
-                ttft_s=QuantilesOut(p50=e.ttft_s.p50, p99=e.ttft_s.p99),
+                ttft_s=None if unbounded else QuantilesOut(p50=e.ttft_s.p50, p99=e.ttft_s.p99),
                 tpot_s=QuantilesOut(p50=e.tpot_s.p50, p99=e.tpot_s.p99),
-                e2e_s=QuantilesOut(p50=e.e2e_s.p50, p99=e.e2e_s.p99),
+                e2e_s=None if unbounded else QuantilesOut(p50=e.e2e_s.p50, p99=e.e2e_s.p99),
                 prefill_s=QuantilesOut(p50=e.prefill_s.p50, p99=e.prefill_s.p99),
                 queueing_model=QUEUEING_MODEL),
             sizing=SizingOut(replicas=e.replicas, num_gpus=num_gpus, meets_slo=e.meets_slo,
-                             saturated=e.saturated),
+                             saturated=e.saturated,
+                             queue_growth_requests_per_s=(e.queue_growth_requests_per_s
+                                                          if e.saturated else None)),
             cost=cost,
             energy=ServingEnergyOut(
                 average_power_w=power_w, kwh_per_million_output_tokens=kwh_per_million,
                 co2e_kg_per_million_output_tokens=(
                     kwh_per_million * energy.grid_gco2e_per_kwh / 1000.0),
                 pue=energy.pue, grid_gco2e_per_kwh=energy.grid_gco2e_per_kwh),
-            warnings=[*e.warnings, *cost_warnings], assumptions=list(e.assumptions))
+            warnings=[*e.warnings, *cost_warnings], assumptions=list(e.assumptions),
+            warning_details=[WarningDetailOut(code=d.code, field=d.field, message=d.message)
+                             for d in e.warning_details])
 
 
 QUEUEING_MODEL = (
@@ -399,8 +432,9 @@ class ServingPlanRequest(RequestModel):
     max_batches: list[Annotated[int, Field(strict=True, ge=1, le=100_000)]] | None = Field(
         default=None, min_length=1, max_length=MAX_PLAN_MAX_BATCHES,
         description=(
-            f"max_batch values to try (up to {MAX_PLAN_MAX_BATCHES}); default: the largest "
-            f"batch that fits. The search evaluates every accelerator x tp x precision x "
+            f"max_batch values to try (up to {MAX_PLAN_MAX_BATCHES}); default: the engine's "
+            f"documented running-batch limit (its latest version), or the largest batch that "
+            f"fits where smaller. The search evaluates every accelerator x tp x precision x "
             f"engine x max_batch candidate in bulk, up to {MAX_PLAN_CANDIDATES:,} per request "
             f"(110,592 measured in a median 0.27-0.35 s for a dense 70B model and 0.48-0.80 "
             f"s for an MoE one on a loaded 2-core machine)."))

@@ -1,0 +1,136 @@
+"""Engine limits as data (issue 40): each engine version's documented defaults apply where
+the deployment sets no max_batch, and pinned replicas past their capacity are answered as
+saturated instead of re-sized."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from benchmarks.accuracy import seed_accelerators
+from service.core import serving as s
+from service.core import serving_search as ss
+from service.core.errors import InvalidSpecError
+from service.core.plausibility import DEFAULTED_INPUT
+from service.core.presets import PRESETS
+
+ACC = seed_accelerators()
+H100, A100 = ACC["h100-sxm5-80gb"], ACC["a100-sxm4-80gb"]
+L8 = PRESETS["llama3.1-8b"].model
+L70 = PRESETS["llama3.1-70b"].model
+OFFLINE = s.Traffic(mode=s.TrafficMode.OFFLINE, prompt=s.Lengths.of(mean=128),
+                    output=s.Lengths.of(mean=128))
+
+
+def deployment(**changes: object) -> s.Deployment:
+    base = {"accelerator": H100, "gpus_per_replica": 1, "tp": 1, "engine": s.Engine.VLLM}
+    return s.Deployment(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_every_named_engine_has_sourced_versions_and_unknown_has_none() -> None:
+    for engine in (s.Engine.VLLM, s.Engine.TRTLLM, s.Engine.SGLANG):
+        known = s.ENGINE_LIMITS[engine]
+        assert known, engine
+        assert len({x.version for x in known}) == len(known)
+        for limits in known:
+            assert "https://" in limits.source, (engine, limits.version)
+            assert limits.scheduling_policy
+    assert s.ENGINE_LIMITS[s.Engine.UNKNOWN] == ()
+    assert s.engine_limits(s.Engine.UNKNOWN, None) is None
+    assert s.engine_limits(s.Engine.VLLM, None) == s.ENGINE_LIMITS[s.Engine.VLLM][-1]
+
+
+def test_an_omitted_max_batch_applies_the_engines_documented_default() -> None:
+    """An 8B model on an 80 GB GPU holds thousands of short sequences' KV cache; without a
+    max_batch the offline batch used to be all of them (issue 40: 3,586 where the engine
+    runs 256). It is now the engine's running-batch limit, named in the assumptions."""
+    memory_bound = s.serve(L8, deployment(engine=s.Engine.UNKNOWN), OFFLINE)
+    assert memory_bound.batch == memory_bound.memory.max_concurrency > 2048
+    for engine, version, accelerator, expected in (
+            (s.Engine.VLLM, "0.6", H100, 256),
+            (s.Engine.VLLM, "0.10", H100, 1024),   # V1, a GPU of 70 GiB or more
+            (s.Engine.VLLM, "0.10", A100, 256),    # V1 keeps the A100 on the small default
+            (s.Engine.TRTLLM, "0.18", H100, 2048)):
+        d = deployment(engine=engine, engine_version=version, accelerator=accelerator)
+        e = s.serve(L8, d, OFFLINE)
+        assert e.memory.max_concurrency > expected, (engine, version)
+        assert e.batch == expected, (engine, version, accelerator.id)
+        assert e.output_tokens_per_s == pytest.approx(e.capacity_requests_per_s * 128)
+        limits_line = next(a for a in e.assumptions if a.startswith("engine limits:"))
+        assert f"{expected:,}" in limits_line
+        assert "max_batch not given" in limits_line
+        assert s.engine_limits(engine, version).source in limits_line  # type: ignore[union-attr]
+    # SGLang sets no running limit: KV memory alone bounds the batch, and it says so.
+    sglang = s.serve(L8, deployment(engine=s.Engine.SGLANG), OFFLINE)
+    assert sglang.batch == sglang.memory.max_concurrency
+    assert any("max_running_requests unset" in a for a in sglang.assumptions)
+
+
+def test_a_given_max_batch_wins_over_the_default() -> None:
+    e = s.serve(L8, deployment(engine_version="0.6", max_batch=2000), OFFLINE)
+    assert e.batch == 2000 < e.memory.max_concurrency
+    assert any("max_batch 2000 given" in a for a in e.assumptions)
+
+
+def test_an_omitted_engine_version_is_the_latest_and_a_coded_defaulted_input() -> None:
+    e = s.serve(L8, deployment(), OFFLINE)
+    [detail] = [d for d in e.warning_details if d.code == DEFAULTED_INPUT]
+    assert detail.field == "deployment.engine_version"
+    latest = s.ENGINE_LIMITS[s.Engine.VLLM][-1].version
+    assert latest in detail.message
+    assert detail.message in e.assumptions
+    pinned = s.serve(L8, deployment(engine_version=latest), OFFLINE)
+    assert not pinned.warning_details
+    assert pinned.batch == e.batch
+
+
+def test_an_unknown_engine_version_is_refused_naming_the_field_and_the_known_ones() -> None:
+    with pytest.raises(InvalidSpecError) as error:
+        deployment(engine_version="9.9")
+    assert error.value.field == "deployment.engine_version"
+    for limits in s.ENGINE_LIMITS[s.Engine.VLLM]:
+        assert limits.version in str(error.value)
+    with pytest.raises(InvalidSpecError):
+        deployment(engine=s.Engine.UNKNOWN, engine_version="0.10")
+
+
+def test_a_pinned_replica_at_twice_its_capacity_reports_saturation() -> None:
+    d = deployment(gpus_per_replica=4, tp=4, weight_precision=s.WeightPrecision.FP8,
+                   engine=s.Engine.TRTLLM)
+    base = s.Traffic(mode=s.TrafficMode.ONLINE, prompt=s.Lengths.of(mean=1024),
+                     output=s.Lengths.of(mean=256), requests_per_s=1.0,
+                     slo=s.Slo(ttft_p99_s=2.0))
+    capacity = s.serve(L70, dataclasses.replace(d, replicas=1), base).capacity_requests_per_s
+    traffic = dataclasses.replace(base, requests_per_s=2 * capacity)
+    sized = s.serve(L70, d, traffic)
+    assert sized.replicas >= 2
+    assert not sized.saturated
+    e = s.serve(L70, dataclasses.replace(d, replicas=1), traffic)
+    assert e.replicas == 1
+    assert e.saturated
+    assert e.meets_slo is False
+    assert e.queue_growth_requests_per_s == pytest.approx(capacity, rel=1e-9)
+    [detail] = [x for x in e.warning_details if x.code == s.SATURATED]
+    assert detail.field == "deployment.replicas"
+    assert f"{capacity:.3g} requests/s" in detail.message
+    assert all(math.isfinite(v) for v in (e.ttft_s.p50, e.ttft_s.p99, e.e2e_s.p99,
+                                          e.tpot_s.p99, e.batch))
+    # Three pinned replicas serve it: not saturated, no queue growth.
+    three = s.serve(L70, dataclasses.replace(d, replicas=3), traffic)
+    assert not three.saturated
+    assert three.queue_growth_requests_per_s == 0.0
+    assert not [x for x in three.warning_details if x.code == s.SATURATED]
+
+
+def test_bulk_rows_apply_the_same_defaults_as_serve() -> None:
+    deployments = [deployment(engine=e, engine_version=v, accelerator=a)
+                   for e, v, a in ((s.Engine.VLLM, "0.6", H100), (s.Engine.VLLM, None, H100),
+                                   (s.Engine.VLLM, None, A100), (s.Engine.TRTLLM, None, H100),
+                                   (s.Engine.SGLANG, None, H100), (s.Engine.UNKNOWN, None, H100))]
+    columns, ok = ss.columns_of(deployments)
+    assert ok.all()
+    figures = ss.evaluate(L8, columns, OFFLINE)
+    assert figures.batch.tolist() == [s.serve(L8, d, OFFLINE).batch for d in deployments]
+    assert figures.batch.tolist()[:4] == [256.0, 1024.0, 256.0, 2048.0]

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute, iter_route_contexts
 
+from service.api import examples as response_examples
 from service.api.auth import SCOPE_CHECKS
 from service.api.problems import PROBLEM_MEDIA_TYPE, FieldError, Problem
 
@@ -105,6 +106,29 @@ def _restore_null_examples(spec: dict[str, Any], schema: Any, example: Any) -> N
             _restore_null_examples(spec, properties[name], example[name])
 
 
+def _add_response_example(operation: dict[str, Any], stored: dict[str, Any] | None,
+                          shared: dict[str, Any]) -> None:
+    """The operation's stored real answer (``service.api.examples``) as its success
+    response's example, under the media type the document declares for it; held once in
+    ``components.examples`` (``shared``) and referenced, so operations that answer the same
+    body (a quote: created, read, requoted) share it."""
+    if stored is None:
+        return
+    response = operation.get("responses", {}).get(stored["status"])
+    if response is None:
+        return
+    content = response.setdefault("content", {})
+    media = next((m for m in content if m.split(";")[0] == stored["media_type"]), None)
+    if media is None:
+        media = stored["media_type"]
+        content[media] = {"schema": {"type": "string"} if not media.endswith("json") else {}}
+    name = next((key for key, held in shared.items() if held["value"] == stored["example"]),
+                operation["operationId"])
+    shared.setdefault(name, {"summary": f"A real answer of {name} (service/api/examples.py)",
+                             "value": stored["example"]})
+    content[media]["examples"] = {name: {"$ref": f"#/components/examples/{name}"}}
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -121,9 +145,12 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         components[model.__name__] = definition
     problem_ref = {"$ref": "#/components/schemas/Problem"}
     scopes = _scopes(app)
+    examples = response_examples.load()
+    shared = schema["components"].setdefault("examples", {})
     for path in schema.get("paths", {}).values():
         for operation in path.values():
             _secure(operation, scopes.get(operation["operationId"]))
+            _add_response_example(operation, examples.get(operation["operationId"]), shared)
             _require_headers(operation)
             responses = operation.setdefault("responses", {})
             # Any operation can meet a malformed request, an outage or a bug; documented

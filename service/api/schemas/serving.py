@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, model_validator
 
-from service.api.schemas.common import AcceleratorRef, RequestModel
+from service.api.schemas.common import AcceleratorRef, RequestModel, TextRule
 from service.api.schemas.estimate import EnergyIn, ModelIn, WarningDetailOut
 from service.api.schemas.prices import PricePerGpuHour
 from service.core import serving
@@ -61,8 +61,8 @@ class DeploymentIn(RequestModel):
         description="Largest running batch (max_num_seqs); default: the engine version's "
                     "documented limit (vLLM max_num_seqs, TensorRT-LLM max_batch_size, "
                     "SGLang max_running_requests), named in assumptions.")
-    engine_version: str | None = Field(
-        default=None, min_length=1, max_length=16,
+    engine_version: Annotated[str, TextRule(min_length=1, max_length=16)] | None = Field(
+        default=None,
         description="The engine's version, one of its documented ones: "
                     + "; ".join(f"{engine}: {', '.join(x.version for x in known)}"
                                 for engine, known in serving.ENGINE_LIMITS.items() if known)

@@ -37,6 +37,15 @@ The model (docs/serving.md) is analytic, per replica of ``gpus_per_replica`` GPU
   target step verifies k + 1 tokens per sequence (k + 1 times the FLOPs, the same weight
   bytes); the draft model's own cost is left out (EAGLE/MTP heads are a few % of a step).
 
+- **Engine limits** (issue 40): each engine version's documented scheduler defaults
+  (``ENGINE_LIMITS``, each with its source) bound the running batch where the deployment
+  sets no ``max_batch``; pinned ``replicas`` past their capacity are answered saturated,
+  with the queue's growth, instead of being re-sized.
+
+The formulas are written once (``_Replica``'s methods and ``_answer``) over the array-like
+protocol of ``service/core/ops.py``: ``serve()`` runs them on Python numbers,
+``serving_search`` on numpy arrays with one element per deployment.
+
 Everything is in SI units; money is not computed here (the API prices GPU-hours).
 """
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from fastapi import FastAPI
@@ -20,6 +21,7 @@ from service.api import examples as response_examples
 from service.api.auth import SCOPE_CHECKS
 from service.api.problems import PROBLEM_MEDIA_TYPE, FieldError, Problem
 
+COMPONENT_REF = "#/components/schemas/"
 BEARER = "bearerAuth"
 SECURITY_SCHEMES = {BEARER: {
     "type": "http", "scheme": "bearer", "bearerFormat": "cq_ API key",
@@ -129,6 +131,103 @@ def _add_response_example(operation: dict[str, Any], stored: dict[str, Any] | No
     content[media]["examples"] = {name: {"$ref": f"#/components/examples/{name}"}}
 
 
+def _refs(node: Any) -> Iterator[str]:
+    """The component names ``node`` references, at any depth (not following them)."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(COMPONENT_REF):
+            yield ref[len(COMPONENT_REF):]
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def _closure(components: dict[str, Any], roots: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    pending = list(roots)
+    while pending:
+        name = pending.pop()
+        if name in seen or name not in components:
+            continue
+        seen.add(name)
+        pending.extend(_refs(components[name]))
+    return seen
+
+
+def _renamed(node: Any, names: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(COMPONENT_REF) and \
+                ref[len(COMPONENT_REF):] in names:
+            return {**node, "$ref": COMPONENT_REF + names[ref[len(COMPONENT_REF):]]}
+        return {key: _renamed(value, names) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_renamed(value, names) for value in node]
+    return node
+
+
+def _defaults_described(schema: Any) -> None:
+    """A request schema's property defaults, moved into the property's description: the
+    server applies them when the field is left out, so a client need not send it. A
+    ``default`` keyword on a component's property makes openapi-typescript (with its default
+    flags) type the property as required, in requests too (issue 41)."""
+    if not isinstance(schema, dict):
+        return
+    for prop in schema.get("properties", {}).values():
+        if isinstance(prop, dict) and "default" in prop:
+            default = json.dumps(prop.pop("default"), sort_keys=True)
+            text = prop.get("description", "").rstrip()
+            prop["description"] = f"{text}\n\nDefault: `{default}`.".lstrip()
+
+
+def _split_requests_from_responses(schema: dict[str, Any]) -> None:
+    """Request schemas apart from response schemas (issue 41). A component that both a request
+    and a response use is copied as ``<Name>Input`` for the requests (FastAPI splits only the
+    models whose two JSON schemas differ); then every request-only component states its
+    defaults in prose rather than as ``default`` (``_defaults_described``). Responses keep
+    ``default``: there a field with one is always present."""
+    components = schema["components"]["schemas"]
+    request_roots: list[str] = []
+    response_roots: list[str] = []
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            request_roots.extend(_refs(operation.get("requestBody", {})))
+            request_roots.extend(_refs(operation.get("parameters", [])))
+            for status, response in operation.get("responses", {}).items():
+                if status.startswith("2"):
+                    response_roots.extend(_refs(response.get("content", {})))
+    requests = _closure(components, request_roots)
+    responses = _closure(components, response_roots)
+    shared = requests & responses
+
+    def has_defaults(name: str) -> bool:
+        return any(isinstance(p, dict) and "default" in p
+                   for p in components[name].get("properties", {}).values())
+
+    needs = {name for name in shared if has_defaults(name)}
+    grown = True
+    while grown:  # a shared schema that refers to one needing a copy needs one too
+        more = {name for name in shared - needs if set(_refs(components[name])) & needs}
+        grown = bool(more)
+        needs |= more
+    names = {name: f"{name}Input" for name in sorted(needs)
+             if f"{name}Input" not in components}
+    for name, copy in names.items():
+        components[copy] = _renamed(json.loads(json.dumps(components[name])), names)
+    for name in requests - responses:
+        components[name] = _renamed(components[name], names)
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            if "requestBody" in operation:
+                operation["requestBody"] = _renamed(operation["requestBody"], names)
+            if "parameters" in operation:
+                operation["parameters"] = _renamed(operation["parameters"], names)
+    for name in (requests - responses) | set(names.values()):
+        _defaults_described(components[name])
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -173,6 +272,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     for definition in components.values():
         for example in definition.get("examples", []):
             _restore_null_examples(schema, definition, example)
+    _split_requests_from_responses(schema)
     app.openapi_schema = schema
     return schema
 

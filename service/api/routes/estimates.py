@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api.auto import resolve_plan
 from service.api.calibrating import StoredCalibration, resolve
-from service.api.deps import AcceleratorCache, AcceleratorsDep, SettingsDep
+from service.api.deps import AcceleratorCache, settings_of
 from service.api.observability import estimate_attributes, span
 from service.api.problems import problem_responses
 from service.api.schemas.estimate import (
@@ -41,8 +41,6 @@ async def create_estimate(
             "value": ESTIMATE_EXAMPLE,
         }}),
     ],
-    accelerators: AcceleratorsDep,
-    settings: SettingsDep,
     http_request: Request,
 ) -> Response:
     """FLOPs, memory per GPU, step time with its breakdown, throughput, MFU, energy.
@@ -52,7 +50,11 @@ async def create_estimate(
     # The estimate itself takes about 0.1 ms of CPU: it runs on the event loop, which saves
     # the thread-pool hand-offs that cost more than the model (issue 16). A request with
     # "auto" fields runs a search, and a stale accelerator cache reads the database: those
-    # go to the pool, as blocking work must.
+    # go to the pool, as blocking work must. The accelerator cache and the settings are read
+    # here, not declared as dependencies: FastAPI's solving of each declared one cost more
+    # than the answer's serialisation (issue 38).
+    accelerators: AcceleratorCache = http_request.app.state.accelerators
+    settings = settings_of(http_request)
     stored = await resolve(http_request, request.calibration_id)
     if request.parallelism.auto_dimensions() or not accelerators.fresh():
         return await run_in_threadpool(_estimate_response, request, accelerators,

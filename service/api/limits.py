@@ -35,6 +35,11 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+_DUPLICATE_CHECKER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+"""Built once: ``json.loads`` with a hook builds a new decoder and scanner for every body,
+which cost more than the parse itself (issue 38)."""
+
+
 def _repeats_a_key(scope: Scope, body: bytes) -> bool:
     """Whether a JSON body repeats a key within one object. RFC 8259 leaves such bodies'
     meaning to the parser (Python keeps the last value): refusing them is the only answer no
@@ -50,7 +55,8 @@ def _repeats_a_key(scope: Scope, body: bytes) -> bool:
     else:
         return False
     try:
-        json.loads(body, object_pairs_hook=_no_duplicates)
+        # What json.loads does with bytes: the encoding from the first bytes (RFC 8259).
+        _DUPLICATE_CHECKER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except _DuplicateKeyError:
         return True
     except (ValueError, RecursionError):
@@ -125,27 +131,30 @@ class BodySizeLimitMiddleware:
                          "code": "duplicate_key"}])
             return
         # With the body read, the next message from the server is the disconnect: watch for
-        # it, so that work for a client that has gone can stop (a search polls this event
-        # from its thread; issue 14). The watcher starts only when something asks (the
-        # client_gone dependency, or the app waiting for the disconnect): a task per request
-        # cost every estimate (issue 16).
-        gone = threading.Event()
-        disconnected = asyncio.Event()
-        watcher: asyncio.Task[None] | None = None
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone.set()
-            disconnected.set()
-
-        def start_watching() -> None:
-            nonlocal watcher
-            if watcher is None:
-                watcher = asyncio.get_running_loop().create_task(watch())
-
+        # it, so that work for a client that has gone can stop (a search polls the event in
+        # CLIENT_GONE_KEY from its thread; issue 14). The watcher and its events are made
+        # only when something asks (the client_gone dependency, or the app waiting for the
+        # disconnect): a task per request cost every estimate (issue 16), and two events per
+        # request were a tenth of this layer's cost (issue 38).
         state = scope.setdefault("state", {})
-        state[CLIENT_GONE_KEY] = gone
+        watcher: asyncio.Task[None] | None = None
+        disconnected: asyncio.Event | None = None
+
+        def start_watching() -> asyncio.Event:
+            nonlocal watcher, disconnected
+            if disconnected is None:
+                gone = state[CLIENT_GONE_KEY] = threading.Event()
+                seen = disconnected = asyncio.Event()
+
+                async def watch() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    gone.set()
+                    seen.set()
+
+                watcher = asyncio.get_running_loop().create_task(watch())
+            return disconnected
+
         state[CLIENT_WATCH_KEY] = start_watching
         replayed = False
 
@@ -154,8 +163,7 @@ class BodySizeLimitMiddleware:
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            start_watching()
-            await disconnected.wait()
+            await start_watching().wait()
             return {"type": "http.disconnect"}
 
         try:

@@ -13,13 +13,47 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from service.core import capacity, pricing
 from service.core.units import SECONDS_PER_DAY
 
 if TYPE_CHECKING:
-    from service.core.quote import Amounts, Options, QuoteLine
+    from service.core.quote import Amounts, Options, Term
+
+
+class LineFacts(Protocol):
+    """What the rules read of a quote line: a ``quote.QuoteLine``, or the facts ``price_all``
+    takes from a line's fields before it makes the line, judged."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def region(self) -> str | None: ...
+    @property
+    def instance_type(self) -> str | None: ...
+    @property
+    def term(self) -> Term: ...
+    @property
+    def currency(self) -> str: ...
+    @property
+    def flags(self) -> tuple[str, ...]: ...
+    @property
+    def amounts(self) -> Amounts | None: ...
+    @property
+    def infeasible_reason(self) -> str | None: ...
+    @property
+    def gpus_per_instance(self) -> float: ...
+    @property
+    def goodput_basis(self) -> str: ...
+    @property
+    def price_as_of(self) -> str | None: ...
+    @property
+    def price_as_of_day(self) -> int | None: ...
+    @property
+    def price_observed_at(self) -> str | None: ...
+    @property
+    def price_observed_at_day(self) -> int | None: ...
 
 
 class Outcome(StrEnum):
@@ -162,7 +196,7 @@ def _days(seconds: float) -> str:
     return f"{seconds / SECONDS_PER_DAY:,.1f} days"
 
 
-def _where(line: QuoteLine) -> str:
+def _where(line: LineFacts) -> str:
     parts = [line.provider, line.region or "", line.instance_type or "", line.term.value]
     return " ".join(p for p in parts if p)
 
@@ -180,7 +214,7 @@ def _rule(policy: Policy, rule: str, ok: bool, code: str, message: str, *,
     return RuleResult(rule=rule, outcome=outcome, code=code, message=message)
 
 
-def evaluate(line: QuoteLine, policy: Policy, options: Options, today: int,
+def evaluate(line: LineFacts, policy: Policy, options: Options, today: int,
              node_fit_reason: str | None = None) -> tuple[RuleResult, ...]:
     """Every rule's outcome for one line, in ``RULES`` order. A rule that does not apply
     passes silently (it is not reported); a violated rule fails, or warns when the policy lists
@@ -317,7 +351,7 @@ REFRESH_COMMANDS = MappingProxyType({
 docs/catalog.md); another provider is refreshed from SkyPilot's catalogue."""
 
 
-def _fix(line: QuoteLine) -> str:
+def _fix(line: LineFacts) -> str:
     """How to date a line's price: a refresh from the provider's price list, or an import of
     a dated one (``POST /v1/catalog/refreshes`` and ``/v1/catalog/imports``)."""
     command, source = REFRESH_COMMANDS.get(line.provider, (
@@ -327,7 +361,7 @@ def _fix(line: QuoteLine) -> str:
             "that states as_of")
 
 
-def _date_rule(line: QuoteLine, policy: Policy, max_age_s: float, today: int,
+def _date_rule(line: LineFacts, policy: Policy, max_age_s: float, today: int,
                where: str) -> RuleResult | None:
     """The price-date rules, on the price's publication date when it has one (``as_of``,
     ``max_price_age_s``), else on the day the catalogue read it (``observed_at``,
@@ -373,7 +407,7 @@ def _date_rule(line: QuoteLine, policy: Policy, max_age_s: float, today: int,
                    limit_days=float(observed_limit), fix=_fix(line))
 
 
-def _fixed_rules(line: QuoteLine, policy: Policy, today: int, instances: int,
+def _fixed_rules(line: LineFacts, policy: Policy, today: int, instances: int,
                  node_fit_reason: str | None,
                  ) -> tuple[str, tuple[RuleResult, ...], tuple[RuleResult, ...]]:
     """The rules that read no money or time of a feasible line, only its offer, the policy,
@@ -450,7 +484,7 @@ _REGION_LIMITS = MappingProxyType({
 and capacity blocks by their instances (``max_capacity_block_instances``)."""
 
 
-def _capacity_rule(line: QuoteLine, policy: Policy, instances: int,
+def _capacity_rule(line: LineFacts, policy: Policy, instances: int,
                    where: str) -> RuleResult | None:
     """The term's capacity limit on a cloud line (``service/core/capacity.py``): a capacity
     block of more instances than ``max_capacity_block_instances`` fails

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
 from enum import StrEnum
+from operator import itemgetter
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 from service.core import capacity, pricing
 from service.core.failures import interruptions_per_s
@@ -37,6 +38,7 @@ from service.core.policy import (
     OUTCOME_RANK,
     SPOT_CAPACITY_UNVERIFIED_GPUS,
     Accounting,
+    LineFacts,
     Outcome,
     Policy,
     RuleResult,
@@ -269,12 +271,11 @@ class Amounts:
     terms_bought: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QuoteLine:
-    """One way to buy the run, judged by every rule. Not slotted, unlike the other values
-    here: ``price_all`` makes one per offer for every quote, and ``_new_line`` fills a
-    line's ``__dict__`` in one call, where a frozen slotted dataclass's ``__init__`` sets its
-    37 fields one ``object.__setattr__`` at a time (9 µs against 0.5 µs a line, issue 16)."""
+    """One way to buy the run, judged by every rule. Made by its constructor and judged
+    copies by ``dataclasses.replace`` (issue 38: it used to be filled through
+    ``object.__new__`` and its ``__dict__``, to save about 8 µs a line)."""
 
     provider: str
     region: str | None
@@ -339,22 +340,6 @@ class QuoteLine:
         """Lowest CO2e first, then as ``sort_key`` (``RankBy.CO2E``)."""
         a = self.amounts
         return (a is None, a.co2e_kg if a else Decimal(0), *self.sort_key()[1:])
-
-
-_LINE_DEFAULTS: Mapping[str, object] = MappingProxyType({
-    f.name: f.default for f in fields(QuoteLine) if f.default is not MISSING})
-"""The defaulted fields of a line, which ``_new_line`` fills where its caller does not."""
-
-
-def _new_line(values: dict[str, object]) -> QuoteLine:
-    """``QuoteLine(**values)``, its ``__dict__`` filled in two calls instead of ``__init__``'s
-    one ``object.__setattr__`` per field (``values`` must name every field without a default:
-    ``tests/core/test_quote.py`` compares the two)."""
-    line = object.__new__(QuoteLine)
-    filled = line.__dict__
-    filled.update(_LINE_DEFAULTS)
-    filled.update(values)
-    return line
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -678,10 +663,18 @@ and 0.0 == -0.0, but they print differently)."""
 def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Options,
                version_id: str, *, amounts_seen: dict[_AmountsKey, Amounts] | None = None,
                job_fields: dict[str, object] | None = None) -> QuoteLine:
-    """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7).
-    ``amounts_seen`` is ``price_all``'s reuse of amounts within one call (offers in many
-    regions share a price); ``job_fields`` the line's fields the job, the request and the
+    """One offer applied to a job: goodput, amounts, energy (MODEL.md section 7), not yet
+    judged. ``amounts_seen`` is ``price_all``'s reuse of amounts within one call (offers in
+    many regions share a price); ``job_fields`` the line's fields the job, the request and the
     version decide (``line_fields_of_job``), made once per job by ``price_all``."""
+    return QuoteLine(**_cloud_values(job, timing, offer, options, version_id,
+                                     amounts_seen=amounts_seen, job_fields=job_fields))
+
+
+def _cloud_values(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Options,
+                  version_id: str, *, amounts_seen: dict[_AmountsKey, Amounts] | None,
+                  job_fields: dict[str, object] | None) -> dict[str, Any]:
+    """``cloud_line``'s fields, every one without a default, as keyword arguments."""
     loss, basis, flags, carbon, priced = _offer_facts(job, offer, options)
     amounts = None
     if priced is not None:
@@ -697,22 +690,15 @@ def cloud_line(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: Opt
             if amounts_seen is not None:
                 amounts_seen[key] = found
         amounts = found
-    # ``_new_line``, its fields from four parts: the offer's, the facts', the job's and this
-    # line's own.
-    line = object.__new__(QuoteLine)
-    filled = line.__dict__
-    filled.update(_LINE_DEFAULTS)
-    filled.update(_line_fields_of_offer(offer))
-    filled.update(job_fields if job_fields is not None
-                  else line_fields_of_job(job, options, version_id))
-    filled["flags"] = flags
-    filled["goodput_basis"] = basis
-    filled["carbon_basis"] = (None if carbon is None and amounts is None
-                              else "region" if carbon is not None else "request default")
-    filled["infeasible_reason"] = loss.reason
-    filled["timing_basis"] = timing.basis
-    filled["amounts"] = amounts
-    return line
+    # Its fields from four parts: the offer's, the job's, the facts' and this line's own.
+    return {
+        **_line_fields_of_offer(offer),
+        **(job_fields if job_fields is not None
+           else line_fields_of_job(job, options, version_id)),
+        "flags": flags, "goodput_basis": basis,
+        "carbon_basis": (None if carbon is None and amounts is None
+                         else "region" if carbon is not None else "request default"),
+        "infeasible_reason": loss.reason, "timing_basis": timing.basis, "amounts": amounts}
 
 
 def line_fields_of_job(job: SizedJob, options: Options, version_id: str) -> dict[str, object]:
@@ -795,37 +781,69 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
 # --- assembly ------------------------------------------------------------------------------
 
 
+class _Facts(NamedTuple):
+    """What the policy reads of a line (``policy.LineFacts``), taken from its fields before
+    the line is made, so that ``price_all`` makes each line once, judged."""
+
+    provider: str
+    region: str | None
+    instance_type: str | None
+    term: Term
+    currency: str
+    flags: tuple[str, ...]
+    amounts: Amounts | None
+    infeasible_reason: str | None
+    gpus_per_instance: float
+    goodput_basis: str
+    price_as_of: str | None
+    price_as_of_day: int | None
+    price_observed_at: str | None
+    price_observed_at_day: int | None
+
+
+_FACTS = itemgetter(*_Facts._fields)
+"""A line's fields that ``_Facts`` holds, from its keyword arguments."""
+
+_Judgement = tuple[tuple[RuleResult, ...], bool | None, bool | None]
+
+
+def _judgement(line: LineFacts, policy: Policy, options: Options, today: int,
+               misfit: str | None) -> _Judgement:
+    """(rules, within_budget, meets_deadline) of one line: every rule's outcome
+    (``policy.evaluate``), and whether its total is within the budget and its wall clock
+    before the deadline (None without one)."""
+    a = line.amounts
+    rules = evaluate(line, policy, options, today, misfit)
+    within = None if options.budget is None else a is not None and a.total <= options.budget
+    meets = (None if options.deadline_s is None
+             else a is not None and a.wall_clock_s <= options.deadline_s)
+    return rules, within, meets
+
+
 def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy: Policy,
           options: Options, today: int, *, gated: bool,
-          misfits: Mapping[int, str] | None = None, _owned: bool = False) -> QuoteResult:
-    """Judge every line, sort by ``total`` (the request's accounting) or, with
-    ``RankBy.CO2E``, by CO2e, recommend the line with the best policy outcome and then the
-    first in that order, and give the verdict on it. The lines are left as they are (judged
-    copies are returned) unless ``_owned``: ``price_all`` passes lines it has just made."""
+          misfits: Mapping[int, str] | None = None) -> QuoteResult:
+    """Judge every line (``misfits``: the node-fit reason of a line priced although it cannot
+    host the plan, by index) and assemble the quote (``assemble``). The lines are left as
+    they are: the judged lines are copies."""
     misfits = misfits or {}
-    judged: list[QuoteLine] = []
-    ranks: list[int] = []
-    budget, deadline_s = options.budget, options.deadline_s
+    judged = []
     for index, line in enumerate(lines):
-        a = line.amounts
-        rules = evaluate(line, policy, options, today, misfits.get(index))
-        rank = OUTCOME_RANK[worst(rules)]
-        within = None if budget is None else a is not None and a.total <= budget
-        meets = None if deadline_s is None else a is not None and a.wall_clock_s <= deadline_s
-        if _owned:
-            # ``price_all``'s own new lines, seen by no one else yet: completed in place (as
-            # a constructor would), not copied.
-            _set(line, "rules", rules)
-            _set(line, "within_budget", within)
-            _set(line, "meets_deadline", meets)
-            judged.append(line)
-        else:
-            judged.append(_judged(line, rules, within, meets))
-        ranks.append(rank)
+        rules, within, meets = _judgement(line, policy, options, today, misfits.get(index))
+        judged.append(replace(line, rules=rules, within_budget=within, meets_deadline=meets))
+    return assemble(judged, rejected, policy, options, gated=gated)
+
+
+def assemble(judged: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy: Policy,
+             options: Options, *, gated: bool) -> QuoteResult:
+    """Judged lines as a quote: sort by ``total`` (the request's accounting) or, with
+    ``RankBy.CO2E``, by CO2e, recommend the line with the best policy outcome and then the
+    first in that order, and give the verdict on it."""
+    ranks = [OUTCOME_RANK[worst(x.rules)] for x in judged]
     # Sorted by ``sort_key`` (stable: equal keys keep their order), each key made once.
     keys = [x.sort_key() for x in judged]
     order = sorted(range(len(judged)), key=keys.__getitem__)
-    judged = [judged[i] for i in order]
+    judged = [judged[i] for i in order]  # a new list: the caller's is left as it is
     # Feasible lines sort first (``sort_key`` starts with ``amounts is None``).
     feasible = [x for x in judged if x.amounts is not None]
     feasible_ranks = [ranks[i] for i in order[:len(feasible)]]
@@ -880,22 +898,6 @@ def judge(lines: Sequence[QuoteLine], rejected: Sequence[RejectedOffer], policy:
     )
 
 
-_set = object.__setattr__
-
-
-def _judged(line: QuoteLine, rules: tuple[RuleResult, ...], within_budget: bool | None,
-            meets_deadline: bool | None) -> QuoteLine:
-    """``replace(line, rules=..., within_budget=..., meets_deadline=...)`` without the
-    keyword round trip: a new frozen line with the same values (it runs once per line)."""
-    new = object.__new__(QuoteLine)
-    values = new.__dict__
-    values.update(line.__dict__)
-    values["rules"] = rules
-    values["within_budget"] = within_budget
-    values["meets_deadline"] = meets_deadline
-    return new
-
-
 def price_all(
     *, jobs: Sequence[SizedJob], offers: Sequence[PriceOffer],
     timings: Mapping[tuple[int, Fabric], JobTiming], onprem: Mapping[str, OnPremInputs],
@@ -910,7 +912,6 @@ def price_all(
     used to vanish), never priced, and an unknown amount is never counted as 0."""
     lines: list[QuoteLine] = []
     rejected: list[RejectedOffer] = []
-    misfits: dict[int, str] = {}
     amounts_seen: dict[_AmountsKey, Amounts] = {}  # this call's own, dropped with it
     for index, job in enumerate(jobs):
         first = len(lines)
@@ -922,18 +923,24 @@ def price_all(
             if refusal is not None and policy.require_node_fit:
                 rejected.append(refusal)
                 continue
-            if misfit is not None:
-                misfits[len(lines)] = misfit[1]
             timing = timings.get((index, offer.fabric), job.timing) if timings else job.timing
-            lines.append(cloud_line(job, timing, offer, options, version_id,
-                                    amounts_seen=amounts_seen, job_fields=job_fields))
+            values = _cloud_values(job, timing, offer, options, version_id,
+                                   amounts_seen=amounts_seen, job_fields=job_fields)
+            # Judged from its fields, then made once (a line is frozen).
+            rules, within, meets = _judgement(
+                _Facts._make(_FACTS(values)), policy, options, today,
+                None if misfit is None else misfit[1])
+            lines.append(QuoteLine(**values, rules=rules, within_budget=within,
+                                   meets_deadline=meets))
         rejected.extend(_unconverted(job, offer, options.currency) for offer in unconverted
                         if offer.accelerator == job.accelerator)
         if job.accelerator in onprem:
-            owned = onprem_line(job, onprem[job.accelerator], options, version_id)
-            lines.append(with_break_even(owned, lines[first:], options))  # this job's lines
-    return judge(lines, rejected, policy, options, today, gated=gated, misfits=misfits,
-                 _owned=True)
+            owned = with_break_even(onprem_line(job, onprem[job.accelerator], options,
+                                                version_id), lines[first:], options)
+            rules, within, meets = _judgement(owned, policy, options, today, None)
+            lines.append(replace(owned, rules=rules, within_budget=within,
+                                 meets_deadline=meets))
+    return assemble(lines, rejected, policy, options, gated=gated)
 
 
 CURRENCY_NOT_CONVERTED = "currency_not_converted"

@@ -419,29 +419,44 @@ def test_a_kept_rejection_equals_a_fresh_one() -> None:
 
 
 class TestLineConstruction:
-    """``_new_line`` and ``_judged`` fill a line's ``__dict__`` directly (issue 16): the lines
-    they make must be the lines ``QuoteLine(**values)`` and ``dataclasses.replace`` make."""
+    """Lines are made by their constructor (issue 38: no ``object.__new__``): ``price_all``
+    judges a line from its fields (``_Facts``) and makes it once; that line must be the line
+    ``cloud_line`` then ``judge`` (a ``dataclasses.replace`` copy) make."""
 
     def test_a_priced_line_has_every_field_and_equals_one_built_by_init(self) -> None:
         line = only_line(priced(offer()))
         names = {f.name for f in dataclasses.fields(q.QuoteLine)}
-        assert set(vars(line)) == names
-        assert q.QuoteLine(**vars(line)) == line
+        assert {n: getattr(line, n) for n in names} == {
+            f.name: getattr(line, f.name) for f in dataclasses.fields(line)}
+        assert q.QuoteLine(**{n: getattr(line, n) for n in names}) == line
 
-    def test_new_line_fills_the_defaults_and_refuses_nothing_init_would_accept(self) -> None:
-        line = only_line(priced(offer()))
-        required = {f.name: getattr(line, f.name) for f in dataclasses.fields(q.QuoteLine)
-                    if f.default is dataclasses.MISSING}
-        made = q._new_line(required)
-        assert made == q.QuoteLine(**required)
-        assert (made.rules, made.within_budget) == ((), None)
+    @pytest.mark.parametrize("change", [
+        {}, {"term": Term.SPOT, "interruption_rate_per_hour": 0.01,
+             "interruption_rate_source": "test", "interruption_rate_assumed": True},
+        {"as_of": None, "as_of_day": None}, {"quality_flags": ("price_outlier",)},
+        {"fabric": Fabric(gpus_per_instance=8, nvlink_domain=4, inter_node_gbps=3200.0)}])
+    def test_the_line_made_once_equals_the_judged_copy_of_an_unjudged_line(
+        self, change: dict[str, object],
+    ) -> None:
+        o = offer(**change)
+        j = job(num_gpus=2048)
+        policy = dataclasses.replace(DEFAULT_POLICY, require_node_fit=False,
+                                     max_on_demand_gpus_per_region=1024)
+        options = dataclasses.replace(NO_FAILURES, budget=Decimal(1_000_000),
+                                      deadline_s=5 * DAY_S)
+        made = priced(o, j, options=options, policy=policy)
+        bare = q.cloud_line(j, j.timing, o, options, "cv_000001")
+        assert bare.rules == ()
+        misfit = q.node_fit(j, o.fabric)
+        judged = q.judge([bare], [], policy, options, TODAY, gated=True,
+                         misfits={0: misfit[1]} if misfit else None)
+        assert made.lines == judged.lines
+        assert made.lines[0].rules
+        assert (made.verdict, made.reasons) == (judged.verdict, judged.reasons)
+        assert bare.rules == (), "judge leaves the lines it is given as they are"
 
-    def test_a_judged_copy_changes_only_the_judgement_and_leaves_the_line(self) -> None:
+    def test_a_line_is_frozen(self) -> None:
         line = only_line(priced(offer()))
-        before = dict(vars(line))
-        copy = q._judged(line, (), within_budget=False, meets_deadline=True)
-        assert copy == dataclasses.replace(line, rules=(), within_budget=False,
-                                           meets_deadline=True)
-        assert vars(line) == before
         with pytest.raises(dataclasses.FrozenInstanceError):
-            copy.provider = "gcp"  # type: ignore[misc]
+            line.provider = "gcp"  # type: ignore[misc]
+        assert not hasattr(line, "__dict__")

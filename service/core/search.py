@@ -365,8 +365,13 @@ class _Grid:
         """Every column at the given candidate indices, as flat arrays (``plan_at`` reads
         them)."""
         at = np.unravel_index(self.index[indices], self.shape)
-        return {key: np.broadcast_to(value, self.shape)[at]
-                for key, value in self.columns.items()}
+        # Each column varies along one or none of the axes: index it along that one.
+        taken = {}
+        for key, value in self.columns.items():
+            axes = [axis for axis, n in enumerate(value.shape) if n > 1]
+            taken[key] = (value.reshape(-1)[at[axes[0]]] if len(axes) == 1
+                          else np.broadcast_to(value, self.shape)[at])
+        return taken
 
 
 def _grid(skeletons: Sequence[_Skeleton], zeros: Sequence[int], codes: Sequence[int],
@@ -841,6 +846,9 @@ class _Evaluation:
         self.evaluated = 0
         self.feasible = 0
         self.pruned: dict[str, int] = {}
+        self.bound = math.inf
+        """The ``top_k``-th smallest objective kept so far: a candidate above it has
+        ``top_k`` better ones already and is not among the ranked (``_rank_group``)."""
 
     def _vars(self, columns: Mapping[str, np.ndarray]) -> PlanVars:
         space = self.request.space
@@ -849,7 +857,7 @@ class _Evaluation:
 
     def peak_bytes(self, grid: _Grid, cluster: ClusterSpec,
                    training: TrainingSpec) -> np.ndarray:
-        """Peak bytes of every element of ``grid``, flat in C order (``evaluate_bulk``'s
+        """Peak bytes of every candidate of ``grid``, in candidate order (``evaluate_bulk``'s
         ``peak_bytes``; ``cluster`` only gives the GPUs per node, which its family fixes)."""
         request, model = self.request, self.request.model
         pv = self._vars(grid.columns)
@@ -859,7 +867,7 @@ class _Evaluation:
                                   cluster.accelerator.memory_bytes, np,
                                   stage_activations=activations)
         peak = np.broadcast_to(np.asarray(memory.peak_bytes, dtype=float), grid.shape)
-        flat: np.ndarray = peak.reshape(-1)
+        flat: np.ndarray = peak.reshape(-1)[grid.index]
         return flat
 
     def _timed(self, grid: _Grid, cluster: ClusterSpec, training: TrainingSpec,
@@ -901,8 +909,7 @@ class _Evaluation:
         usable = cluster.accelerator.memory_bytes * self.headroom
         size = grid.size
         self.evaluated += size
-        fits = (peak <= usable)[grid.index]
-        positions = np.flatnonzero(fits)
+        positions = np.flatnonzero(peak <= usable)
         self._count("memory", size - positions.size)
         if positions.size == 0:
             for rule, limit in (("deadline", request.max_train_s),
@@ -919,7 +926,7 @@ class _Evaluation:
                           average_power_w_per_gpu(acc.tdp_w, request.energy),
                           request.energy.pue, np)
         figures = BulkFigures(
-            peak_bytes=peak[elements], step_s=step_s,
+            peak_bytes=peak[positions], step_s=step_s,
             tokens_per_s=np.asarray(job.tokens_per_s, dtype=float),
             train_s=np.asarray(job.train_s, dtype=float),
             gpu_hours=np.asarray(job.gpu_hours, dtype=float),
@@ -954,26 +961,44 @@ class _Evaluation:
         # One factor per group: failures depend on the GPU count and the model, not the layout.
         factor = job_failures(cluster.num_gpus, self.checkpoint, request.reliability).factor
         cost, train_s, objective = self._scores(figures, cluster, factor)
-        ok = np.ones(positions.size, dtype=bool)
+        ok: np.ndarray | None = None  # None: every candidate that fits is feasible
         if request.max_train_s is not None:
             late = train_s > request.max_train_s
             self._count("deadline", late.sum())
-            ok &= ~late
+            ok = ~late
         if request.budget_usd is not None:
-            over = ok & (cost > float(request.budget_usd))
+            over = cost > float(request.budget_usd)
+            if ok is not None:
+                over &= ok
             self._count("budget", over.sum())
-            ok &= ~over
-        feasible = int(ok.sum())
+            ok = ~over if ok is None else ok & ~over
+        feasible = positions.size if ok is None else int(ok.sum())
         if not feasible:
             return False
         self.feasible += feasible
+        # The candidates above the bound are not among the best (their chunk's ``_top``
+        # would keep them, and the merge drop them); NaN is never above it, and a chunk with
+        # a NaN objective is ranked whole, as ``_top`` always ranked it.
+        ranked = ok
+        if math.isfinite(self.bound):
+            above = objective > self.bound
+            if above.any() and not np.isnan(objective).any():
+                ranked = ~above if ok is None else ok & ~above
         picked = _top(objective, _sort_keys(grid, objective, figures, cluster_index, positions),
-                      ok, request.top_k)
+                      np.ones(positions.size, dtype=bool) if ranked is None else ranked,
+                      request.top_k)
         make = _maker(grid, figures, cost, usable, cluster_index, batch, objective, train_s,
                       request.space.base, positions)
-        self.kept.extend(make(picked))
+        chosen = make(picked)
+        self.kept.extend(chosen)
+        if chosen and len(self.kept) >= request.top_k:
+            best = [c.key[0] for c in self.kept]
+            if not any(math.isnan(x) for x in best):
+                self.bound = sorted(best)[request.top_k - 1]
+                self.kept = [c for c in self.kept if not c.key[0] > self.bound]
         if math.isfinite(factor):  # a job that cannot progress is on no time/cost front
-            self.front.extend(make(_pareto_indices(train_s, cost, ok)))
+            self.front.extend(make(_pareto_indices(
+                train_s, cost, np.ones(positions.size, dtype=bool) if ok is None else ok)))
         return True
 
     def _closest_of(self, grid: _Grid, cluster_index: int, cluster: ClusterSpec, batch: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -159,7 +160,7 @@ class TestNodeFit:
 
 class TestRules:
     def judged(self, policy: Policy, options: Options = NO_FAILURES,
-               **changes: object) -> dict[str, Outcome]:
+               **changes: Any) -> dict[str, Outcome]:
         return codes(only_line(priced(offer(**changes), options=options, policy=policy)))
 
     def test_budget_fails_on_the_commitment_and_passes_at_equality(self) -> None:
@@ -206,7 +207,7 @@ class TestRules:
          Policy(forbid_quarantined=False)),
     ])
     def test_price_quality_fails_by_default_and_warns_when_the_policy_allows_it(
-        self, changes: dict[str, object], code: str, lenient: Policy,
+        self, changes: dict[str, Any], code: str, lenient: Policy,
     ) -> None:
         assert self.judged(DEFAULT_POLICY, **changes)[code] is Outcome.FAIL
         assert self.judged(lenient, **changes)[code] is Outcome.WARN

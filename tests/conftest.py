@@ -42,6 +42,7 @@ from service.catalog.migrate import upgrade
 from service.catalog.seed import seed_catalog
 from service.main import create_app, dispose
 from service.settings import Settings
+from tests import live_server
 
 # Apps and live servers in the tests skip the start-up warm-up (a plan search per app start,
 # and /readyz 503 until it is done); tests/api/test_warm_up.py turns it on.
@@ -54,6 +55,11 @@ os.environ.pop("LINES", None)
 # starting and ending two workers (a real server ends its pool at shutdown:
 # tests/faults/test_worker_shutdown.py).
 share_between_apps()
+# Replica processes (killed servers, shutdown faults) are forked from one process per test
+# process that has imported the service already, not started as fresh interpreters: the
+# imports were about 2.5 s of CPU a replica (tests/forkserver.py says what is the same).
+# CQ_TEST_FORK_SERVERS=0 starts each as a fresh interpreter, as before.
+live_server.FORK_SERVERS = os.environ.get("CQ_TEST_FORK_SERVERS", "1") != "0"
 
 # No per-example deadline: Hypothesis' default 200 ms fails a correct property on a loaded
 # machine (seen: a pricing property under a concurrent suite), so speed never decides a test.

@@ -228,6 +228,20 @@ def _split_requests_from_responses(schema: dict[str, Any]) -> None:
         _defaults_described(components[name])
 
 
+def _binary_csv_bodies(schema: dict[str, Any]) -> None:
+    """CSV request bodies (catalogue imports, refreshes, FX imports) as a string of bytes
+    (``format: binary``, ``contentMediaType: text/csv``), so generators that upload files
+    make them a file argument: openapi-python-client, with ``openapi/python-client.yaml``
+    (``text/csv`` read as ``application/octet-stream``), generates the FX import it skipped
+    before (issue 41)."""
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            body = operation.get("requestBody", {}).get("content", {}).get("text/csv")
+            if body is not None and body.get("schema", {}).get("type") == "string":
+                body["schema"] = {**body["schema"], "format": "binary",
+                                  "contentMediaType": "text/csv"}
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -273,6 +287,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         for example in definition.get("examples", []):
             _restore_null_examples(schema, definition, example)
     _split_requests_from_responses(schema)
+    _binary_csv_bodies(schema)
     app.openapi_schema = schema
     return schema
 

@@ -47,6 +47,12 @@ function cheapestTotal(lines: QuoteLine[]): string | null {
   return feasible.length ? feasible[0].total : null;
 }
 
+// Headers as the README and curl spell them (a strict literal: a lower-cased name in the
+// document made this an excess-property error).
+const quoteHeaders: CreateQuote["parameters"]["header"] = { "Idempotency-Key": "plan-42" };
+const offerHeaders: paths["/v1/offers/{offer_id}"]["put"]["parameters"]["header"] = {
+  "If-Match": "\"etag\"" };
+
 type QuoteBody = CreateQuote["requestBody"]["content"]["application/json"];
 const quote: QuoteBody = { workload: { gpu_hours: { accelerator: "h100-sxm5-80gb", gpu_hours: 1000, num_gpus: 8 } } };
-export { request, serving, plan, policy, budget, offer, tokensPerGpu, cheapestTotal, quote };
+export { quoteHeaders, offerHeaders, request, serving, plan, policy, budget, offer, tokensPerGpu, cheapestTotal, quote };

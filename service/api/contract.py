@@ -87,6 +87,13 @@ def _body_schema(content: dict[str, Any]) -> Any:
     return None
 
 
+def _param_key(parameter: dict[str, Any]) -> tuple[str, str]:
+    """A parameter's identity: header names compare case-insensitively (RFC 9110, 5.1), so
+    ``idempotency-key`` respelt ``Idempotency-Key`` is the same parameter."""
+    name = str(parameter["name"])
+    return str(parameter["in"]), name.lower() if parameter["in"] == "header" else name
+
+
 def breaking_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     found: list[str] = []
     for path, old_item in old.get("paths", {}).items():
@@ -105,9 +112,9 @@ def breaking_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             if op.get("operationId") != new_op.get("operationId"):
                 found.append(f"{where}: operationId changed from {op.get('operationId')} to "
                              f"{new_op.get('operationId')}")
-            old_params = {(p["in"], p["name"]): p for p in op.get("parameters", [])}
+            old_params = {_param_key(p): p for p in op.get("parameters", [])}
             for p in new_op.get("parameters", []):
-                old_param = old_params.get((p["in"], p["name"]))
+                old_param = old_params.get(_param_key(p))
                 if p.get("required") and old_param is None:
                     found.append(f"{where}: new required {p['in']} parameter {p['name']}")
                 elif (p.get("required") and old_param is not None

@@ -81,8 +81,19 @@ def _secure(operation: dict[str, Any], check: tuple[str, bool] | None) -> None:
     operation["description"] = f"{description}\n\n{note}" if description else note
 
 
+CANONICAL_HEADERS = {"idempotency-key": "Idempotency-Key", "if-match": "If-Match",
+                     "if-none-match": "If-None-Match"}
+"""Header parameters as RFC 9110 and the README spell them: FastAPI names a header parameter
+after its lower-cased alias, and strict TypeScript types generated from ``idempotency-key``
+refused the documented ``Idempotency-Key`` (issue 41). Header names are case-insensitive, so
+the server reads either."""
+
+
 def _require_headers(operation: dict[str, Any]) -> None:
     for parameter in operation.get("parameters", []):
+        if parameter["in"] == "header":
+            parameter["name"] = CANONICAL_HEADERS.get(parameter["name"].lower(),
+                                                      parameter["name"])
         if parameter["in"] == "header" and parameter["name"].lower() in REQUIRED_HEADERS:
             parameter["required"] = True
             schema = parameter["schema"]

@@ -363,13 +363,25 @@ typed into them, so no framing, no referrer, no caching, and scripts only from t
 
 def security_headers(path: str, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """``nosniff`` on every answer; the page headers on ``/ui``; no ``server`` header."""
-    names = {name.lower() for name, _ in headers}
-    out = [(n, v) for n, v in headers if n.lower() != b"server"]
-    if b"x-content-type-options" not in names:
-        out.append((b"x-content-type-options", b"nosniff"))
     if path == "/ui" or path.startswith("/ui/"):
+        names = {name.lower() for name, _ in headers}
+        out = [(n, v) for n, v in headers if n.lower() != b"server"]
+        if b"x-content-type-options" not in names:
+            out.append((b"x-content-type-options", b"nosniff"))
         out.extend((n, v) for n, v in PAGE_HEADERS if n not in names or n == b"cache-control")
-        out = [(n, v) for n, v in out if not (n.lower() == b"cache-control" and v != b"no-store")]
+        return [(n, v) for n, v in out if not (n.lower() == b"cache-control" and v != b"no-store")]
+    # Every other answer (one pass: this runs on every request).
+    out = []
+    nosniff = False
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"server":
+            continue
+        if lower == b"x-content-type-options":
+            nosniff = True
+        out.append((name, value))
+    if not nosniff:
+        out.append((b"x-content-type-options", b"nosniff"))
     return out
 
 
@@ -391,6 +403,7 @@ MAX_LABEL_SETS = 1024
 WARM_UP_HEADER = "x-computequote-warm-up"
 """Requests the process sends itself at start-up carry its random token here: they are not
 counted in the metrics nor logged (a client cannot know the token)."""
+_WARM_UP_NAME = WARM_UP_HEADER.encode()
 
 
 class RequestContextMiddleware:
@@ -411,10 +424,15 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers", []))
-        given = headers.get(b"x-request-id", b"").decode("latin-1")
-        internal = bool(self.internal) and headers.get(WARM_UP_HEADER.encode()) == self.internal
-        request_id = given if REQUEST_ID.match(given) else _new_request_id()
+        raw_id = token_given = None
+        for name, value in scope.get("headers", ()):  # the last of a repeated header counts
+            if name == b"x-request-id":
+                raw_id = value
+            elif name == _WARM_UP_NAME:
+                token_given = value
+        given = raw_id.decode("latin-1") if raw_id else ""
+        internal = bool(self.internal) and token_given == self.internal
+        request_id = given if given and REQUEST_ID.match(given) else _new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500
@@ -427,7 +445,7 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = security_headers(scope.get("path", ""),
-                                           list(message.get("headers", [])))
+                                           message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
                 message = {**message, "headers": headers}
             await send(message)

@@ -19,7 +19,6 @@ from service.api.schemas.estimate import (
     EstimateRequest,
     EstimateResponse,
     estimate_defaults,
-    with_details,
 )
 from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.estimate import estimate
@@ -83,13 +82,15 @@ def _estimate_response(request: EstimateRequest, accelerators: AcceleratorCache,
                           calibration=calibration)
         if current is not None:
             current.set_attributes(estimate_attributes(model, cluster, plan, result))
-    if chosen:
-        result = dataclasses.replace(result, assumptions=(*result.assumptions, *chosen))
-    if stored is not None:
-        result = dataclasses.replace(result, assumptions=(*result.assumptions, stored.note()))
-    result = with_details(result, estimate_defaults(request, plan))
-    if warning := long_run_warning(result.throughput.train_s, max_reasonable_train_s):
-        result = dataclasses.replace(result, warnings=(*result.warnings, warning))
+    # What the service adds to the core's answer, in one copy of it: the optimiser's
+    # choices and the user calibration (assumptions), the defaulted inputs (coded warnings),
+    # the wall-clock limit (a warning).
+    notes = (*chosen, stored.note()) if stored is not None else chosen
+    warning = long_run_warning(result.throughput.train_s, max_reasonable_train_s)
+    result = dataclasses.replace(
+        result, assumptions=(*result.assumptions, *notes),
+        warnings=(*result.warnings, warning) if warning else result.warnings,
+        warning_details=(*result.warning_details, *estimate_defaults(request, plan)))
     body = EstimateResponse.from_core(result, model=model, cluster=cluster, plan=plan,
                                       energy=energy)
     return Response(content=body.model_dump_json(), media_type="application/json")

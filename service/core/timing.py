@@ -200,19 +200,31 @@ class StepTime:
 
     @property
     def step_s(self) -> Num:
-        return (
-            self.compute_s
-            + self.tp_comm_s
-            + self.cp_comm_s
-            + self.ep_comm_s
-            + self.pp_comm_s
-            + self.pp_bubble_s
-            + self.dp_comm_exposed_s
-            + self.optimizer_s
-            + self.host_offload_s
-            + self.fsdp_copy_s
-            + self.overhead_s
-        )
+        return _total(self.compute_s, self.tp_comm_s, self.cp_comm_s, self.ep_comm_s,
+                      self.pp_comm_s, self.pp_bubble_s, self.dp_comm_exposed_s,
+                      self.optimizer_s, self.host_offload_s, self.fsdp_copy_s,
+                      self.overhead_s)
+
+
+def _total(first: Num, *rest: Num) -> Num:
+    """``first + rest[0] + rest[1] + ...``, left to right, without the terms that are one
+    Python 0.0 (no offload, no FSDP2 copies, a dense model's expert traffic): x + 0.0 is x
+    for every x but -0.0, and these sums of times start with a positive compute time, so
+    the result is the same, bit for bit, without a pass over a search's arrays per zero
+    (issue 38). A Python int total keeps its additions (int + 0.0 would become a float)."""
+    total = first
+    for term in rest:
+        if not (isinstance(term, float) and term == 0.0 and not isinstance(total, int)):
+            total = total + term
+    return total
+
+
+def _times(count: Num, seconds: Num) -> Num:
+    """``count * seconds``, or one 0.0 when ``seconds`` is one Python 0.0 (what a positive
+    count times 0.0 gives)."""
+    if isinstance(seconds, float) and seconds == 0.0 and math.copysign(1.0, seconds) > 0:
+        return 0.0
+    return count * seconds
 
 
 def gemm_intensity(m: Num, k: Num, n: Num) -> Num:
@@ -556,7 +568,7 @@ def step_time(
     mb = _micro_batch_time(model, counts, cluster, plan, training, geo, cal,
                            per_micro_batch_bytes, xp)
     m = geo.num_micro_batches
-    micro_batch_s = mb.compute_s + mb.tp_s + mb.cp_s + mb.ep_s + mb.pp_s
+    micro_batch_s = _total(mb.compute_s, mb.tp_s, mb.cp_s, mb.ep_s, mb.pp_s)
     bubble_s = (plan.pp - 1) / plan.vp * micro_batch_s
 
     params = geo.layer_params_per_gpu + xp.maximum(
@@ -589,18 +601,18 @@ def step_time(
     host_offload_s = _host_offload_s(model, plan, geo, layout, shard_params, micro_batch_s,
                                      per_micro_batch_bytes, acc.id, cal, xp)
 
-    fsdp_copy_s = zero3_rounds * fsdp2_copy_s(
+    fsdp_copy_s = _times(zero3_rounds, fsdp2_copy_s(
         params, geo.shard_group_size, experts, geo.expert_shard_group_size, training,
-        plan.zero_stage, acc.hbm_bytes_per_s, xp)
+        plan.zero_stage, acc.hbm_bytes_per_s, xp))
 
-    work_s = (m * micro_batch_s + bubble_s + dp_exposed + optimizer_s + host_offload_s
-              + fsdp_copy_s)
+    work_s = _total(m * micro_batch_s, bubble_s, dp_exposed, optimizer_s, host_offload_s,
+                    fsdp_copy_s)
     return StepTime(
         compute_s=m * mb.compute_s,
-        tp_comm_s=m * mb.tp_s,
-        cp_comm_s=m * mb.cp_s,
-        ep_comm_s=m * mb.ep_s,
-        pp_comm_s=m * mb.pp_s,
+        tp_comm_s=_times(m, mb.tp_s),
+        cp_comm_s=_times(m, mb.cp_s),
+        ep_comm_s=_times(m, mb.ep_s),
+        pp_comm_s=_times(m, mb.pp_s),
         pp_bubble_s=bubble_s,
         dp_comm_exposed_s=dp_exposed,
         optimizer_s=optimizer_s,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import os
 import statistics
 import sys
 import time
@@ -89,14 +90,36 @@ def spread_sweep(workers: int, repeats: int) -> None:
     for future in prestart(workers):
         future.result()
     request = twelve_accelerator_request()
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), _children_cpu_s()
         result = plan_search(request, workers=workers, ends_at=time.monotonic() + 600)
         times.append(time.perf_counter() - start)
+        cpu.append(_children_cpu_s() - start_cpu)
     print(f"12-accelerator 405B sweep, {workers} workers: "
           f"{result.stats.candidates_evaluated:,} candidates, median "
-          f"{statistics.median(times):.2f} s wall (max {max(times):.2f} s)")
+          f"{statistics.median(times):.2f} s wall (max {max(times):.2f} s), "
+          f"{statistics.median(cpu):.2f} s CPU in the workers "
+          f"(load average {os.getloadavg()[0]:.1f}: wall is about CPU / {workers} only when "
+          f"{workers} cores are free)")
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds so far of this process's live children (the search workers), from
+    /proc (0 where there is none)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def scalar_seconds_per_candidate(request: SearchRequest, samples: int = 300) -> float:

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.databases import migrate_and_seed
@@ -90,6 +91,12 @@ class Ran:
         return "".join(text for _, text in self.outputs)
 
 
+@dataclass
+class Readme:
+    url: str  # the server the blocks ran against, still up while the module's tests run
+    runs: list[Ran]
+
+
 def by_command(stdout: str) -> list[tuple[str, str]]:
     outputs: list[tuple[str, str]] = [("", "")]
     for line in stdout.splitlines(keepends=True):
@@ -133,7 +140,7 @@ def test_the_skip_list_names_readme_lines_and_the_parser_finds_the_blocks() -> N
 
 
 @pytest.fixture(scope="module")
-def readme_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Ran]]:
+def readme(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Readme]:
     """Every block run in order against one server; stops at the first that fails."""
     root = tmp_path_factory.mktemp("readme")
     url = f"sqlite:///{root}/computequote.sqlite3"
@@ -172,7 +179,7 @@ def readme_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Ran]]
                             time.monotonic() - start))
             if done.returncode != 0:
                 break
-        yield runs
+        yield Readme(server.url, runs)
 
 
 def _failure(ran: Ran) -> str:
@@ -180,13 +187,13 @@ def _failure(ran: Ran) -> str:
             f"--- stdout (end) ---\n{ran.stdout[-3000:]}\n--- stderr ---\n{ran.stderr[-3000:]}")
 
 
-def test_every_block_runs_as_written(readme_runs: list[Ran]) -> None:
+def test_every_block_runs_as_written(readme: Readme) -> None:
     blocks = readme_blocks(README.read_text())
-    for ran in readme_runs:
+    for ran in readme.runs:
         assert ran.returncode == 0, _failure(ran)
-    assert len(readme_runs) == len(blocks)
+    assert len(readme.runs) == len(blocks)
     print("README blocks, wall s:", ", ".join(
-        f"{r.block.number}: {r.wall_s:.1f}" for r in readme_runs))
+        f"{r.block.number}: {r.wall_s:.1f}" for r in readme.runs))
 
 
 def _answer(runs: list[Ran], marker: str) -> dict[str, Any]:
@@ -204,10 +211,10 @@ def _figure(pattern: str) -> list[str]:
 
 
 def test_the_try_it_estimate_answers_the_figure_the_readme_states(
-        readme_runs: list[Ran]) -> None:
+        readme: Readme) -> None:
     """Deterministic: the README states the answer itself (rounded to a token/s), and that
     NVIDIA's measured figure lies inside the answer's own 80% band."""
-    answer = _answer(readme_runs, "/v1/estimates")
+    answer = _answer(readme.runs, "/v1/estimates")
     stated, measured = (int(x.replace(",", "")) for x in _figure(
         r"`time\.tokens_per_s_per_gpu` \(([\d,]+); NVIDIA measured ([\d,]+) for this recipe,"
         r"\s+inside the answer's 80% band\)"))
@@ -218,8 +225,8 @@ def test_the_try_it_estimate_answers_the_figure_the_readme_states(
 
 
 def test_the_layout_search_counts_the_candidates_the_readme_states(
-        readme_runs: list[Ran]) -> None:
-    answer = _answer(readme_runs, "/v1/parallelism-plans")
+        readme: Readme) -> None:
+    answer = _answer(readme.runs, "/v1/parallelism-plans")
     (stated,) = _figure(
         r"Best\s+layouts\s+\(GPT-3\s+175B\s+on\s+1,024\s+A100:\s+([\d,]+)\s+candidates")
     assert answer["search"]["candidates_total"] == int(stated.replace(",", ""))
@@ -227,11 +234,11 @@ def test_the_layout_search_counts_the_candidates_the_readme_states(
     assert answer["plans"]
 
 
-def test_gated_quotes_print_a_verdict_that_matches_their_exit(readme_runs: list[Ran]) -> None:
+def test_gated_quotes_print_a_verdict_that_matches_their_exit(readme: Readme) -> None:
     """``--fail-on reject`` exits 3 on a reject and 0 otherwise (docs/ci-gating.md): each such
     line printed its markdown verdict, and, its block having exited 0, none is a reject."""
     gated = 0
-    for ran in readme_runs:
+    for ran in readme.runs:
         lines = ran.block.script.count("--fail-on reject --format markdown")
         verdicts = re.findall(r"^### \S+ (\w+): ComputeQuote", ran.stdout, re.M)
         assert len(verdicts) == lines, (ran.block.text, ran.stdout[-2000:])
@@ -241,7 +248,7 @@ def test_gated_quotes_print_a_verdict_that_matches_their_exit(readme_runs: list[
 
 
 def test_no_amount_is_cut_at_80_columns_but_where_the_readme_says_so(
-        readme_runs: list[Ran]) -> None:
+        readme: Readme) -> None:
     """The README promises amounts are never cut at 80 columns, and every block ran at 80. A
     command whose output shows a cut amount fails unless the README names it among the
     exceptions; an exception whose command no longer cuts fails too, so the README is
@@ -254,7 +261,7 @@ def test_no_amount_is_cut_at_80_columns_but_where_the_readme_says_so(
         return command.split()[:len(exception)] == exception
 
     cut_by: dict[str, list[str]] = {}  # the command -> the lines that show a cut amount
-    for ran in readme_runs:
+    for ran in readme.runs:
         for command, output in ran.outputs:
             lines = [line for line in output.splitlines() if CUT_AMOUNT.search(line)]
             if lines:
@@ -265,3 +272,10 @@ def test_no_amount_is_cut_at_80_columns_but_where_the_readme_says_so(
         f"{command}\n  " + "\n  ".join(lines) for command, lines in unexcused.items())
     stale = [" ".join(e) for e in exceptions if not any(excused(c, e) for c in cut_by)]
     assert not stale, f"the README says these cut amounts, and they no longer do: {stale}"
+
+
+def test_the_seed_holds_the_offers_the_readme_counts(readme: Readme) -> None:
+    (stated,) = _figure(r"The\s+seed\s+version\s+`cv_000001`\s+holds\s+([\d,]+)\s+offers")
+    seed = httpx.get(f"{readme.url}/v1/catalog/versions/cv_000001", timeout=30).json()
+    assert seed["offer_count"] == int(stated.replace(",", ""))
+    assert sum(seed["by_provider"].values()) == seed["offer_count"]

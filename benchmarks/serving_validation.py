@@ -300,6 +300,28 @@ def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> dic
     return table
 
 
+def calibrated_pairs(rows: Sequence[Row]) -> dict[tuple[s.Engine, str], int]:
+    """(engine, accelerator id) -> the rows of ``rows`` ``fit`` fits that pair's engine on
+    (dense rows of a named engine): ``serving.CALIBRATED_PAIRS``."""
+    pairs: Counter[tuple[s.Engine, str]] = Counter()
+    for r in rows:
+        engine = ENGINES.get(r["engine"])
+        if engine is not None and not is_moe(r):
+            pairs[(engine, r["accelerator"])] += 1
+    return dict(sorted(pairs.items()))
+
+
+def validated_range(rows: Sequence[Row]) -> s.ValidatedRange:
+    """The mean prompt and output lengths and the largest batch or concurrency of the
+    evaluated dense rows in ``rows`` (every engine): ``serving.VALIDATED_RANGE``."""
+    dense = [r for r in rows if not is_moe(r)]
+    prompts = [float(r["prompt_tokens"]) for r in dense]
+    outputs = [float(r["output_tokens"]) for r in dense]
+    return s.ValidatedRange(
+        prompt_tokens=(min(prompts), max(prompts)), output_tokens=(min(outputs), max(outputs)),
+        running_batch_max=max(float(r["batch_size"] or r["concurrency"]) for r in dense))
+
+
 Fitter = Callable[[Sequence[Row], Mapping[str, AcceleratorSpec]], Table]
 
 

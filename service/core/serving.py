@@ -61,7 +61,7 @@ from typing import Any
 from service.core.errors import InvalidSpecError
 from service.core.ops import Num, ScalarOps
 from service.core.params import count_parameters
-from service.core.plausibility import DEFAULTED_INPUT, WarningDetail
+from service.core.plausibility import DEFAULTED_INPUT, OUTSIDE_VALIDATED_RANGE, WarningDetail
 from service.core.specs import AcceleratorSpec, ModelSpec, Precision
 
 
@@ -199,6 +199,43 @@ NVIDIA NIM rows, whose engine is not stated, and the LMDeploy TurboMind rows are
 with it and fit nothing). The leave-one-source-out accuracy is in docs/serving.md;
 ``tests/core/test_serving_validation.py`` checks this table equals the benchmark's in-sample
 fit."""
+
+UNCALIBRATED_ENGINE = "uncalibrated_engine"
+"""The warning code of an engine x accelerator pair no fitted row was run on: its efficiencies
+are the engine's fit on other accelerators, or a prior, and its band is the wide one."""
+
+CALIBRATED_PAIRS: Mapping[tuple[Engine, str], int] = MappingProxyType({
+    (Engine.TRTLLM, "h100-sxm5-80gb"): 5,
+    (Engine.VLLM, "a100-sxm4-80gb"): 2,
+    (Engine.VLLM, "h100-sxm5-80gb"): 12,
+    (Engine.VLLM, "h200-sxm-141gb"): 2,
+    (Engine.VLLM, "mi300x-192gb"): 32,
+})
+"""(engine, accelerator id) -> the dense rows of that pair ``ENGINE_EFFICIENCY`` was fitted on:
+fitted by ``python -m benchmarks.serving_validation --band`` on
+benchmarks/data/serving-runs.csv as of 6cbf3a3: the dense rows of each named engine that
+``benchmarks.serving_validation.fit`` fits it on (``ENGINE_EFFICIENCY``'s bases predate the
+rows 6cbf3a3 added until it is refit).
+A pair not listed answers with ``UNCALIBRATED_ENGINE``; ``unknown`` is never fitted, so it
+is never listed. ``tests/core/test_serving_band.py`` checks this equals the fit."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValidatedRange:
+    """The lengths and running batch the evaluated dense rows span: beyond them an answer is
+    ``outside_validated_range``."""
+
+    prompt_tokens: tuple[float, float]
+    output_tokens: tuple[float, float]
+    running_batch_max: float
+
+
+VALIDATED_RANGE = ValidatedRange(prompt_tokens=(1.0, 32784.0), output_tokens=(128.0, 2048.0),
+                                 running_batch_max=256.0)
+"""Fitted by ``python -m benchmarks.serving_validation --band`` on
+benchmarks/data/serving-runs.csv as of 6cbf3a3: the smallest and largest mean prompt and
+output lengths, and the largest batch or concurrency, of the evaluated dense rows (every
+engine)."""
 
 WORKSPACE_TOKENS = 8192
 """Tokens one forward pass may hold for activation workspace (vLLM's and SGLang's default
@@ -539,7 +576,8 @@ class ServingEstimate:
     warnings: tuple[str, ...]
     assumptions: tuple[str, ...]
     warning_details: tuple[WarningDetail, ...] = ()
-    """Coded warnings (``defaulted_input``, ``saturated``)."""
+    """Coded warnings (``defaulted_input``, ``saturated``, ``uncalibrated_engine``,
+    ``outside_validated_range``)."""
     queue_growth_requests_per_s: float = 0.0
     """Saturated at a request rate: how fast the queue grows over all replicas (offered load
     less what the replicas complete); 0 otherwise."""
@@ -1058,6 +1096,10 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
             field="deployment.replicas" if pinned else "traffic.requests_per_s",
             message=(f"{message}: the queue grows by {growth:.3g} requests/s over "
                      f"{a.count} replica(s), so latency has no steady state")))
+    for detail in validation_warnings(model, deployment, traffic, float(a.load.batch)):
+        details.append(detail)
+        if detail.message not in warnings:
+            warnings.append(detail.message)
     return ServingEstimate(
         memory=memory, prefill_s=Quantiles(p50=r.prefill_s(traffic.prompt.p50),
                                            p99=r.prefill_s(traffic.prompt.p99)),
@@ -1085,6 +1127,58 @@ def unvalidated_warnings(model: ModelSpec, traffic: Traffic) -> list[str]:
             and (traffic.slo.ttft_p50_s is not None or traffic.slo.ttft_p99_s is not None)):
         found.append(OPEN_LOOP_TTFT_NOTE)
     return found
+
+
+def _batch_field(traffic: Traffic) -> str:
+    return ("traffic.batch_size" if traffic.mode is TrafficMode.FIXED_BATCH
+            else "traffic.concurrency")
+
+
+def validation_warnings(model: ModelSpec, deployment: Deployment, traffic: Traffic,
+                        batch: float, *,
+                        pairs: Mapping[tuple[Engine, str], int] = CALIBRATED_PAIRS,
+                        validated: ValidatedRange = VALIDATED_RANGE) -> list[WarningDetail]:
+    """The coded warnings of an answer outside what the serving rows validate (issue 40):
+    ``uncalibrated_engine`` for an engine x accelerator pair no fitted row ran on (``pairs``),
+    ``outside_validated_range`` for a mixture-of-experts model (field ``model``, the message
+    ``MOE_SERVING_WARNING``) and for a mean prompt or output length, or the running ``batch``
+    of a closed loop (a concurrency or a fixed batch the caller gave), beyond the evaluated
+    dense rows (``validated``); an offline or open-loop batch is the engine's, not coded.
+    ``pairs`` and ``validated`` default to the shipped fit; the validation passes each
+    fold's."""
+    details: list[WarningDetail] = []
+    engine, accelerator = deployment.engine, deployment.accelerator.id
+    if (engine, accelerator) not in pairs:
+        fitted = sorted(a for e, a in pairs if e is engine)
+        why = ("the unknown engine is never fitted: it takes the least efficient of the named "
+               "engines" if engine is Engine.UNKNOWN else
+               f"{engine} is fitted on {', '.join(fitted)} only" if fitted else
+               f"{engine} has no fitted row and keeps its prior")
+        details.append(WarningDetail(
+            code=UNCALIBRATED_ENGINE, field="deployment.engine",
+            message=(f"uncalibrated engine: no published row of {engine} on {accelerator} "
+                     f"was fitted ({why}); the figures are a conservative prior and the band "
+                     "is the wide one")))
+    if model.num_experts > 0:
+        details.append(WarningDetail(code=OUTSIDE_VALIDATED_RANGE, field="model",
+                                     message=MOE_SERVING_WARNING))
+    for name, value, (low, high) in (
+            ("traffic.prompt_tokens", traffic.prompt.mean, validated.prompt_tokens),
+            ("traffic.output_tokens", traffic.output.mean, validated.output_tokens)):
+        if not low <= value <= high:
+            details.append(WarningDetail(
+                code=OUTSIDE_VALIDATED_RANGE, field=name,
+                message=(f"outside the validated range: a mean of {value:,.0f} "
+                         f"{name.split('.')[1].replace('_', ' ')}, where the validated serving "
+                         f"rows span {low:,.0f} to {high:,.0f}")))
+    closed = traffic.mode is TrafficMode.FIXED_BATCH or traffic.concurrency is not None
+    if closed and batch > validated.running_batch_max:
+        details.append(WarningDetail(
+            code=OUTSIDE_VALIDATED_RANGE, field=_batch_field(traffic),
+            message=(f"outside the validated range: a running batch of {batch:,.0f} "
+                     "sequences, where the validated serving rows run at most "
+                     f"{validated.running_batch_max:,.0f}")))
+    return details
 
 
 def _size(r: _Replica, traffic: Traffic, largest: float, capacity: float,

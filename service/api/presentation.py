@@ -168,6 +168,7 @@ FLAG_LABELS: dict[str, str] = {
     "gpu_memory_mismatch": "GPU memory differs from the datasheet",
     "assumed_interruption_rate": "spot interruption rate assumed",
     "spot_capacity_unverified": "spot capacity not verified",
+    "on_demand_below_committed": "on-demand price below a commitment's (likely too low)",
 }
 """Line flags (service/core/quote.py, service/catalog/quality.py) in words."""
 

@@ -6,15 +6,12 @@ and the A3 host SKUs beside "DWS Defined Duration A3 Core/Ram" ones. SkyPilot's 
 the DWS GPU SKU in some regions (the seed's 35 half-price A3 rows); ``from_gcp_billing``
 matches both kinds too, and the SKU read last wins.
 
-Expected to fail until the importer skips DWS SKUs (strict: it fails once that is fixed, so
-the mark is then removed)."""
+The importer now skips them (counted in ``skipped``)."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
-
-import pytest
 
 from service.catalog import importers
 
@@ -63,9 +60,13 @@ def test_the_on_demand_skus_alone_price_the_machine() -> None:
                                         + 8 * ON_DEMAND_GPU)
 
 
-@pytest.mark.xfail(strict=True, reason="importers.from_gcp_billing reads DWS flex-start SKUs "
-                   "as on-demand (docs/data-quality.md); fix: skip descriptions naming DWS")
 def test_dws_skus_beside_them_change_nothing_in_either_order() -> None:
     expected = 208 * ON_DEMAND_CORE + 1872 * ON_DEMAND_RAM + 8 * ON_DEMAND_GPU
     assert _on_demand_a3(DWS + ON_DEMAND) == expected
     assert _on_demand_a3(ON_DEMAND + DWS) == expected
+
+
+def test_the_dws_skus_are_counted_as_skipped() -> None:
+    out = importers.from_gcp_billing([{"skus": DWS + ON_DEMAND}], as_of="2026-08-20",
+                                     source="test")
+    assert out.skipped["a DWS (flex-start) SKU, not an on-demand price"] == len(DWS)

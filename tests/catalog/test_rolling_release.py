@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from service.catalog import migrate
 from service.catalog.db import make_engine
@@ -110,7 +111,8 @@ def test_n_minus_1_stays_ready_and_serves_after_an_expand_step_then_stops_at_a_c
         assert client.get(f"/v1/quotes/{quote_id}", headers=auth).status_code == 200
     assert client.post(f"/v1/quotes/{before}/verify", headers=auth).status_code == 200
     offers = client.get("/v1/offers", params={"page_size": 5}, headers=auth)
-    assert offers.status_code == 200 and offers.json()["items"]
+    assert offers.status_code == 200
+    assert offers.json()["items"]
     # This release's migrate (a rollback's Job, cq serve) changes nothing on a newer schema:
     # no downgrade attempt, no older seed over newer facts.
     assert migrate.migrate_and_seed(url) is None
@@ -122,7 +124,8 @@ def test_n_minus_1_stays_ready_and_serves_after_an_expand_step_then_stops_at_a_c
     assert problem.status_code == 503
     body = problem.json()
     assert body["type"].endswith("schema-not-ready")
-    assert repr(AFTER) in body["detail"] and "contract" in body["detail"]
+    assert repr(AFTER) in body["detail"]
+    assert "contract" in body["detail"]
     assert repr(migrate.SCHEMA_HEAD) in body["detail"]
     with pytest.raises(migrate.SchemaAheadError, match="roll this release forward"):
         migrate.migrate_and_seed(url)
@@ -134,7 +137,7 @@ def test_a_newer_schema_without_a_compatibility_row_is_not_ready(
     url, client, _ = running
     engine = make_engine(url)
     with engine.begin() as conn:  # a later revision applied by a release that predates rows
-        conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{NEXT}'")
+        conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": NEXT})
     engine.dispose()
     problem = client.get("/readyz")
     assert problem.status_code == 503
@@ -154,7 +157,8 @@ def test_every_migration_from_0014_declares_its_oldest_compatible_code() -> None
             oldest = getattr(step.module, "OLDEST_COMPATIBLE_CODE", None)
             assert oldest is not None, f"migration {step.revision} declares no compatibility"
             assert oldest <= step.revision
-            assert step.down_revision is not None and oldest >= "0013"
+            assert step.down_revision is not None
+            assert oldest >= "0013"
             declared[step.revision] = oldest
     assert migrate.SCHEMA_HEAD in declared
 

@@ -204,3 +204,31 @@ def probability(fraction: float) -> str:
     if 0.999 < fraction < 1:
         return "over 99.9%"
     return percent(fraction)
+
+
+def architecture_text(arch: dict[str, Any], *, short: bool = False) -> str:
+    """A generated size's architecture in one line (``cq budget-plan`` and the portal):
+    '61 layers × hidden 8,192, 64 heads (8 KV), FFN 22,016, vocabulary 128,256, swiglu';
+    ``short``: '61 × 8,192, 64/8 heads, FFN 22,016' (a table cell)."""
+    if short:
+        return (f"{arch['num_layers']:,} × {arch['hidden_size']:,}, "
+                f"{arch['num_heads']:,}/{arch['num_kv_heads']:,} heads, FFN "
+                f"{arch['ffn_hidden_size']:,}")
+    return (f"{arch['num_layers']:,} layers × hidden {arch['hidden_size']:,}, "
+            f"{arch['num_heads']:,} heads ({arch['num_kv_heads']:,} KV), FFN "
+            f"{arch['ffn_hidden_size']:,}, vocabulary {arch['vocab_size']:,}, {arch['mlp']}")
+
+
+def models_by_size(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sizes a 'largest_model' answer tried, smallest first (a bisection tries them out
+    of order)."""
+    return sorted(answer.get("models_tried") or [], key=lambda m: m["params"])
+
+
+def stopped_size(answer: dict[str, Any]) -> dict[str, Any] | None:
+    """The smallest size tried above the largest model that has no line: the one the binding
+    constraint stopped (the smallest tried when none has a line)."""
+    largest = answer.get("largest_model")
+    floor = largest["params"] if largest else -1
+    above = [m for m in models_by_size(answer) if m["params"] > floor and m.get("bound")]
+    return above[0] if above else None

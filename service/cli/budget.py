@@ -105,36 +105,13 @@ def render_budget_plan(answer: dict[str, Any]) -> None:
         out.print(f"why: {explanation}", highlight=False)
 
 
-def architecture_text(arch: dict[str, Any], *, short: bool = False) -> str:
-    """A generated size's architecture in one line: '61 layers × hidden 8,192, 64 heads
-    (8 KV), FFN 22,016, vocabulary 128,256, swiglu'; ``short``: '61 × 8,192, 64/8 heads,
-    FFN 22,016' (a table cell)."""
-    if short:
-        return (f"{arch['num_layers']:,} × {arch['hidden_size']:,}, "
-                f"{arch['num_heads']:,}/{arch['num_kv_heads']:,} heads, FFN "
-                f"{arch['ffn_hidden_size']:,}")
-    return (f"{arch['num_layers']:,} layers × hidden {arch['hidden_size']:,}, "
-            f"{arch['num_heads']:,} heads ({arch['num_kv_heads']:,} KV), FFN "
-            f"{arch['ffn_hidden_size']:,}, vocabulary {arch['vocab_size']:,}, {arch['mlp']}")
-
-
-def next_size(answer: dict[str, Any]) -> dict[str, Any] | None:
-    """The smallest size tried above the largest model that has no line (the one the binding
-    constraint stopped), or the smallest tried when no size has a line."""
-    largest = answer.get("largest_model")
-    floor = largest["params"] if largest else -1
-    above = [m for m in answer.get("models_tried") or []
-             if m["params"] > floor and m.get("bound")]
-    return min(above, key=lambda m: m["params"]) if above else None
-
-
 def bound_text(answer: dict[str, Any]) -> str | None:
     """'budget (next size tried: llama3-style-h8192-l63, 45.7 G parameters, has no line)', or
     None when the answer names no binding constraint."""
     bound = answer.get("binding_constraint")
     if not isinstance(bound, str) or not bound:
         return None
-    stopped = next_size(answer)
+    stopped = fmt.stopped_size(answer)
     if stopped is None:
         return bound
     return (f"{bound} (next size tried: {stopped['preset']}, {fmt.si(stopped['params'])} "
@@ -150,7 +127,7 @@ def _render_largest(answer: dict[str, Any]) -> None:
                   f"({largest['tokens'] / largest['params']:,.1f} per parameter)",
                   highlight=False)
         if largest.get("architecture"):
-            out.print(f"architecture: {architecture_text(largest['architecture'])}",
+            out.print(f"architecture: {fmt.architecture_text(largest['architecture'])}",
                       highlight=False)
         share = largest.get("share_of_budget")
         out.print(f"its best line: commitment {report.commitment(line)}, job cost "
@@ -177,7 +154,7 @@ def _render_largest(answer: dict[str, Any]) -> None:
                   title="Models tried, smallest first", title_justify="left")
     for model in models:
         arch = model.get("architecture")
-        shape = [architecture_text(arch, short=True) if arch else "preset"] if generated else []
+        shape = [fmt.architecture_text(arch, short=True) if arch else "preset"] if generated else []
         tried.add_row(model["preset"], fmt.si(model["params"]), fmt.si(model["tokens"]),
                       *shape, f"{model['lines_within']:,}", model.get("bound") or "—",
                       model["note"])

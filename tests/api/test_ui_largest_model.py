@@ -44,7 +44,7 @@ def test_largest_model_shows_its_architecture_rules_share_and_bound(
     assert arch is not None  # no candidate presets: the generated family was searched
     figures = _element(html, "dl", "largest-figures")
     assert "<dt>Architecture</dt>" in figures
-    assert str(escape(ui_train.architecture_text(arch))) in figures
+    assert str(escape(fmt.architecture_text(arch))) in figures
     assert f"{arch['num_layers']:,} layers × hidden {arch['hidden_size']:,}" in figures
     assert fmt.percent(largest["share_of_budget"]) in figures
     rules = _element(html, "div", "largest-rules")
@@ -52,7 +52,7 @@ def test_largest_model_shows_its_architecture_rules_share_and_bound(
     assert str(escape(largest["tokens_rule"])) in rules
     bound = _element(html, "p", "largest-bound")
     assert f"<strong>{answer['binding_constraint']}</strong>" in bound
-    stopped = ui_train.stopped_size(answer)
+    stopped = fmt.stopped_size(answer)
     assert stopped is not None
     assert stopped["params"] > largest["params"]
     assert stopped["preset"] in bound
@@ -70,6 +70,6 @@ def test_models_tried_are_listed_by_size_with_shape_and_bound(
     by_size = sorted(answer["models_tried"], key=lambda m: m["params"])
     assert [name for name, _ in rows] == [m["preset"] for m in by_size]
     for (_, cells), model in zip(rows, by_size, strict=True):
-        assert ui_train.architecture_text(model["architecture"], short=True) in cells
+        assert fmt.architecture_text(model["architecture"], short=True) in cells
         assert f"<td>{model['bound'] or '—'}</td>" in cells
     assert "searched by bisection" in table

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from service.api import presentation as fmt
 from service.cli import app
-from service.cli.budget import architecture_text, bound_text, next_size
+from service.cli.budget import bound_text
 
 runner = CliRunner()
 FLAGS = ["budget-plan", "--local", "--objective", "largest_model", "--accelerator",
@@ -58,7 +58,7 @@ def test_what_bound_the_answer_is_named_with_the_size_it_stopped(
     bound = answer["binding_constraint"]
     assert bound in {"budget", "deadline", "memory", "policy", "no_offer", "search_range",
                      "work_budget"}
-    stopped = next_size(answer)
+    stopped = fmt.stopped_size(answer)
     if stopped is not None:  # the next size tried above the answer, with its own bound
         assert stopped["params"] > answer["largest_model"]["params"]
         assert stopped["bound"]
@@ -78,7 +78,7 @@ def test_the_models_tried_are_listed_smallest_first_with_shape_and_bound(
     assert [n for n in names if n in by_size] == by_size
     for model in tried:
         row = next(r for r in rows if r.split("│")[1].strip() == model["preset"])
-        assert architecture_text(model["architecture"], short=True) in row
+        assert fmt.architecture_text(model["architecture"], short=True) in row
         assert (model["bound"] or "—") in row
 
 

@@ -180,36 +180,8 @@ def budget_plan_body(v: dict[str, str], largest: bool = False) -> dict[str, Any]
     return {**body, **_purchase(v)}
 
 
-def architecture_text(arch: dict[str, Any], *, short: bool = False) -> str:
-    """A generated size's architecture: '61 layers × hidden 8,192, 64 heads (8 KV), FFN
-    22,016, vocabulary 128,256, swiglu'; ``short``: '61 × 8,192, 64/8 heads, FFN 22,016'
-    (as ``cq budget-plan`` shows them)."""
-    if short:
-        return (f"{arch['num_layers']:,} × {arch['hidden_size']:,}, "
-                f"{arch['num_heads']:,}/{arch['num_kv_heads']:,} heads, FFN "
-                f"{arch['ffn_hidden_size']:,}")
-    return (f"{arch['num_layers']:,} layers × hidden {arch['hidden_size']:,}, "
-            f"{arch['num_heads']:,} heads ({arch['num_kv_heads']:,} KV), FFN "
-            f"{arch['ffn_hidden_size']:,}, vocabulary {arch['vocab_size']:,}, {arch['mlp']}")
-
-
-def models_by_size(answer: dict[str, Any]) -> list[dict[str, Any]]:
-    """The sizes a 'largest_model' answer tried, smallest first (a bisection tries them out
-    of order)."""
-    return sorted(answer.get("models_tried") or [], key=lambda m: m["params"])
-
-
-def stopped_size(answer: dict[str, Any]) -> dict[str, Any] | None:
-    """The smallest size tried above the largest model that has no line: the one the binding
-    constraint stopped (the smallest tried when none has a line)."""
-    largest = answer.get("largest_model")
-    floor = largest["params"] if largest else -1
-    above = [m for m in models_by_size(answer) if m["params"] > floor and m.get("bound")]
-    return above[0] if above else None
-
-
-templates.globals.update(architecture=architecture_text, models_by_size=models_by_size,
-                         stopped_size=stopped_size)
+templates.globals.update(architecture=fmt.architecture_text, models_by_size=fmt.models_by_size,
+                         stopped_size=fmt.stopped_size)
 
 
 SECONDS_LIMIT = re.compile(r"(less|greater) than (or equal to )?([0-9.e+]+)$")

@@ -58,6 +58,11 @@ def to_core(row: PolicyRevision | None) -> Policy:
         value = rules.get(key)
         return frozenset(value) if value is not None else None
 
+    def built_in(key: str) -> Any:
+        """The stored rule, else the built-in default's: a revision stored before a rule
+        existed (price ages, FX ages, capacity: issue 39) takes the built-in value."""
+        return rules.get(key, getattr(DEFAULT_POLICY, key))
+
     return Policy(
         name=row.name, revision=row.revision, currency=rules.get("currency", "USD"),
         max_commitment=money("max_commitment"), max_job_cost=money("max_job_cost"),
@@ -65,25 +70,16 @@ def to_core(row: PolicyRevision | None) -> Policy:
         allowed_regions=names("allowed_regions"),
         forbid_indicative=rules.get("forbid_indicative", True),
         forbid_quarantined=rules.get("forbid_quarantined", True),
-        max_price_age_s=rules.get("max_price_age_s", DEFAULT_POLICY.max_price_age_s),
-        # A revision stored before the rule (issue 39) takes the built-in default, as any
-        # omitted rule does.
-        max_observed_age_days=rules.get("max_observed_age_days",
-                                        DEFAULT_POLICY.max_observed_age_days),
-        fx_rate_warn_age_days=rules.get("fx_rate_warn_age_days",
-                                        DEFAULT_POLICY.fx_rate_warn_age_days),
-        fx_rate_fail_age_days=rules.get("fx_rate_fail_age_days",
-                                        DEFAULT_POLICY.fx_rate_fail_age_days),
+        max_price_age_s=built_in("max_price_age_s"),
+        max_observed_age_days=built_in("max_observed_age_days"),
+        fx_rate_warn_age_days=built_in("fx_rate_warn_age_days"),
+        fx_rate_fail_age_days=built_in("fx_rate_fail_age_days"),
         max_duration_s=rules.get("max_duration_s"),
         min_success_probability=rules.get("min_success_probability"),
         require_node_fit=rules.get("require_node_fit", True),
-        # Capacity limits (issue 39): a revision stored before them takes the built-in ones.
-        max_on_demand_gpus_per_region=rules.get("max_on_demand_gpus_per_region",
-                                                DEFAULT_POLICY.max_on_demand_gpus_per_region),
-        max_reserved_gpus_per_region=rules.get("max_reserved_gpus_per_region",
-                                               DEFAULT_POLICY.max_reserved_gpus_per_region),
-        max_capacity_block_instances=rules.get("max_capacity_block_instances",
-                                               DEFAULT_POLICY.max_capacity_block_instances),
+        max_on_demand_gpus_per_region=built_in("max_on_demand_gpus_per_region"),
+        max_reserved_gpus_per_region=built_in("max_reserved_gpus_per_region"),
+        max_capacity_block_instances=built_in("max_capacity_block_instances"),
         forbid_unverified_spot_capacity=rules.get("forbid_unverified_spot_capacity", True),
         forbid_assumed_interruption_rates=rules.get("forbid_assumed_interruption_rates", False),
         warn_only=frozenset(rules.get("warn_only", ())),

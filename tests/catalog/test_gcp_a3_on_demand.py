@@ -18,6 +18,7 @@ from service.catalog.offers import OfferContent, Term, parse_offers
 from service.catalog.quality import ON_DEMAND_BELOW_COMMITTED, check_offers
 from service.catalog.seed_data import accelerator_seeds
 from service.catalog.seed_prices import seed_offers
+from tests.catalog.test_prices import row
 
 ACCELERATORS = {s.id for s in accelerator_seeds()}
 MEMORY = {s.id: s.memory_gib for s in accelerator_seeds()}
@@ -26,17 +27,6 @@ DWS_H100_SKU_USD = Decimal("4.200761")
 """SKU 341A-49A5-0C07, "Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running in
 Americas", per hour (https://cloud.google.com/skus?currency=USD&filter=341A-49A5-0C07, as
 listed in a Google Cloud Japan article comparing on-demand and DWS flex-start bills)."""
-
-
-def row(**changes: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "provider": "acme", "region": "eu-1", "instance_type": "gpu-8x-h100",
-        "accelerator": "h100-sxm5-80gb", "gpus_per_instance": "8", "term": "on_demand",
-        "currency": "USD", "price_per_hour": "20.00", "source": "ACME price list",
-        "as_of": "2026-11-01", "indicative": "false",
-    }
-    base.update(changes)
-    return base
 
 
 def codes(offers: Sequence[OfferContent]) -> list[list[str]]:

@@ -89,11 +89,11 @@ def readiness(engine: Engine) -> Readiness:
             "SELECT revision, oldest_compatible_code FROM schema_compatibility "
             "WHERE revision > :head AND revision <= :current"),
             {"head": SCHEMA_HEAD, "current": revision}).all()}
-    needs = max(floors.values(), default=None)
-    if revision not in floors or needs is None:
+    if revision not in floors:
         return Readiness(False, revision, f"schema revision {revision!r} is newer than this "
                          f"code's {SCHEMA_HEAD!r} and declares no compatibility; roll this "
                          "release forward", newer=True)
+    needs = max(floors.values())
     if needs > SCHEMA_HEAD:
         step = min(r for r, floor in floors.items() if floor > SCHEMA_HEAD)
         return Readiness(False, revision, f"schema revision {revision!r} needs code at "

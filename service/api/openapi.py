@@ -34,10 +34,12 @@ SERVERS = [{"url": "/", "description": "The server that serves this document"},
 LICENSE = {"name": "Proprietary", "identifier": "LicenseRef-Proprietary"}
 CONTACT = {"name": "ComputeQuote maintainers"}
 
-REQUIRED_HEADERS = frozenset({"idempotency-key"})
-"""Headers that a handler refuses to go without (400 naming the header): FastAPI sees them as
-optional, so that a missing one is that 400 rather than a validation 422, and this document
-marks them required, so generated clients make them a required argument (issue 18)."""
+REQUIRED_HEADERS = {"idempotency-key": frozenset({"create_quote", "requote_quote"})}
+"""Header -> the operations whose handler refuses to go without it (400 naming the header):
+FastAPI sees them as optional, so that a missing one is that 400 rather than a validation 422,
+and this document marks them required there, so generated clients make them a required
+argument (issue 18). ``create_calibration`` takes an optional key (a retry without one makes
+a second calibration) and is documented so (decision 338)."""
 
 
 def operation_id(route: APIRoute) -> str:
@@ -95,7 +97,9 @@ def _require_headers(operation: dict[str, Any]) -> None:
             parameter["name"] = CANONICAL_HEADERS.get(parameter["name"].lower(),
                                                       parameter["name"])
         if parameter["in"] == "header" and parameter["name"].lower() in REQUIRED_HEADERS:
-            parameter["required"] = True
+            # A header is a string or absent, never null: one schema, required or not.
+            required = operation.get("operationId") in REQUIRED_HEADERS[parameter["name"].lower()]
+            parameter["required"] = required
             schema = parameter["schema"]
             for variant in schema.pop("anyOf", []):
                 if variant.get("type") != "null":

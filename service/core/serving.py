@@ -207,15 +207,16 @@ are the engine's fit on other accelerators, or a prior, and its band is the wide
 CALIBRATED_PAIRS: Mapping[tuple[Engine, str], int] = MappingProxyType({
     (Engine.TRTLLM, "h100-sxm5-80gb"): 5,
     (Engine.VLLM, "a100-sxm4-80gb"): 2,
-    (Engine.VLLM, "h100-sxm5-80gb"): 12,
+    (Engine.VLLM, "h100-sxm5-80gb"): 2,
     (Engine.VLLM, "h200-sxm-141gb"): 2,
-    (Engine.VLLM, "mi300x-192gb"): 32,
+    (Engine.VLLM, "mi300x-192gb"): 5,
 })
 """(engine, accelerator id) -> the dense rows of that pair ``ENGINE_EFFICIENCY`` was fitted on:
 fitted by ``python -m benchmarks.serving_validation --band`` on
 benchmarks/data/serving-runs.csv as of 6cbf3a3: the dense rows of each named engine that
-``benchmarks.serving_validation.fit`` fits it on (``ENGINE_EFFICIENCY``'s bases predate the
-rows 6cbf3a3 added until it is refit).
+``benchmarks.serving_validation.fit`` fits it on. The rows of its ``HELD_OUT_DOCUMENTS``
+(dstack's Llama 3.1 405B vLLM runs on H100 and MI300X, added by 6cbf3a3) fit nothing until
+the refit per engine x accelerator, so they count for no pair (decision 338).
 A pair not listed answers with ``UNCALIBRATED_ENGINE``; ``unknown`` is never fitted, so it
 is never listed. ``tests/core/test_serving_band.py`` checks this equals the fit."""
 
@@ -273,16 +274,21 @@ dstackai/benchmarks@7f37e66 Deepseek-R1/raw_data/online_results.csv) shows the g
 those rows are evaluated, and fit nothing."""
 
 OPEN_LOOP_TTFT_NOTE = (
-    "time to first token at a request rate is not validated: on the only published runs we "
-    "hold at fixed request rates (SGLang, Llama 3.3 70B on 4 x H200 and Llama 3.1 405B on "
-    "8 x H200, 1-8 requests/s; DataCrunch's h200-benchmarks), the measured median TTFT was "
-    "1.9-4.7x this model's p50 (45-130 ms more per request even at light load, and growing "
-    "sooner with load); allow that margin before relying on a TTFT SLO")
+    "time to first token at a request rate is not validated: on the published runs we hold at "
+    "fixed request rates, the measured median TTFT was 1.9-4.7x this model's p50 for SGLang "
+    "serving Llama 3.3 70B on 4 x H200 and Llama 3.1 405B on 8 x H200 at 1-8 requests/s "
+    "(DataCrunch's h200-benchmarks; 45-130 ms more per request even at light load, and growing "
+    "sooner with load), 9-52x for vLLM serving Llama 3.1 405B FP8 on 8 x H100 and 8 x MI300X "
+    "at 16 requests/s (dstack's benchmarks), and 17-42x for SGLang serving DeepSeek-V3 (MoE) "
+    "on 8 x H200 at 1-8 requests/s (DataCrunch's blog); allow that margin before relying on a "
+    "TTFT SLO")
 """Decision 150 (docs/serving.md, "Latency under open-loop load"): the model's TTFT is the
 prefill plus an M/G/1 wait; what an engine adds per request (the wait for the running
 iteration, scheduling, tokenisation and streaming) is not modelled, and the one document
 measuring TTFT at fixed Poisson rates shows the gap above (11 rows the model serves; they fit
-nothing). An answer at a request rate states it in its assumptions, and in its warnings when
+nothing), and the two documents added by 6cbf3a3 (``HELD_OUT_DOCUMENTS``: 10 more rows the
+model serves, out of sample) show it much wider for a large dense model near its capacity
+and for MoE. An answer at a request rate states it in its assumptions, and in its warnings when
 a TTFT SLO is given (sizing and ``meets_slo`` then rest on it)."""
 
 

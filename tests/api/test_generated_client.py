@@ -18,7 +18,10 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from service.catalog.db import make_engine
 from service.catalog.keys import create_key
+from service.catalog.migrate import upgrade
+from service.catalog.seed import seed_catalog
 from service.settings import Settings
 from tests.live_server import live_server
 
@@ -75,10 +78,25 @@ def test_generated_client_requires_the_idempotency_key_and_sends_the_bearer_key(
     assert client.get_httpx_client().headers["Authorization"] == "Bearer cq_test"
 
 
-def test_generated_client_against_the_app(generated: str, migrated_engine: Engine) -> None:
-    url = migrated_engine.url.render_as_string(hide_password=False)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def own_engine(request: pytest.FixtureRequest, database_url_factory: Any) -> Iterator[Engine]:
+    """A seeded database of this test's own, per backend: the server it starts commits (an FX
+    import, quotes), and writes to the shared per-backend database moved every later test's
+    ids on the same worker (the quote goldens' FX table became fx_000002; CI, stop 47)."""
+    url = database_url_factory(request.param)
+    upgrade(url)
+    engine = make_engine(url)
+    with Session(engine) as session:
+        seed_catalog(session)
+        session.commit()
+    yield engine
+    engine.dispose()
+
+
+def test_generated_client_against_the_app(generated: str, own_engine: Engine) -> None:
+    url = own_engine.url.render_as_string(hide_password=False)
     settings = Settings(database_url=url)
-    with Session(migrated_engine) as session:
+    with Session(own_engine) as session:
         _, key = create_key(session, name=f"client-{uuid.uuid4().hex[:6]}",
                             scopes=["quotes:write", "catalog:write"],
                             pepper=settings.api_key_pepper.get_secret_value())

@@ -85,8 +85,26 @@ account-specific query. An assumption, documented in docs/pricing.md; the line i
 ``spot_capacity_unverified`` and the policy decides."""
 
 QUARANTINE_FLAGS = frozenset({"price_outlier", "spot_above_on_demand", "spot_not_discounted",
-                              "reserved_above_on_demand", "gpu_memory_mismatch"})
-"""Data-quality flags (service/catalog/quality.py) that make a price unfit to approve on."""
+                              "reserved_above_on_demand", "on_demand_below_committed",
+                              "gpu_memory_mismatch"})
+"""Data-quality flags (service/catalog/quality.py) that make a price unfit to approve on.
+``on_demand_below_committed`` is the other side of ``reserved_above_on_demand``: the seed's
+GCP A3 on-demand rows that carry it are Dynamic Workload Scheduler prices, about half the
+list price (docs/catalog.md, "GCP A3 on-demand"), so neither side is approved on by default
+(decision 339)."""
+
+RULE_CODES = (
+    "within_budget", "commitment_over_budget", "job_cost_over_budget", "amortised_accounting",
+    "deadline_met", "deadline_missed", "estimate_uncertain", "commitment_over_policy_limit",
+    "job_cost_over_policy_limit", "term_not_allowed", "provider_not_allowed",
+    "region_not_allowed", "indicative_price", "derived_price", "quarantined_price",
+    "stale_price", "undated_price", "price_date_unknown_observed", "observed_price_stale",
+    "fx_rate_stale", "fx_rate_too_old", "duration_over_limit",
+    "success_probability_below_minimum", "no_offer_fits_plan", "spot_capacity_unverified",
+    "capacity_limit_exceeded", "capacity_block_size_exceeded", "assumed_interruption_rate",
+    "infeasible", "no_feasible_offer")
+"""Every stable ``code`` a verdict's reason or a line's rule can carry (the API's ``RuleOut``
+documents this list); a client may switch on them."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Policy:

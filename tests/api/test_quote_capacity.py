@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from service.api.schemas.serving import SERVING_EXAMPLE
 from service.core import capacity
-from service.core.policy import DEFAULT_POLICY
+from service.core.policy import DEFAULT_POLICY, RULE_CODES
 from tests.api.test_quotes_api import all_lines
 
 KeyMaker = Callable[..., dict[str, str]]
@@ -71,6 +71,7 @@ class TestOnDemandAndReserved:
             assert gpus > DEFAULT_POLICY.max_on_demand_gpus_per_region
             (rule,) = capacity_rules(line)
             assert rule["code"] == "capacity_limit_exceeded"
+            assert rule["code"] in RULE_CODES
             assert rule["outcome"] == "fail"
             # The reason names the figure, the limit, its field, its source and the fix.
             assert f"{gpus:,.0f} GPUs" in rule["message"]

@@ -38,7 +38,7 @@ from service.catalog.currencies import is_currency
 from service.catalog.fx import Conversion
 from service.core import pricing
 from service.core.plausibility import details_of
-from service.core.policy import SEVERITY, Outcome, Policy, RuleResult
+from service.core.policy import RULE_CODES, SEVERITY, Outcome, Policy, RuleResult
 from service.core.quote import TERM_NAMES, Band, QuoteLine, TermValue
 from service.core.specs import RecomputeMode
 
@@ -463,14 +463,7 @@ class RuleOut(BaseModel):
     rule: str = Field(description="The policy rule (or 'budget', 'deadline', 'feasible').")
     outcome: RuleOutcome
     code: str = Field(examples=["commitment_over_budget"], description=(
-        "Stable code: within_budget, commitment_over_budget, job_cost_over_budget, "
-        "amortised_accounting, deadline_met, deadline_missed, estimate_uncertain, "
-        "commitment_over_policy_limit, job_cost_over_policy_limit, term_not_allowed, "
-        "provider_not_allowed, region_not_allowed, indicative_price, derived_price, "
-        "quarantined_price, stale_price, undated_price, price_date_unknown_observed, "
-        "observed_price_stale, fx_rate_stale, fx_rate_too_old, duration_over_limit, "
-        "success_probability_below_minimum, no_offer_fits_plan, spot_capacity_unverified, "
-        "assumed_interruption_rate, infeasible, no_feasible_offer."))
+        f"Stable code: {', '.join(RULE_CODES)}."))
     severity: Severity
     message: str
     date: dt.date | None = Field(default=None, exclude_if=_absent, examples=["2026-11-22"],

@@ -628,6 +628,156 @@ class Summary:
                 f"bias {self.bias:+6.1%}  ({self.rows} rows)")
 
 
+
+# -- the band (issue 40) ----------------------------------------------------------------------
+
+BAND_QUANTILES = (0.10, 0.90)
+"""The band is the 10th to 90th percentile of measured / model over a regime's out-of-sample
+rows: an 80 % band, as the training estimate's (docs/validation.md)."""
+WIDE_QUANTILES = (0.05, 0.95)
+"""The wide band (a regime with fewer than ``BAND_MIN_ROWS`` rows, or an uncalibrated engine
+x accelerator pair): the 5th to 95th percentile over every regime's rows pooled."""
+BAND_MIN_ROWS = 5
+METRICS = ("output_tokens_per_s", "ttft_s", "tpot_s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BandRegime:
+    """Which of the serving band's regimes a row (or an answer) is in (issue 40): its engine,
+    whether the model is a mixture of experts, and whether the load is open loop (a request
+    rate) or closed (a batch, a concurrency, or offline)."""
+
+    engine: s.Engine
+    moe: bool
+    open_loop: bool
+
+    def __repr__(self) -> str:
+        return (f"BandRegime(engine=Engine.{self.engine.name}, moe={self.moe}, "
+                f"open_loop={self.open_loop})")
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One out-of-sample ratio measured / model of one row and metric."""
+
+    row_id: str
+    document: str
+    regime: BandRegime
+    metric: str
+    ratio: float
+
+
+def _ratios(measured: float | None, predicted: float) -> float | None:
+    return measured / predicted if measured and predicted > 0 else None
+
+
+def residuals(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> list[Residual]:
+    """Every evaluated row's out-of-sample ratios: closed-loop rows from the table fitted
+    without their document (``leave_one_source_out``), open-loop rows the model serves (not
+    saturated) from their fold or the shipped fit, which never saw them. Held-out documents
+    (``HELD_OUT_DOCUMENTS``) fit nothing, so every fold is out of sample for them too."""
+    usable = [r for r in rows if skip_reason(r, accelerators) is None]
+    tables = fold_tables(usable, accelerators)
+    by_id = {r["id"]: r for r in rows}
+    out: list[Residual] = []
+    for x in leave_one_source_out(usable, accelerators, tables=tables):
+        regime = BandRegime(engine=x.engine, moe=is_moe(by_id[x.row_id]), open_loop=False)
+        for metric, ratio in (("output_tokens_per_s", _ratios(x.measured, x.predicted)),
+                              ("ttft_s", _ratios(x.measured_ttft_s, x.predicted_ttft_s)),
+                              ("tpot_s", _ratios(x.measured_tpot_s, x.predicted_tpot_s))):
+            if ratio is not None:
+                out.append(Residual(x.row_id, x.document, regime, metric, ratio))
+    fitted = fit(usable, accelerators)
+    open_rows = [r for r in rows if is_open_loop(r) and open_loop_skip_reason(r, accelerators)
+                 is None]
+    for y in open_loop_leave_one_source_out(open_rows, tables, fitted, accelerators):
+        if y.saturated:
+            continue  # no steady state to compare (the answer says so, coded saturated)
+        regime = BandRegime(engine=y.engine, moe=is_moe(by_id[y.row_id]), open_loop=True)
+        for metric, ratio in (("ttft_s", _ratios(y.measured_ttft_s, y.predicted_ttft_s)),
+                              ("tpot_s", _ratios(y.measured_tpot_s, y.predicted_tpot_s))):
+            if ratio is not None:
+                out.append(Residual(y.row_id, y.document, regime, metric, ratio))
+    return out
+
+
+def _quantiles(values: Sequence[float], quantiles: tuple[float, float]) -> tuple[float, float]:
+    """Linear-interpolated quantiles of ``values`` (numpy's default, 'linear')."""
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        position = q * (len(ordered) - 1)
+        below = int(position)
+        above = min(below + 1, len(ordered) - 1)
+        return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+    low, high = at(quantiles[0]), at(quantiles[1])
+    return round(low, 4), round(high, 4)
+
+
+def band_table(found: Sequence[Residual]) -> tuple[
+        dict[BandRegime, dict[str, tuple[float, float]]], dict[str, tuple[float, float]]]:
+    """(per regime and metric with at least ``BAND_MIN_ROWS`` rows, the 10th-90th percentile
+    of measured / model; per metric, the wide 5th-95th percentile over every row pooled)."""
+    grouped: dict[BandRegime, dict[str, list[float]]] = {}
+    pooled: dict[str, list[float]] = {}
+    for x in found:
+        grouped.setdefault(x.regime, {}).setdefault(x.metric, []).append(x.ratio)
+        pooled.setdefault(x.metric, []).append(x.ratio)
+    table = {regime: {m: _quantiles(v, BAND_QUANTILES) for m, v in sorted(metrics.items())
+                      if len(v) >= BAND_MIN_ROWS}
+             for regime, metrics in grouped.items()}
+    table = {k: v for k, v in sorted(table.items(), key=lambda kv: str(kv[0])) if v}
+    wide = {m: _quantiles(v, WIDE_QUANTILES) for m, v in sorted(pooled.items())}
+    return table, wide
+
+
+def band_of(regime: BandRegime, metric: str,
+            table: Mapping[BandRegime, Mapping[str, tuple[float, float]]],
+            wide: Mapping[str, tuple[float, float]]) -> tuple[float, float]:
+    """The band a regime's metric answers with: its own, else the wide one."""
+    return table.get(regime, {}).get(metric, wide[metric])
+
+
+def coverage(found: Sequence[Residual], *, held_out_bands: bool) -> dict[
+        tuple[BandRegime, str], tuple[int, int]]:
+    """(regime, metric) -> (rows inside the band, rows). ``held_out_bands``: each row judged
+    by the band fitted without its document (the honest, out-of-sample coverage); else by
+    the band fitted on every row."""
+    inside: Counter[tuple[BandRegime, str]] = Counter()
+    total: Counter[tuple[BandRegime, str]] = Counter()
+    bands = {None: band_table(found)}
+    if held_out_bands:
+        for doc in {x.document for x in found}:
+            bands[doc] = band_table([x for x in found if x.document != doc])
+    for x in found:
+        table, wide = bands[x.document if held_out_bands else None]
+        if x.metric not in wide:
+            continue  # the metric has no other document's row: no band to judge it by
+        low, high = band_of(x.regime, x.metric, table, wide)
+        total[(x.regime, x.metric)] += 1
+        inside[(x.regime, x.metric)] += low <= x.ratio <= high
+    return {key: (inside[key], n) for key, n in total.items()}
+
+
+def print_band(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> None:
+    """``--band``: the regimes' bands as ``serving.SERVING_BAND`` and ``SERVING_WIDE_BAND``
+    hold them, and their coverage in sample and with each document's band fitted without it."""
+    found = residuals(rows, accelerators)
+    table, wide = band_table(found)
+    print("SERVING_BAND = {")
+    for regime, metrics in table.items():
+        print(f"    {regime!r}: {metrics!r},")
+    print("}")
+    print(f"SERVING_WIDE_BAND = {wide!r}")
+    ins, outs = coverage(found, held_out_bands=False), coverage(found, held_out_bands=True)
+    print("\ncoverage: regime, metric: in sample | each document's band fitted without it")
+    for key in sorted(ins, key=str):
+        (a, n), (b, m) = ins[key], outs.get(key, (0, 0))
+        print(f"  {key[0]!s:42s} {key[1]:20s} {a:3d}/{n:<3d} {a / n:6.1%} | "
+              f"{b:3d}/{m:<3d} {b / m if m else 0:6.1%}")
+
+
 def load() -> list[Row]:
     with DATA.open(encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
@@ -794,4 +944,7 @@ def print_open_loop(rows: Sequence[Row], table: Table, tables: Mapping[str, Tabl
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--band"]:
+        print_band(load(), seed_accelerators())
+        sys.exit(0)
     sys.exit(main())

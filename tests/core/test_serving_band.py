@@ -93,3 +93,59 @@ def test_the_pairs_given_replace_the_shipped_ones() -> None:
     details = s.validation_warnings(DENSE, d, traffic(concurrency=8), 8.0,
                                     pairs={(s.Engine.SGLANG, "h200-sxm-141gb"): 3})
     assert details == []
+
+
+# -- the band's regimes and their out-of-sample coverage (benchmarks.serving_validation) ----
+
+VLLM_DENSE = v.BandRegime(engine=s.Engine.VLLM, moe=False, open_loop=False)
+SGLANG_OPEN = v.BandRegime(engine=s.Engine.SGLANG, moe=False, open_loop=True)
+
+
+def _residual(doc: str, regime: v.BandRegime, ratio: float, i: int,
+              metric: str = "output_tokens_per_s") -> v.Residual:
+    return v.Residual(row_id=f"{doc}-{i}", document=doc, regime=regime, metric=metric,
+                      ratio=ratio)
+
+
+def test_a_regime_band_is_the_10th_to_90th_percentile_and_needs_five_rows() -> None:
+    found = [_residual("a", VLLM_DENSE, r, i) for i, r in enumerate([1.0, 2.0, 3.0, 4.0, 5.0,
+                                                                     6.0, 7.0, 8.0, 9.0, 10.0,
+                                                                     11.0])]
+    found += [_residual("b", SGLANG_OPEN, 1.0, i) for i in range(4)]  # four: no band
+    table, wide = v.band_table(found)
+    assert table == {VLLM_DENSE: {"output_tokens_per_s": (2.0, 10.0)}}  # by hand: 0.1 x 10
+    # The wide band pools all 15 rows (ten 1.0s less six): 5th and 95th percentiles.
+    pooled = sorted([1.0] * 4 + [float(x) for x in range(1, 12)])
+    assert wide["output_tokens_per_s"] == (pooled[0] + (pooled[1] - pooled[0]) * 0.7,
+                                           round(pooled[13] + (pooled[14] - pooled[13]) * 0.3,
+                                                 4))
+    assert v.band_of(SGLANG_OPEN, "output_tokens_per_s", table, wide) == wide[
+        "output_tokens_per_s"]
+
+
+def test_held_out_coverage_judges_each_document_by_a_band_fitted_without_it() -> None:
+    # Two documents agree; a third is twice as slow as the model says. In sample the band
+    # stretches to cover it; judged by the band of the other two it falls outside.
+    found = [_residual("a", VLLM_DENSE, 1.0 + 0.01 * i, i) for i in range(6)]
+    found += [_residual("b", VLLM_DENSE, 1.02 + 0.01 * i, i) for i in range(6)]
+    found += [_residual("c", VLLM_DENSE, 0.5, i) for i in range(6)]
+    inside, _ = v.coverage(found, held_out_bands=False)[(VLLM_DENSE, "output_tokens_per_s")]
+    held, n = v.coverage(found, held_out_bands=True)[(VLLM_DENSE, "output_tokens_per_s")]
+    assert n == 18
+    assert inside >= 14
+    assert held <= 12  # none of c's six rows lies in a band fitted on a and b alone
+
+
+def test_every_residual_is_out_of_sample() -> None:
+    """Closed-loop residuals come from the fold without the row's document; open-loop ones
+    from rows no table was fitted on; none from a saturated answer."""
+    found = v.residuals(ROWS, ACC)
+    closed = {x.row_id for x in found if not x.regime.open_loop}
+    loso = {x.row_id: x for x in v.leave_one_source_out(USABLE, ACC)}
+    assert closed == set(loso)
+    for x in found:
+        if x.metric == "output_tokens_per_s":
+            assert x.ratio == loso[x.row_id].measured / loso[x.row_id].predicted
+    fitted_on = {row_id for eff in s.ENGINE_EFFICIENCY.values()
+                 for row_id in eff.basis.replace(",", " ").split()}
+    assert not {x.row_id for x in found if x.regime.open_loop} & fitted_on

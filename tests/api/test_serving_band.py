@@ -39,3 +39,28 @@ def test_moe_serving_is_coded_outside_the_validated_range(client: TestClient) ->
                 if d["code"] == "outside_validated_range" and d["field"] == "model"]
     assert detail["message"] in e["warnings"]
     assert e["throughput"]["output_tokens_per_s"] > 0
+
+
+def test_every_serving_warning_code_and_field_is_documented(client: TestClient) -> None:
+    """Every code a serving answer can carry, with the fields it names, is in the document's
+    description of ``warning_details`` (the description had two of the four codes)."""
+    from service.core import serving
+    from service.core.plausibility import DEFAULTED_INPUT, OUTSIDE_VALIDATED_RANGE
+
+    spec = client.get("/openapi.json").json()
+    text = spec["components"]["schemas"]["ServingResponse"]["properties"]["warning_details"][
+        "description"]
+    for code in (DEFAULTED_INPUT, serving.SATURATED, serving.UNCALIBRATED_ENGINE,
+                 OUTSIDE_VALIDATED_RANGE):
+        assert code in text, code
+    # The fields answers name: from real answers, not from a list kept beside the text.
+    answers = [client.post("/v1/serving-estimates", json=b).json() for b in (
+        body(accelerator="mi300x-192gb", engine="sglang"),
+        {**body(), "model": {"preset": "mixtral-8x7b"}},
+        {**body(), "traffic": {**SERVING_EXAMPLE["traffic"], "requests_per_s": 10_000.0}},
+        body(replicas=1),
+    )]
+    fields = {d["field"] for a in answers for d in a.get("warning_details", [])}
+    assert {"deployment.engine", "deployment.engine_version", "model"} <= fields
+    for field in fields:
+        assert field in text, field

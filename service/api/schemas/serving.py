@@ -321,8 +321,16 @@ class ServingResponse(BaseModel):
         "model, the KV-cache occupancy, and at a request rate the measured TTFT gap when no "
         "TTFT SLO is given."))
     warning_details: list[WarningDetailOut] = Field(default_factory=list, description=(
-        "Coded warnings: defaulted_input (deployment.engine_version not given), saturated "
-        "(the load exceeds what the replicas serve; its message gives the queue growth)."))
+        "Coded warnings, each {code, field, message}: defaulted_input (field "
+        "deployment.engine_version: not given, the latest documented version assumed); "
+        "saturated (field traffic.requests_per_s, or deployment.replicas when pinned: the "
+        "load exceeds what the replicas serve; the message gives the queue growth); "
+        "uncalibrated_engine (field deployment.engine: no published row of this engine on "
+        "this accelerator was fitted, so the efficiencies are a prior); "
+        "outside_validated_range (field model for a mixture-of-experts model; "
+        "traffic.prompt_tokens or traffic.output_tokens for a mean length beyond the "
+        "validated serving rows; traffic.concurrency or traffic.batch_size for a closed-loop "
+        "running batch beyond them)."))
 
     @classmethod
     def from_core(cls, e: serving.ServingEstimate, deployment: DeploymentIn,

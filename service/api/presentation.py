@@ -4,11 +4,14 @@ a terminal and a browser show the same numbers the same way. Pure functions of A
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
 from service.catalog.currencies import minor_units
 
+T = TypeVar("T")
 GIB_BYTES = 1024**3
 DAY_S = 86_400.0
 MONTH_S = 365.25 * 86_400 / 12
@@ -232,3 +235,110 @@ def stopped_size(answer: dict[str, Any]) -> dict[str, Any] | None:
     floor = largest["params"] if largest else -1
     above = [m for m in models_by_size(answer) if m["params"] > floor and m.get("bound")]
     return above[0] if above else None
+
+
+RULE_LABELS: dict[str, str] = {
+    "within_budget": "within the budget",
+    "commitment_over_budget": "commitment over the budget",
+    "job_cost_over_budget": "job cost over the budget",
+    "amortised_accounting": "judged by the amortised job cost",
+    "deadline_met": "meets the deadline",
+    "deadline_missed": "misses the deadline",
+    "estimate_uncertain": "over at the slow end of the 80% band",
+    "commitment_over_policy_limit": "commitment over the policy's limit",
+    "job_cost_over_policy_limit": "job cost over the policy's limit",
+    "term_not_allowed": "term not allowed by the policy",
+    "provider_not_allowed": "provider not allowed by the policy",
+    "region_not_allowed": "region not allowed by the policy",
+    "indicative_price": "indicative price, not a seller's firm figure",
+    "derived_price": "derived price, not published",
+    "quarantined_price": "price quarantined by a data-quality check",
+    "stale_price": "price older than the policy allows",
+    "undated_price": "price without a date",
+    "price_date_unknown_observed": "undated price, read recently",
+    "observed_price_stale": "undated price, read too long ago",
+    "fx_rate_stale": "exchange rate stale",
+    "fx_rate_too_old": "exchange rate too old",
+    "duration_over_limit": "longer than the policy allows",
+    "success_probability_below_minimum": "too unlikely to meet the deadline",
+    "no_offer_fits_plan": "no offer can host the plan",
+    "spot_capacity_unverified": "spot capacity not verified",
+    "capacity_limit_exceeded": "more GPUs than a region's quota",
+    "capacity_block_size_exceeded": "more instances than capacity blocks allow",
+    "assumed_interruption_rate": "spot interruption rate assumed",
+    "infeasible": "the plan cannot run on this offer",
+    "no_feasible_offer": "no offer can run this workload",
+}
+"""Every rule code (``service/core/policy.RULE_CODES``) in a few words, for a line's reasons
+in the portal; the code itself is shown beside it."""
+
+REASON_OUTCOMES = ("fail", "warn")
+"""The rule outcomes that are a line's reasons, in the order shown: failures first."""
+
+
+def rule_label(code: str) -> str:
+    return RULE_LABELS.get(code, code.replace("_", " "))
+
+
+def line_reasons(line: dict[str, Any]) -> list[dict[str, Any]]:
+    """A quote line's reasons: the rules that failed, then those that warned (a line's
+    ``rules`` hold only these), recognised by their ``outcome`` and ``code``, never by the
+    words of their messages."""
+    rules = line.get("rules") or []
+    return [rule for outcome in REASON_OUTCOMES for rule in rules
+            if rule.get("outcome") == outcome]
+
+
+def group_alike(items: Sequence[T], key: Callable[[T], Hashable]) -> list[tuple[T, int]]:
+    """Each first item of a run of items with the same key, and how many more it stands for
+    (in first-seen order: a ranked list stays ranked)."""
+    groups: dict[Hashable, list[Any]] = {}
+    for item in items:
+        groups.setdefault(key(item), [item, 0])[1] += 1
+    return [(first, count - 1) for first, count in groups.values()]
+
+
+def plan_figures(plan: dict[str, Any]) -> tuple[Any, ...]:
+    """What a plans table shows of a plan besides its layout: plans equal in these are
+    permutations with identical figures, and share a row (``cq optimise`` and the portal's
+    Optimise table)."""
+    return (plan["accelerator"], plan["num_gpus"], plan["global_batch_seqs"],
+            duration(plan["time"]["train_s"]), number(plan["time"]["gpu_hours"]),
+            percent(plan["time"]["mfu_fraction"]),
+            gib(plan["memory"]["peak_bytes_per_gpu"]), plan.get("cost_usd"))
+
+
+def fold_plans(plans: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+    """Ranked plans with identical figures (``plan_figures``) folded into their best-ranked
+    one: each row's plan and how many alike it stands for."""
+    return group_alike(plans, plan_figures)
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateBand:
+    """An estimate's 80% band (``time.tokens_per_s_low``/``_high``) and the step and training
+    times at its ends: time scales with tokens/s ÷ the band's end, as ``cq estimate`` shows
+    it (``service/cli/estimate.band_figures``). ``*_low`` is the fast end of each time."""
+
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    step_s_low: float
+    step_s_high: float
+    train_s_low: float
+    train_s_high: float
+
+
+def estimate_band(estimate: dict[str, Any]) -> EstimateBand | None:
+    """The band of an estimate (or of a plan), or None when its ends are not positive finite
+    numbers (nothing to scale by)."""
+    time = estimate["time"]
+    tps, low, high = time["tokens_per_s"], time.get("tokens_per_s_low"), time.get(
+        "tokens_per_s_high")
+    if not all(isinstance(v, int | float) and math.isfinite(v) and v > 0
+               for v in (tps, low, high)):
+        return None
+    return EstimateBand(tokens_per_s_low=low, tokens_per_s_high=high,
+                        step_s_low=time["step_s"] * tps / high,
+                        step_s_high=time["step_s"] * tps / low,
+                        train_s_low=time["train_s"] * tps / high,
+                        train_s_high=time["train_s"] * tps / low)

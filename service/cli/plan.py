@@ -37,22 +37,13 @@ from service.cli.common import (
 )
 
 
-def _plan_figures(plan: dict[str, Any]) -> tuple[Any, ...]:
-    """What a plans table shows of a plan besides its layout: plans equal in these are
-    permutations with identical figures, and share a row."""
-    return (plan["accelerator"], plan["num_gpus"], plan["global_batch_seqs"],
-            fmt.duration(plan["time"]["train_s"]), fmt.number(plan["time"]["gpu_hours"]),
-            fmt.percent(plan["time"]["mfu_fraction"]),
-            fmt.gib(plan["memory"]["peak_bytes_per_gpu"]), plan.get("cost_usd"))
-
-
 def render_plans(answer: dict[str, Any]) -> None:
     plans = answer["plans"]
     search = answer["search"]
     accelerators = {p["accelerator"] for p in plans}
     batches = {p["global_batch_seqs"] for p in plans}
     costed = any(p.get("cost_usd") for p in plans)
-    rows = tb.group_alike(plans, _plan_figures)
+    rows = fmt.fold_plans(plans)
     alike = sum(more for _, more in rows)
     title = (f"Best plans ({answer['objective']}): "
              f"{tb.shown_of(len(plans), search['feasible'], 'feasible plans')}"
@@ -65,7 +56,7 @@ def render_plans(answer: dict[str, Any]) -> None:
         *([tb.num("cost USD")] if costed else [])]
     table = _table(title, columns)
     for plan, more in rows:
-        figures = _plan_figures(plan)
+        figures = fmt.plan_figures(plan)
         table.add_row(str(plan["rank"]),
                       *([plan["accelerator"]] if len(accelerators) > 1 else []),
                       f"{plan['num_gpus']:,}",

@@ -123,6 +123,16 @@ class Part:
     value: float
 
 
+@dataclass(frozen=True)
+class Band:
+    """A range drawn over a bar (an estimate's 80% band), ``low`` to ``high`` in the bar's
+    base units, with the text that states its figures."""
+
+    low: float
+    high: float
+    label: str
+
+
 def _title_lines(title: str, width: int) -> list[str]:
     """The visible title, wrapped to the drawing's width (about 8.5 units a character)."""
     return textwrap.wrap(title, max(20, int((width - 16) / 8.5))) or [title]
@@ -153,12 +163,19 @@ def responsive(wide: str, narrow: str) -> str:
     return f'<div class="chart-wide">{wide}</div><div class="chart-narrow">{narrow}</div>'
 
 
+def _band_lines(label: str, width: int) -> list[str]:
+    """A band's label wrapped to the drawing's width (12-unit text, about 6.6 a character)."""
+    return textwrap.wrap(label, max(20, int((width - 16) / 6.6))) or [label]
+
+
 def stacked_bar(ident: str, title: str, parts: Sequence[Part], *, unit: str,
                 scale: float = 1.0, limit: float | None = None,
-                limit_label: str = "capacity", width: int = WIDE_W) -> str:
+                limit_label: str = "capacity", band: Band | None = None,
+                width: int = WIDE_W) -> str:
     """One horizontal bar made of ``parts`` (values in base units, divided by ``scale`` for
-    display in ``unit``), with an optional limit line (a GPU's memory). A narrow ``width``
-    stacks the legend in one column."""
+    display in ``unit``), with an optional limit line (a GPU's memory) and an optional
+    ``band``: a shaded range with a whisker across the bar, from its low to its high end, and
+    its label under the legend. A narrow ``width`` stacks the legend in one column."""
     left, right = 16, 24
     columns = 2 if width >= 2 * NARROW_W else 1
     bar_y, bar_h = 44, 34
@@ -169,7 +186,13 @@ def stacked_bar(ident: str, title: str, parts: Sequence[Part], *, unit: str,
     total = sum(p.value for p in shown)
     cap = limit / scale if limit is not None else None
     drawn_cap = drawable(cap) if cap is not None else None
-    ticks = nice_ticks(max(sum(lengths), drawn_cap or 0.0) * 1.02, 5 if columns == 2 else 4)
+    # A band whose ends are not numbers, or are out of order, is not drawn (its label is).
+    ends = (drawable(band.low / scale), drawable(band.high / scale)) if band else (None, None)
+    drawn_band = ((ends[0], ends[1]) if ends[0] is not None and ends[1] is not None
+                  and ends[0] <= ends[1] else None)
+    ticks = nice_ticks(max(sum(lengths), drawn_cap or 0.0,
+                           drawn_band[1] if drawn_band else 0.0) * 1.02,
+                       5 if columns == 2 else 4)
     top = ticks[-1]
     plot_w = width - left - right
 
@@ -177,11 +200,14 @@ def stacked_bar(ident: str, title: str, parts: Sequence[Part], *, unit: str,
         return left + plot_w * min(value, top) / top
 
     legend_rows = math.ceil(len(shown) / columns)
-    height = bar_y + bar_h + 48 + 22 * legend_rows
+    band_lines = _band_lines(band.label, width) if band else []
+    height = bar_y + bar_h + 48 + 22 * legend_rows + (18 * len(band_lines) + 8 if band else 0)
     description = "; ".join(f"{p.label} {p.value:,.2f} {unit}" for p in shown)
     description += f"; total {total:,.2f} {unit}"
     if cap is not None:
         description += f"; {limit_label} {cap:,.2f} {unit}"
+    if band is not None:
+        description += f"; {band.label}"
     svg = _open(width, height, title, description, ident)
     for tick in ticks:
         svg.append(f'<line x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{bar_y - 4}" '
@@ -198,6 +224,20 @@ def stacked_bar(ident: str, title: str, parts: Sequence[Part], *, unit: str,
                    f'height="{bar_h}" fill="{colour}"><title>{escape(part.label)}: '
                    f'{part.value:,.2f} {escape(unit)}</title></rect>')
         start += length
+    if band is not None and drawn_band is not None:
+        low_x, high_x = x(drawn_band[0]), x(drawn_band[1])
+        mid_y = bar_y + bar_h / 2
+        svg.append(f'<g class="band" aria-label="{escape(band.label)}">'
+                   f'<title>{escape(band.label)}</title>'
+                   f'<rect class="band-range" x="{low_x:.1f}" y="{bar_y - 6}" '
+                   f'width="{high_x - low_x:.2f}" height="{bar_h + 12}" fill="{INK}" '
+                   f'fill-opacity="0.18" stroke="{INK}" stroke-dasharray="3 2"/>'
+                   f'<line x1="{low_x:.1f}" x2="{high_x:.1f}" y1="{mid_y:.1f}" '
+                   f'y2="{mid_y:.1f}" stroke="{INK}" stroke-width="2"/>'
+                   + "".join(f'<line x1="{end:.1f}" x2="{end:.1f}" y1="{bar_y - 6}" '
+                             f'y2="{bar_y + bar_h + 6}" stroke="{INK}" stroke-width="2"/>'
+                             for end in (low_x, high_x))
+                   + '</g>')
     if cap is not None and drawn_cap is not None:
         svg.append(f'<line x1="{x(drawn_cap):.1f}" x2="{x(drawn_cap):.1f}" y1="{bar_y - 10}" '
                    f'y2="{bar_y + bar_h + 6}" stroke="{INK}" stroke-width="2.5" '
@@ -216,6 +256,13 @@ def stacked_bar(ident: str, title: str, parts: Sequence[Part], *, unit: str,
         svg.append(f'<text x="{lx + 18:.1f}" y="{ly}" font-size="12" fill="{INK}" '
                    'class="legend">'
                    f'{escape(part.label)}: {part.value:,.2f} {escape(unit.split()[0])}</text>')
+    if band is not None:
+        band_y = legend_y + 22 * legend_rows + 4
+        svg.append(f'<text class="band-label" id="{ident}-band" x="{left}" y="{band_y}" '
+                   f'font-size="12" fill="{INK}">'
+                   + "".join(f'<tspan x="{left}" dy="{0 if i == 0 else 18}">{escape(line)}'
+                             '</tspan>' for i, line in enumerate(band_lines))
+                   + '</text>')
     svg.append(_CLOSE)
     return "\n".join(svg)
 

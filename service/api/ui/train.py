@@ -239,8 +239,21 @@ def _estimate_charts(answer: dict[str, Any], ident: str) -> dict[str, str]:
     timing = _both(
         charts.stacked_bar, f"{ident}-step", "Step time breakdown",
         [charts.Part(label, seconds) for label, seconds in fmt.step_parts(answer)],
-        unit=unit, scale=scale)
+        unit=unit, scale=scale, band=_step_band(answer))
     return {"memory": memory, "step": timing}
+
+
+def _step_band(answer: dict[str, Any]) -> charts.Band | None:
+    """The estimate's 80% band on the step-time bar: the step time at each end, labelled
+    with the figures ``cq estimate`` prints (tokens/s and training time at each end)."""
+    band = fmt.estimate_band(answer)
+    if band is None:
+        return None
+    label = (f"80% band: {fmt.duration(band.step_s_low)} – {fmt.duration(band.step_s_high)} "
+             f"per step; {fmt.number(band.tokens_per_s_low)} – "
+             f"{fmt.number(band.tokens_per_s_high)} tokens/s; training "
+             f"{fmt.duration(band.train_s_low)} – {fmt.duration(band.train_s_high)}")
+    return charts.Band(low=band.step_s_low, high=band.step_s_high, label=label)
 
 
 async def _cheapest_on_demand(client: httpx.AsyncClient,

@@ -108,6 +108,11 @@ class Settings(BaseSettings):
     quote_ttl_days: int = Field(
         default=30, ge=1, le=3650, description="Days until a stored quote's expires_at.",
     )
+    quote_link_ttl_s: int = Field(
+        default=900, ge=60, le=3600,
+        description="Seconds a portal link to a stored quote's page (/ui/quotes/{id}?t=...) "
+                    "stays valid: the page a quote is made on signs it, so the link opens "
+                    "without the key for this long, then asks for the key.")
     max_reasonable_train_days: float = Field(
         default=365.0, gt=0.0, le=36_500.0,
         description="An estimate or plan whose training takes longer than this many days of "

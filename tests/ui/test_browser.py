@@ -147,7 +147,9 @@ def test_the_stored_quote_is_an_audit_document(page: Page, server: tuple[str, st
     page.fill("#f-tokens", "1e11")
     page.click("button[value=quote]")
     page.wait_for_selector("#verdict")
-    page.click("text=its audit page")
+    href = page.get_attribute("text=its audit page", "href")
+    assert href is not None
+    page.goto(href.split("?", 1)[0])  # the link without its signed token (issue 41)
     page.wait_for_selector("#open")  # the quote is its owner's: the page asks for the key
     page.fill("#api_key", server[1])
     page.click("#open")
@@ -562,3 +564,71 @@ def test_the_serve_tab_charts_latency_against_throughput(screen: tuple[str, Page
     assert _overflow(page) == 0
     assert _low_contrast(_colours(page, "#serve-figures *, nav.tabs a, #latency *")) == []
     shot(page, f"ui-serve-{name}")
+
+
+def _quote_in_the_portal(page: Page, key: str) -> str:
+    """Quote a training run in the portal with ``key``; the stored quote's link it gives."""
+    page.goto("/ui")
+    page.fill("#f-budget", "250000")
+    page.fill("#f-providers", "aws, onprem")
+    page.fill("#f-api_key", key)
+    page.fill("#f-tokens", "1e11")
+    page.click("button[value=quote]")
+    page.wait_for_selector("#verdict")
+    href = page.get_attribute("text=its audit page", "href")
+    assert href is not None
+    return href
+
+
+def test_the_stored_quote_link_opens_the_quote_without_the_key(
+        screen: tuple[str, Page], server: tuple[str, str]) -> None:
+    """Issue 41: the link of the page a quote is made on opened a red 'Sign-in needed
+    (401)'; it is signed now, for CQ_QUOTE_LINK_TTL_S. On a phone the quote's id in the
+    heading made the page 536 px wide in 390; it wraps."""
+    name, page = screen
+    href = _quote_in_the_portal(page, server[1])
+    assert re.fullmatch(r"/ui/quotes/q_[0-9a-f]{32}\?t=[0-9]+\.[A-Za-z0-9_-]{43}\.portal", href)
+    assert server[1] not in href
+    page.click("text=its audit page")
+    page.wait_for_selector("#commitment-figures")
+    assert page.locator("#open").count() == 0  # no key form: the link was enough
+    assert page.locator(".errors").count() == 0
+    quote_id = href.split("?", 1)[0].rsplit("/", 1)[1]
+    stored = httpx.get(f"{server[0]}/v1/quotes/{quote_id}",
+                       headers={"Authorization": f"Bearer {server[1]}"}).json()
+    assert page.inner_text("#verdict") == f"Verdict: {stored['verdict']}"
+    assert page.inner_text("h1") == f"Quote {quote_id}"
+    scroll_width, viewport = page.evaluate(
+        "() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert scroll_width <= viewport == SCREENS[name]["width"]
+    shot(page, f"ui-stored-quote-link-{name}")
+
+
+def test_an_expired_link_asks_for_the_key_and_fits_a_phone(browser: Browser,
+                                                           server: tuple[str, str]) -> None:
+    """The 401 page an expired link lands on names the quote and says why, with no sideways
+    scroll at 390 px; the key opens the quote from it."""
+    import time
+
+    from service.api.ui.links import LinkSigner  # the server's settings: the default pepper
+
+    context = browser.new_context(viewport=PHONE, base_url=server[0])
+    page = context.new_page()
+    path = _quote_in_the_portal(page, server[1]).split("?", 1)[0]
+    quote_id = path.rsplit("/", 1)[1]
+    signer = LinkSigner.from_settings(Settings())
+    an_hour_ago = int(time.time()) - 3600
+    page.goto(f"{path}?t={signer.token(quote_id, 'portal', an_hour_ago)}")
+    page.wait_for_selector("#open")
+    assert page.inner_text("h1") == "Sign-in needed"
+    assert page.inner_text("#error-quote") == f"Quote {quote_id}"
+    assert "This link expired" in page.inner_text(".errors")
+    scroll_width, viewport = page.evaluate(
+        "() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert scroll_width <= viewport == PHONE["width"]
+    shot(page, "ui-stored-quote-link-refused-phone")
+    page.fill("#api_key", server[1])
+    page.click("#open")
+    page.wait_for_selector("#commitment-figures")
+    assert _overflow(page) == 0
+    context.close()

@@ -3,12 +3,15 @@ caller's key (``GET /v1/quotes/{id}``), and verified on request (``POST .../veri
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -19,7 +22,11 @@ from service.api.ui.common import (
     _problem,
     _rendered,
 )
-from service.catalog.models import Quote
+from service.api.ui.links import LINK_PARAM, LinkRefusedError, LinkSigner, Refusal
+from service.catalog.errors import NotFoundError
+from service.catalog.keys import grants
+from service.catalog.models import ApiKey, Quote
+from service.catalog.quotes import Reader, get_quote
 
 router = APIRouter(include_in_schema=False)
 
@@ -180,6 +187,8 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
         headers["Authorization"] = f"Bearer {key}"
     elif auth := request.headers.get("authorization"):
         headers["Authorization"] = auth
+    elif (token := request.query_params.get(LINK_PARAM)) is not None and not verify:
+        return await _linked_quote(request, session, quote_id, token)
     else:
         return await _quote_error(request, 401, "A stored quote can be read by the key that "
                                                 "made it, keys of its team and quotes:admin "
@@ -207,15 +216,63 @@ async def _stored_quote(request: Request, session: Session, quote_id: str,
     quote = response.json()
     # The API has let this caller read the quote; its stored request says what was quoted.
     row = await run_in_threadpool(session.get, Quote, quote_id)
+    return await _document(request, quote, row, verify=verified, verify_error=verify_error)
+
+
+async def _document(request: Request, quote: dict[str, Any], row: Quote | None,
+                    **context: Any) -> HTMLResponse:
     stored = row.request if row is not None and isinstance(row.request, dict) else None
     return await _quote_page(request, r=quote, req=stored, workload=workload_rows(stored, quote),
-                       budget=budget_view(quote), verify=verified, verify_error=verify_error)
+                             budget=budget_view(quote), **context)
+
+
+LINK_REFUSED = {
+    Refusal.EXPIRED: "This link expired: a link to a stored quote opens it for {minutes} "
+                     "minutes after the quote is made. Sign in with your key to open it.",
+    Refusal.INVALID: "This link is not valid for this quote (it was changed, or made for "
+                     "another quote or server). Sign in with your key to open it.",
+}
+LINK_KEY_GONE = ("The key this link was made for can no longer read this quote (it was "
+                 "revoked, or lost quotes:read). Sign in with your key to open it.")
+
+
+def _owned_quote(session: Session, quote_id: str, principal: str) -> Quote | None:
+    """The quote, if ``principal`` made it and still holds a live key with quotes:read (a
+    revoked key's links stop at once, not when they expire); else None."""
+    key = session.scalar(select(ApiKey).where(ApiKey.name == principal))
+    if key is None or key.revoked_at is not None \
+            or not grants(key.scopes.split(), "quotes:read"):
+        return None
+    try:
+        return get_quote(session, quote_id, Reader(principal=principal, team=None,
+                                                   every_principal=False))
+    except NotFoundError:
+        return None
+
+
+async def _linked_quote(request: Request, session: Session, quote_id: str,
+                        token: str) -> HTMLResponse:
+    """The page opened by a signed link (``links.py``): the token stands for the read of
+    the principal the portal made the quote for, on this one quote, until it expires. The
+    quote is read as the API's GET would read it for that principal (``Reader``), and shown
+    as first answered; a refused token is the 401 page, which asks for the key."""
+    signer = LinkSigner.from_settings(request.app.state.settings)
+    try:
+        principal = signer.principal(token, quote_id, int(time.time()))
+    except LinkRefusedError as refused:
+        detail = LINK_REFUSED[refused.reason].format(minutes=signer.ttl_s // 60)
+        return await _quote_error(request, 401, detail, quote_id)
+    row = await run_in_threadpool(_owned_quote, session, quote_id, principal)
+    if row is None:
+        return await _quote_error(request, 401, LINK_KEY_GONE, quote_id)
+    return await _document(request, json.loads(row.response), row, verify=None,
+                           verify_error=None)
 
 
 @router.get("/ui/quotes/{quote_id}", response_class=HTMLResponse)
 async def portal_quote(request: Request, quote_id: str, session: SessionDep) -> HTMLResponse:
     """A stored quote as an audit document (its JSON is at /v1/quotes/{id}); without an
-    Authorization header, a form asks for the key."""
+    Authorization header or a valid signed link (``?t=``), a form asks for the key."""
     return await _stored_quote(request, session, quote_id, None)
 
 

@@ -9,7 +9,8 @@ requests (read it with ``python -m pstats PATH``; ``benchmarks/profile.md`` summ
 
 Scenarios: ``estimates`` (the documented example body, sent again and again: after the first
 it is answered from the estimate memo), ``estimates-varied`` (the same body with a random
-``training.tokens`` per request, so the memo never hits), ``offers`` (the load benchmark's
+``training.tokens`` per request, so the memo never hits), ``serving-varied`` (the documented
+serving estimate at a random ``traffic.requests_per_s``), ``offers`` (the load benchmark's
 filtered page, warm page cache), ``offers-cold`` (the same page built every time),
 ``quotes`` (the load benchmark's quote, unique Idempotency-Keys), ``quotes-varied`` (the
 same quote with a different ``gpu_hours`` on every request, so that no line's figures repeat
@@ -36,6 +37,7 @@ from typing import Any
 
 from benchmarks.load.run import OFFERS_PATH, QUOTE_BODY
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
+from service.api.schemas.serving import SERVING_EXAMPLE
 
 Asgi = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
@@ -173,6 +175,13 @@ def varied_estimate() -> bytes:
     return json.dumps(body).encode()
 
 
+def varied_serving() -> bytes:
+    """The documented serving estimate at a random request rate: every answer new."""
+    body = json.loads(json.dumps(SERVING_EXAMPLE))
+    body["traffic"]["requests_per_s"] = round(random.uniform(0.5, 40.0), 3)
+    return json.dumps(body).encode()
+
+
 def run_thread_work_inline() -> None:
     """Run what FastAPI hands to the thread pool in the calling thread, so that a cProfile
     of the event loop's thread sees it (the CPU figures are then single-threaded too)."""
@@ -198,6 +207,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                       "POST", "/bare-async", b'{"a": 1}'),
         "estimates-varied": ("POST", "/v1/estimates", varied_estimate, (), False,
                              "POST", "/bare-async", b'{"a": 1}'),
+        "serving-varied": ("POST", "/v1/serving-estimates", varied_serving, (), False,
+                           "POST", "/bare-async", b'{"a": 1}'),
         "offers": ("GET", OFFERS_PATH, b"", auth, False, "GET", "/bare-async", b""),
         "offers-cold": ("GET", OFFERS_PATH, b"", auth, False, "GET", "/bare-async", b""),
         "quotes": ("POST", "/v1/quotes", json.dumps(QUOTE_BODY).encode(), auth, True,
@@ -214,7 +225,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for name in args.scenarios:
             method, path, body, headers, fresh, bare_method, bare_path, bare_body = \
                 scenarios[name]
-            count = (args.count if name in ("estimates", "estimates-varied", "offers")
+            count = (args.count if name in ("estimates", "estimates-varied", "serving-varied",
+                                            "offers")
                      else max(20, args.count // 20))
             # offers-cold: every request builds its page (the page cache is emptied first).
             before = app.state.offer_pages._pages.clear if name == "offers-cold" else None
@@ -251,7 +263,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                        help="estimates, estimates-varied, offers, offers-cold, quotes, "
+                        help="estimates, estimates-varied, serving-varied, offers, "
+                             "offers-cold, quotes, "
                              "quotes-varied, quotes-whole, quotes-whole-varied (default: "
                              "estimates, offers, offers-cold, quotes)")
     parser.add_argument("--count", type=int, default=2000, help="requests per scenario")
@@ -259,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, default=None,
                         help="write cProfile stats to PATH.<scenario>")
     args = parser.parse_args(argv)
-    unknown = set(args.scenarios) - {"estimates", "estimates-varied", "offers", "offers-cold",
+    unknown = set(args.scenarios) - {"estimates", "estimates-varied", "serving-varied",
+                                     "offers", "offers-cold",
                                      "quotes", "quotes-varied", "quotes-whole",
                                      "quotes-whole-varied"}
     if unknown:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import AcceleratorsDep
+from service.api.deps import AcceleratorCache, AcceleratorsDep
 from service.api.problems import problem_responses
 from service.api.schemas.serving import (
     SERVING_EXAMPLE,
@@ -25,25 +26,38 @@ router = APIRouter(tags=["serving"])
     "/v1/serving-estimates", summary="Estimate serving a model at a load and latency",
     response_model=ServingResponse, status_code=200, responses=problem_responses(413, 422),
 )
-def estimate_serving(
+async def estimate_serving(
     request: Annotated[ServingRequest, Body(openapi_examples={
         "llama3.1-70b on 4 H100, 10 requests/s": {
             "summary": "Llama 3.1 70B, FP8 on 4 H100 (TP4), TensorRT-LLM, 10 requests/s",
             "value": SERVING_EXAMPLE}})],
-    accelerators: AcceleratorsDep,
-) -> ServingResponse:
+    http_request: Request,
+) -> Response:
     """Memory per GPU (weights, KV cache per token and per sequence, workspace, the largest
     concurrency that fits), prefill and decode times with the decode roofline's crossover
     batch, throughput per replica, TTFT/TPOT/end-to-end latency at p50 and p99 under the
     load, the replicas and GPUs the load needs under the SLOs, and cost, energy and CO2e
     per million tokens (docs/serving.md)."""
+    # The same path as POST /v1/estimates (issue 38, "serving estimates take the same
+    # path"): the model takes about 0.25 ms of CPU, so it runs on the event loop, which saves
+    # the thread-pool hand-off; a stale accelerator cache reads the database, so that goes
+    # to the pool. The cache is read here, not declared as a dependency, and the answer is
+    # serialised once by the schema that documents it.
+    accelerators: AcceleratorCache = http_request.app.state.accelerators
+    if not accelerators.fresh():
+        return await run_in_threadpool(_serving_response, request, accelerators)
+    return _serving_response(request, accelerators)
+
+
+def _serving_response(request: ServingRequest, accelerators: AcceleratorCache) -> Response:
     model = request.model.to_core()
     d = request.deployment
     accelerator = accelerators.require(d.accelerator, "deployment.accelerator")
     deployment = d.to_core(accelerator)
     energy = request.energy.to_core()
     result = serving.serve(model, deployment, request.traffic.to_core())
-    return ServingResponse.from_core(result, d, energy, accelerator.tdp_w)
+    body = ServingResponse.from_core(result, d, energy, accelerator.tdp_w)
+    return Response(content=body.model_dump_json(), media_type="application/json")
 
 
 @router.post(

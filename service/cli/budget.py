@@ -42,10 +42,15 @@ from service.cli.common import (
     out,
     working,
 )
-from service.cli.quote import _line_amounts, _line_label
+from service.cli.quote import _line_amounts, _line_label, infeasible_notes
 
 PLAN_ROWS = 10
 """Rows of each budget-plan table (the title says how many lines there are)."""
+NOTE_CELL_WIDTH = 28
+"""A model's note longer than this ("nothing fits the budget: the cheapest line ... has a
+commitment total of 2,067,918.00 USD ...") is printed under the "Models tried" table as
+prose, which wraps at spaces, instead of in a narrow column where an amount would be cut
+(issue 41); on a roomy console (piped, 200 wide) it stays in its row, for grep."""
 
 
 class PlanObjective(StrEnum):
@@ -62,7 +67,8 @@ def _plan_table(title: str, lines: list[dict[str, Any]]) -> Table:
         tb.num("#"), tb.num(tb.money_header("commitment", currency)),
         tb.num(tb.money_header("job cost", currency)),
         *([tb.num(tb.money_header("judged", currency))] if amortised else []),
-        tb.Col("days p50 (p10–p90)", max_width=11), tb.Col("line", max_width=14),
+        tb.Col("days p50 (p10–p90)", max_width=11, secondary=True, short="days"),
+        tb.Col("line", max_width=14),
         tb.Col("policy", max_width=6), tb.Col("flags", max_width=6)]
     table = _table(title, columns)
     letters = tb.FlagLetters()
@@ -72,7 +78,7 @@ def _plan_table(title: str, lines: list[dict[str, Any]]) -> Table:
         table.add_row(str(rank), *_line_amounts(line, currency), *judged, report.days(line),
                       _line_label(line), line.get("policy_outcome") or "—",
                       letters.cell(line.get("flags") or []))
-    table.caption = letters.legend() or None
+    table.caption = "\n".join(x for x in (letters.legend(), infeasible_notes(lines)) if x) or None
     table.caption_justify = "left"
     return table
 
@@ -148,16 +154,23 @@ def _render_largest(answer: dict[str, Any]) -> None:
         out.print(f"tokens rule: {largest['tokens_rule']}", highlight=False)
     models = sorted(answer.get("models_tried") or [], key=lambda m: m["params"])
     generated = any(m.get("architecture") for m in models)
-    tried = Table("model", "parameters", "tokens",
-                  *(["layers × hidden, heads, FFN"] if generated else []),
-                  "lines within", "bound", "note",
-                  title="Models tried, smallest first", title_justify="left")
+    tried = _table("Models tried, smallest first", [
+        tb.Col("model", max_width=24, min_width=23), tb.num("params"), tb.num("tokens"),
+        *([tb.Col("layers × hidden, heads, FFN", max_width=16)] if generated else []),
+        tb.num("lines\nwithin"), tb.Col("bound", max_width=8),
+        tb.Col("note", max_width=14, secondary=True)], boxed=True)
+    notes: list[str] = []
     for model in models:
         arch = model.get("architecture")
         shape = [fmt.architecture_text(arch, short=True) if arch else "preset"] if generated else []
+        note = model["note"]
+        if len(note) > NOTE_CELL_WIDTH and out.width < tb.ROOMY_WIDTH:  # under the table
+            notes.append(f"({len(notes) + 1}) {model['preset']}: {note}")
+            note = f"under the table ({len(notes)})"
         tried.add_row(model["preset"], fmt.si(model["params"]), fmt.si(model["tokens"]),
-                      *shape, f"{model['lines_within']:,}", model.get("bound") or "—",
-                      model["note"])
+                      *shape, f"{model['lines_within']:,}", model.get("bound") or "—", note)
+    tried.caption = "\n".join(notes) or None
+    tried.caption_justify = "left"
     out.print(tried)
 
 

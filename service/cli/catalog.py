@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from service.cli import tables as tb
@@ -175,29 +174,42 @@ def register(app: typer.Typer) -> None:
                 f"changed, -{r['removed']} removed, {r['unchanged']} unchanged"))
             for reason, count in sorted(r["skipped"].items()):
                 out.print(f"  skipped {count}: {reason}")
+            # At 80 columns an offer id (28 characters) and four more text columns leave no
+            # room for the prices: the id and its instance share a cell, as do where and the
+            # term, so the prices are never cut (issue 41).
             if r["moves_over_threshold"]:
-                table = Table("offer", "instance", "region", "term", "before", "after",
-                              "change", title=f"Price moves over {r['threshold_fraction']}",
-                              title_justify="left")
+                table = _table(f"Price moves over {r['threshold_fraction']}",
+                               [OFFER_COL, WHERE_COL, tb.num("before"), tb.num("after"),
+                                tb.num("change")])
                 for m in r["moves_over_threshold"]:
-                    table.add_row(m["offer_id"], m["instance_type"], m["region"], m["term"],
-                                  m["before"], m["after"],
+                    table.add_row(_offer_cell(m), _where_cell(m), m["before"], m["after"],
                                   f"{float(m['change_fraction']):+.1%}")
                 out.print(table)
             if r.get("removals"):
-                table = Table("offer", "instance", "region", "zone", "term", "price",
-                              title=f"Removed: {r['removed']}"
-                                    + (f" (the first {len(r['removals'])})"
-                                       if len(r["removals"]) < r["removed"] else ""),
-                              title_justify="left")
+                table = _table(f"Removed: {r['removed']}"
+                               + (f" (the first {len(r['removals'])})"
+                                  if len(r["removals"]) < r["removed"] else ""),
+                               [OFFER_COL, WHERE_COL, tb.num("price")])
                 for m in r["removals"]:
-                    table.add_row(m["offer_id"], m["instance_type"], m["region"],
-                                  m["zone"] or "", m["term"], m["price_per_hour"])
+                    table.add_row(_offer_cell(m), _where_cell(m), m["price_per_hour"])
                 out.print(table)
 
         _emit(answer, as_json, render)
         if held:
             raise typer.Exit(4)
+
+
+OFFER_COL = tb.Col("offer\ninstance", max_width=28)
+WHERE_COL = tb.Col("region zone\nterm", max_width=24)
+
+
+def _offer_cell(move: dict[str, Any]) -> str:
+    return f"{move['offer_id']}\n{move['instance_type']}"
+
+
+def _where_cell(move: dict[str, Any]) -> str:
+    where = " ".join(x for x in (move["region"], move.get("zone")) if x)
+    return f"{where}\n{move['term']}"
 
 
 LIVE_SOURCES = {

@@ -100,8 +100,8 @@ def labelled(label: str, style: str, text: str) -> Text:
     return Text.assemble((label, style), " ", text)
 
 
-def _table(title: str | None, columns: list[tb.Col | str]) -> Table:
-    return tb.table(title, columns, width=out.width)
+def _table(title: str | None, columns: list[tb.Col | str], *, boxed: bool = False) -> Table:
+    return tb.table(title, columns, width=out.width, boxed=boxed)
 
 
 def _load(request: Path | None) -> dict[str, Any]:

@@ -101,7 +101,8 @@ def _lines_table(title: str, lines: list[dict[str, Any]],
     serving = any(line.get("serving") for line in lines)
     currency = tb.common_currency(lines)
     columns: list[tb.Col | str] = [
-        "line", tb.Col("days held" if serving else "days p50 (p10–p90)", max_width=11),
+        "line", tb.Col("days held" if serving else "days p50 (p10–p90)", max_width=11,
+                       secondary=True, short="days"),
         tb.num(tb.money_header("commitment", currency)),
         tb.num(tb.money_header("job cost", currency)),
         *([tb.num(tb.money_header("judged", currency))] if amortised else []),
@@ -117,9 +118,16 @@ def _lines_table(title: str, lines: list[dict[str, Any]],
                       *_line_amounts(line, currency), *judged,
                       f"{budget}, {line.get('policy_outcome') or '—'}",
                       letters.cell(line.get("flags") or []))
-    table.caption = letters.legend() or None
+    table.caption = "\n".join(x for x in (letters.legend(), infeasible_notes(lines)) if x) or None
     table.caption_justify = "left"
     return table
+
+
+def infeasible_notes(lines: list[dict[str, Any]]) -> str:
+    """Why each infeasible line is infeasible, under the table: prose that wraps at spaces, not
+    an amount column's cell that a long reason would widen past the screen (issue 41)."""
+    return "\n".join(f"infeasible: {_line_label(line)}: {line.get('infeasible_reason') or '—'}"
+                     for line in lines if not line.get("feasible", True))
 
 
 def _line_label(line: dict[str, Any]) -> str:
@@ -134,7 +142,7 @@ def _line_label(line: dict[str, Any]) -> str:
 
 def _line_amounts(line: dict[str, Any], currency: str | None) -> tuple[str, str]:
     if not line.get("feasible", True):
-        return report.commitment(line), "—"
+        return "infeasible", "—"  # the reason is under the table (infeasible_notes)
     return (tb.amount(line.get("commitment_total"), line["currency"], currency),
             tb.amount(line.get("job_cost_total"), line["currency"], currency))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -281,13 +281,8 @@ def flag_letters() -> FlagLetters:
     return FlagLetters()
 
 
-def group_alike(items: Sequence[T], key: Callable[[T], Hashable]) -> list[tuple[T, int]]:
-    """Each first item of a run of items with the same key, and how many more it stands for
-    (in first-seen order: a ranked list stays ranked)."""
-    groups: dict[Hashable, list[Any]] = {}
-    for item in items:
-        groups.setdefault(key(item), [item, 0])[1] += 1
-    return [(first, count - 1) for first, count in groups.values()]
+group_alike = fmt.group_alike
+"""The portal's and the CLI's one fold (``presentation.group_alike``)."""
 
 
 def shown_of(shown: int, total: int, noun: str) -> str:

@@ -23,13 +23,7 @@ screen = shared.screen
 
 
 def _quote(page: Page, key: str) -> None:
-    page.goto("/ui")
-    page.fill("#f-budget", "250000")
-    page.fill("#f-providers", "aws, onprem")
-    page.fill("#f-api_key", key)
-    page.fill("#f-tokens", "1e11")
-    page.click("button[value=quote]")
-    page.wait_for_selector("#verdict")
+    shared._quote_in_the_portal(page, key)
 
 
 def test_a_failing_line_shows_its_coded_reason_on_a_laptop_screen(

@@ -262,16 +262,19 @@ REPLICA_GROWTH = 1.1
 """Sizing tries max(count + 1, ceil(count x 1.1)) replicas next."""
 
 MOE_SERVING_WARNING = (
-    "mixture-of-experts serving is not validated: on the only published MoE runs we hold "
-    "(DeepSeek-R1 on 8 x H200 and 8 x MI300X with vLLM 0.7 and SGLang 0.4, early 2025; "
-    "dstack's benchmark), measured output tokens/s was 2.8-5.8x below this model's and median TTFT "
-    "18x or more above it; read throughput as an upper bound and size with margin")
+    "mixture-of-experts serving is not validated: on the published MoE runs we hold "
+    "(DeepSeek-R1 on 8 x H200 and 8 x MI300X: dstack's vLLM 0.7 and SGLang 0.4 runs, early "
+    "2025, and one TensorRT-LLM run on 8 x H200 at 1,024 concurrent requests), measured output "
+    "tokens/s ranged from 5.8x below this model's to 1.4x above it, and median TTFT, where "
+    "stated, was 18x or more above it; the throughput can be wrong either way: size with margin")
 """Decision 144 (docs/serving.md, Validation): the model's MoE decode reads only the experts
 a batch touches at the engine's dense efficiencies; what MoE kernels at small per-rank
-shapes and expert routing cost on top is not modelled, and the one document measuring it
-(dstack, 'DeepSeek R1 inference performance: MI300X vs. H200', 2025-03-18, raw data
-dstackai/benchmarks@7f37e66 Deepseek-R1/raw_data/online_results.csv) shows the gap above;
-those rows are evaluated, and fit nothing."""
+shapes and expert routing cost on top is not modelled. The documents measuring it (dstack,
+'DeepSeek R1 inference performance: MI300X vs. H200', 2025-03-18, raw data
+dstackai/benchmarks@7f37e66 Deepseek-R1/raw_data/online_results.csv: 2.8-5.8x below; and,
+added 2026-12-02, TensorRT-LLM's 'How to get best performance on DeepSeek-R1' H200
+max-throughput run: 1.4x above, no TTFT stated) show the gap above; those rows are
+evaluated, and fit nothing."""
 
 OPEN_LOOP_TTFT_NOTE = (
     "time to first token at a request rate is not validated: on the published runs we hold at "

@@ -117,21 +117,28 @@ NIM_DOC = "NVIDIA NIM for LLMs benchmarking docs: Performance (v1.0.0 docs)"
 DSTACK_DOC = "dstack blog: DeepSeek R1 inference performance: MI300X vs. H200 (2025-03-18)"
 
 
+TRTLLM_MOE_DOC = ("TensorRT-LLM docs blog: How to get best performance on DeepSeek-R1 in "
+                  "TensorRT LLM")
+
+
 def test_moe_rows_are_evaluated_and_fit_nothing() -> None:
     moe = [r for r in USABLE if v.is_moe(r)]
-    assert {v.document(r) for r in moe} == {DSTACK_DOC}
-    assert len(moe) == 24
+    assert {v.document(r) for r in moe} == {DSTACK_DOC, TRTLLM_MOE_DOC}
+    assert len(moe) == 25
     dense = [r for r in USABLE if not v.is_moe(r)]
     with_moe, without = v.fit(USABLE, ACC), v.fit(dense, ACC)
     for engine in s.Engine:
         assert with_moe[engine] == without[engine]
-    # The gap the warning states: measured output tokens/s 2.8-5.8x below the model's and
-    # median TTFT 18x or more above it.
+    # The gap the warning states: measured output tokens/s from 5.8x below the model's (dstack)
+    # to 1.4x above it (TensorRT-LLM's H200 run), and median TTFT 18x or more above it.
     results = v.predict(moe, with_moe, ACC)
     ratios = [x.predicted / x.measured for x in results]
-    assert round(min(ratios), 1) == 2.8
+    dstack = [x.predicted / x.measured for x in results if x.document == DSTACK_DOC]
+    assert round(min(dstack), 1) == 2.8
     assert round(max(ratios), 1) == 5.8
-    assert "2.8-5.8x below" in s.MOE_SERVING_WARNING
+    assert round(1 / min(ratios), 1) == 1.4
+    assert (f"from {max(ratios):.1f}x below this model's to {1 / min(ratios):.1f}x above it"
+            in s.MOE_SERVING_WARNING)
     ttft = [x.measured_ttft_s / x.predicted_ttft_s for x in results
             if x.measured_ttft_s and x.predicted_ttft_s]
     assert min(ttft) >= 18.0
@@ -238,7 +245,8 @@ def test_sizing_loso_sizes_each_sweep_with_the_table_fitted_without_its_document
     assert len(every) == 5  # NIM's, and dstack's 2 engines x 2 accelerators
     good = [w for w in every if w.document == NIM_DOC]
     assert len(good[0].rows) == 8
-    assert len(bad) == 3  # the vLLM post's two single points, NIM's 500 / 2000 point
+    # the vLLM post's two single points, NIM's 500 / 2000 point, TensorRT-LLM's DeepSeek-R1 run
+    assert len(bad) == 4
     trained: dict[str, set[str]] = {}
 
     def spy(train: Sequence[dict[str, str]],
@@ -353,7 +361,9 @@ def test_the_open_loop_ttft_note_states_the_measured_gap() -> None:
     for x in results:
         by_document.setdefault(x.document, []).append(x)
     assert len(by_document) == 3
-    assert set(by_document) - {H200_BENCHMARKS} == v.HELD_OUT_DOCUMENTS
+    # dstack's 405B comparison and DataCrunch's DeepSeek-V3 post; the other held-out
+    # documents (servingrows, 2026-12-02) have no open-loop rows.
+    assert set(by_document) - {H200_BENCHMARKS} < v.HELD_OUT_DOCUMENTS
     spans = {}
     for document, mine in by_document.items():
         ratios = [x.measured_ttft_s / x.predicted_ttft_s for x in mine

@@ -45,6 +45,7 @@ from service.api.routes import (
     quotes,
     refreshes,
     serving,
+    whatifs,
 )
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
 from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
@@ -243,7 +244,7 @@ def create_app(settings: Settings | None = None, *,
         body_timeout_s=settings.body_timeout_s,
     )
     for module in (estimates, plans, quotes, policies, catalog, prices, fx, discounts, refreshes,
-                   serving, calibrations, health, docs):
+                   serving, calibrations, health, docs, whatifs):
         app.include_router(module.router)
     app.include_router(ui_router)
     app.mount("/static", docs.static_files(), name="static")

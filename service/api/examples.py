@@ -66,6 +66,7 @@ def collect() -> dict[str, dict[str, Any]]:
     from service.api.schemas.policies import POLICY_EXAMPLE
     from service.api.schemas.quotes import BUDGET_PLAN_EXAMPLE, QUOTE_EXAMPLE
     from service.api.schemas.serving import SERVING_EXAMPLE, SERVING_PLAN_EXAMPLE
+    from service.api.schemas.whatifs import WHAT_IF_EXAMPLE
     from service.catalog.db import make_engine
     from service.catalog.keys import create_key
     from service.catalog.migrate import migrate_and_seed
@@ -106,6 +107,7 @@ def collect() -> dict[str, dict[str, Any]]:
         call("get_accelerator", "GET", "/v1/accelerators/h100-sxm5-80gb")
         call("create_accelerator", "POST", "/v1/accelerators", json=ACCELERATOR_EXAMPLE)
         call("create_estimate", "POST", "/v1/estimates", json=ESTIMATE_EXAMPLE)
+        call("create_what_if", "POST", "/v1/what-ifs", json=WHAT_IF_EXAMPLE)
         call("optimise_parallelism", "POST", "/v1/parallelism-plans", json=PLAN_SEARCH_EXAMPLE)
         call("estimate_serving", "POST", "/v1/serving-estimates", json=SERVING_EXAMPLE)
         call("plan_serving", "POST", "/v1/serving-plans", json=SERVING_PLAN_EXAMPLE)

@@ -69,6 +69,16 @@ def _estimate_response(request: EstimateRequest, accelerators: AcceleratorCache,
     """The estimate as JSON bytes, serialised once by the schema that documents it (the
     declared ``response_model`` still documents the contract; nothing validates it twice).
     ``stored``: the user calibration the request names (``calibrating.resolve``)."""
+    body = estimate_answer(request, accelerators, max_reasonable_train_s, stored)
+    return Response(content=body.model_dump_json(), media_type="application/json")
+
+
+def estimate_answer(request: EstimateRequest, accelerators: AcceleratorCache,
+                    max_reasonable_train_s: float,
+                    stored: StoredCalibration | None = None) -> EstimateResponse:
+    """The estimate of one validated request: the core specs, the plan ("auto" fields
+    chosen), the core estimate and what the service adds to it. POST /v1/estimates and each
+    estimate of a what-if sweep (``whatifs.py``) take this one path."""
     calibration = DEFAULT_CALIBRATION if stored is None else stored.calibration()
     model = request.model.to_core()
     accelerator = accelerators.require(request.cluster.accelerator, "cluster.accelerator")
@@ -91,6 +101,5 @@ def _estimate_response(request: EstimateRequest, accelerators: AcceleratorCache,
         result, assumptions=(*result.assumptions, *notes),
         warnings=(*result.warnings, warning) if warning else result.warnings,
         warning_details=(*result.warning_details, *estimate_defaults(request, plan)))
-    body = EstimateResponse.from_core(result, model=model, cluster=cluster, plan=plan,
+    return EstimateResponse.from_core(result, model=model, cluster=cluster, plan=plan,
                                       energy=energy)
-    return Response(content=body.model_dump_json(), media_type="application/json")

@@ -1,6 +1,6 @@
 """Every ``cq`` command but ``cq keys`` (``service/cli/__init__.py``), one module per group:
 
-- ``estimate.py``: ``cq estimate``; ``plan.py``: ``cq optimise``;
+- ``estimate.py``: ``cq estimate``; ``whatif.py``: ``cq what-if``; ``plan.py``: ``cq optimise``;
 - ``quote.py``: ``cq quote`` and ``cq quotes get|verify|requote|diff``;
 - ``budget.py``: ``cq budget-plan``;
 - ``serving.py``: ``cq serve-estimate|serve-quote|serve-plan``;
@@ -26,13 +26,14 @@ from service.cli import (
     quote,
     server,
     serving,
+    whatif,
 )
 
 
 def register(app: typer.Typer) -> None:
     """Registers every group on ``app``. ``cq --help`` lists the commands in the order they are
     registered, then the groups (after ``keys``) in theirs: the calls keep both orders."""
-    for group in (estimate, plan, quote, budget, serving, listings, server):
+    for group in (estimate, whatif, plan, quote, budget, serving, listings, server):
         group.register(app)
     catalog.register(app)
     quote.register_quotes(app)

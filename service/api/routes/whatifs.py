@@ -171,11 +171,12 @@ def varied_body(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]
 
 
 def default_name(changes: dict[str, Any]) -> str:
-    """'cluster.num_gpus=2048, parallelism.dp=64', cut to ``MAX_NAME_CHARS``."""
+    """'cluster.num_gpus = 2048, parallelism.dp = 64', cut to ``MAX_NAME_CHARS`` (spaced, so
+    that a table or a chart label wraps between a path and its value, never inside a number)."""
     def shown(value: Any) -> str:
         text = json.dumps(value, separators=(",", ":"), default=str)
         return text if len(text) <= 40 else text[:39] + "…"
-    name = ", ".join(f"{path}={shown(value)}" for path, value in changes.items())
+    name = ", ".join(f"{path} = {shown(value)}" for path, value in changes.items())
     return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 1] + "…"
 
 

@@ -117,15 +117,17 @@ HELD_OUT_DOCUMENTS = frozenset({
     "with SGLang v0.4.1)",
     "dstack blog: Benchmarking Llama 3.1 405B on 8x AMD MI300X GPUs (2024-10-09)",
     "TensorRT-LLM docs blog: How to get best performance on DeepSeek-R1 in TensorRT LLM",
+    "SGLang cookbook (sgl-project/sgl-cookbook)",
 })
 """Documents whose rows came after the shipped ``ENGINE_EFFICIENCY`` was fitted (commit
 6cbf3a3, 2026-12-02): evaluated with the shipped table as an out-of-sample check and reported
 apart, never fitted (decision 338). With them in, one efficiency per engine cannot hold both
 these rows and the rest: vLLM's fit falls to the grid's floor (HBM 0.50, compute 0.35), which
 makes the other vLLM rows 30-40% pessimistic; the refit per engine x accelerator that
-issue 40 asks for is what takes them in. dstack's vLLM/TGI 405B MI300X blog and TensorRT-LLM's
-DeepSeek-R1 best-practice post were added the same way on 2026-12-02 (servingrows), after the
-shipped table was fitted, for out-of-sample checks of the serving band; they fit nothing."""
+issue 40 asks for is what takes them in. dstack's vLLM/TGI 405B MI300X blog, TensorRT-LLM's
+DeepSeek-R1 best-practice post and the SGLang cookbook's DeepSeek pages were added the same way
+on 2026-12-02 (servingrows), after the shipped table was fitted, for out-of-sample checks of the
+serving band; they fit nothing."""
 
 
 def _relative_error(predicted: float, measured: float | None) -> float | None:

@@ -263,18 +263,19 @@ REPLICA_GROWTH = 1.1
 
 MOE_SERVING_WARNING = (
     "mixture-of-experts serving is not validated: on the published MoE runs we hold "
-    "(DeepSeek-R1 on 8 x H200 and 8 x MI300X: dstack's vLLM 0.7 and SGLang 0.4 runs, early "
-    "2025, and one TensorRT-LLM run on 8 x H200 at 1,024 concurrent requests), measured output "
-    "tokens/s ranged from 5.8x below this model's to 1.4x above it, and median TTFT, where "
-    "stated, was 18x or more above it; the throughput can be wrong either way: size with margin")
+    "(DeepSeek-R1 and V3 on 8 x H200, 8 x MI300X and 8 x B200: dstack's vLLM 0.7 and SGLang 0.4 "
+    "runs, early 2025, the SGLang cookbook's SGLang 0.5.6-0.5.7 runs, and one TensorRT-LLM run "
+    "on 8 x H200 at 1,024 concurrent requests), measured output tokens/s ranged from 5.8x below "
+    "this model's to 1.4x above it, and median TTFT, where stated, was 4.5x or more above it; "
+    "the throughput can be wrong either way: size with margin")
 """Decision 144 (docs/serving.md, Validation): the model's MoE decode reads only the experts
 a batch touches at the engine's dense efficiencies; what MoE kernels at small per-rank
 shapes and expert routing cost on top is not modelled. The documents measuring it (dstack,
 'DeepSeek R1 inference performance: MI300X vs. H200', 2025-03-18, raw data
 dstackai/benchmarks@7f37e66 Deepseek-R1/raw_data/online_results.csv: 2.8-5.8x below; and,
-added 2026-12-02, TensorRT-LLM's 'How to get best performance on DeepSeek-R1' H200
-max-throughput run: 1.4x above, no TTFT stated) show the gap above; those rows are
-evaluated, and fit nothing."""
+added 2026-12-02, the SGLang cookbook's DeepSeek pages, 1.5-5.4x below, and TensorRT-LLM's
+'How to get best performance on DeepSeek-R1' H200 max-throughput run: 1.4x above, no TTFT
+stated) show the gap above; those rows are evaluated, and fit nothing."""
 
 OPEN_LOOP_TTFT_NOTE = (
     "time to first token at a request rate is not validated: on the published runs we hold at "

@@ -166,8 +166,6 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str, str, Callable[[Any], dict[s
     PreconditionFailedError: (412, "precondition-failed", "Precondition failed", lambda e: {}),
     IdempotencyKeyReusedError: (422, "idempotency-key-reused",
                                 "Idempotency-Key reused with another body", lambda e: {}),
-    SearchDeadlineError: (503, "search-deadline", "The searches did not finish in time",
-                          lambda e: {"deadline_s": e.deadline_s}),
     MemoryError: (503, "search-memory", "The search needed too much memory",
                   lambda e: {}),
     ClientGoneError: (499, "client-closed-request", "The client closed the request",
@@ -248,6 +246,16 @@ def install_problem_handlers(app: FastAPI) -> None:
             headers={"Retry-After": "1"},
         )
 
+    @app.exception_handler(SearchDeadlineError)
+    async def _deadline(request: Request, exc: SearchDeadlineError) -> JSONResponse:
+        # The deadline is a safety net on the wall clock (issue 38): the same bounded work may
+        # finish on a less loaded replica, so the refusal says when to try again.
+        retry_after = search_retry_after_s(request.app.state.settings.search_deadline_s)
+        return problem_response(
+            request, status=503, slug="search-deadline",
+            title="The searches did not finish in time", detail=str(exc),
+            headers={"Retry-After": str(retry_after)}, deadline_s=exc.deadline_s)
+
     @app.exception_handler(SearchQueueTimeoutError)
     async def _queued_too_long(request: Request, exc: SearchQueueTimeoutError) -> JSONResponse:
         retry_after = search_retry_after_s(request.app.state.settings.search_deadline_s)
@@ -298,13 +306,15 @@ SEARCH_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
                        "Type search-queue-timeout: every search worker stayed busy until the "
                        "deadline, which counts the wait for a worker, so no search started; "
                        "retry after Retry-After seconds. Type search-deadline: the searches "
-                       "themselves ran out of time; narrow the request. Type search-memory: "
+                       "themselves ran out of time; narrow the request, or retry after "
+                       "Retry-After seconds (a less loaded replica may finish it). Type search-memory: "
                        "a search needed more than CQ_SEARCH_MEMORY_BYTES. Also: the database "
                        "is unavailable, or the replica is overloaded (retry after "
                        "Retry-After). Nothing is stored.",
         "headers": {"Retry-After": {
-            "description": "Seconds to wait before retrying (search-queue-timeout: one "
-                           "CQ_SEARCH_DEADLINE_S; overloaded or database: 1).",
+            "description": "Seconds to wait before retrying (search-queue-timeout and "
+                           "search-deadline: one CQ_SEARCH_DEADLINE_S; overloaded or "
+                           "database: 1).",
             "schema": {"type": "integer", "minimum": 1}}},
         "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
     },

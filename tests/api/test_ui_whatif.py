@@ -95,6 +95,12 @@ class TestWhatIfPage:
         assert "There is a problem" in page.text
         assert "cluster.fabirc.rails" in page.text
         assert client.post("/ui/what-if", data={"body": "{not json"}).status_code == 422
+        # NaN is not JSON, but Python's parser reads it: the API names the field, no 500.
+        nan = json.dumps({**WHAT_IF_EXAMPLE, "variations": [
+            {"set": {"training.tokens": float("nan")}}]})
+        page = client.post("/ui/what-if", data={"body": nan})
+        assert page.status_code == 200
+        assert "finite" in page.text
 
 
 @pytest.mark.parametrize("values", [

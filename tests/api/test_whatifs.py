@@ -225,6 +225,18 @@ class TestCreateWhatIf:
         assert response.status_code == 422
         assert response.json()["errors"][0]["field"] == "variations.0.set"
 
+    def test_a_deeply_nested_value_is_refused_not_a_500(self, client: TestClient) -> None:
+        """Found by hand: a value nested 700 deep exhausted the stack of copying it (500)."""
+        text = json.dumps(sweep({"model.name": "X"})).replace('"X"', "[" * 700 + "]" * 700)
+        response = client.post("/v1/what-ifs", content=text,
+                               headers={"Content-Type": "application/json"})
+        assert response.status_code == 422
+        assert response.json()["errors"][0]["code"] == "value_too_deep"
+        shallow = json.dumps(sweep({"model.name": "X"})).replace('"X"', "[" * 16 + "]" * 16)
+        row = client.post("/v1/what-ifs", content=shallow,
+                          headers={"Content-Type": "application/json"}).json()["variations"][0]
+        assert row["error"]["code"] == "validation-error"
+
     def test_past_the_deadline_the_sweep_is_refused_with_retry_after(
             self, client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
         """A clock that moves a minute per reading: the deadline (10 s) passes before the

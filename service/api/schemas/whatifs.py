@@ -15,7 +15,14 @@ import types
 import typing
 from typing import Annotated, Any, Self, Union
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from service.api.problems import FieldError
@@ -29,6 +36,9 @@ MAX_PATHS = 32
 """Paths one variation sets."""
 MAX_PATH_CHARS = 200
 """The longest dotted path (the estimate request's longest today is under 40 characters)."""
+MAX_VALUE_DEPTH = 16
+"""The deepest a value may nest (lists and objects): the estimate request's deepest field is
+three levels down; a value nested hundreds deep would exhaust the stack of copying it."""
 FIXED_IN_BASE = ("calibration_id",)
 """Paths a variation may not set: the calibration is resolved once, for the base."""
 COMM_PARTS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm_exposed")
@@ -72,6 +82,19 @@ def path_problem(path: str, root: type[BaseModel] = EstimateRequest) -> str | No
     return None
 
 
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests (a number 0, ``[1]`` 1), counted without recursion, up to one
+    past ``MAX_VALUE_DEPTH``."""
+    deepest, stack = 0, [(value, 0)]
+    while stack and deepest <= MAX_VALUE_DEPTH:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = node.values() if isinstance(node, dict) else node if isinstance(
+            node, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def _overlap(paths: list[str]) -> tuple[str, str] | None:
     """Two paths of which one sets an object holding the other (their order would decide)."""
     for shorter in paths:
@@ -95,6 +118,15 @@ class VariationIn(RequestModel):
             "a value replaces the base's. A path naming an object (\"parallelism\") replaces "
             "it whole. calibration_id is the base's only."),
         examples=[{"cluster.num_gpus": 2048, "parallelism.dp": 64}])
+
+    @field_validator("set")
+    @classmethod
+    def _shallow(cls, changes: dict[str, Any]) -> dict[str, Any]:
+        if any(_depth(value) > MAX_VALUE_DEPTH for value in changes.values()):
+            raise PydanticCustomError(
+                "value_too_deep", "a value nests more than {limit} levels deep",
+                {"limit": MAX_VALUE_DEPTH})
+        return changes
 
 
 WHAT_IF_BASE: dict[str, Any] = {

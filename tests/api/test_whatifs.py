@@ -10,9 +10,18 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import BaseModel
 
 from service.api.routes import whatifs
-from service.api.schemas.whatifs import MAX_VARIATIONS, WHAT_IF_BASE, WHAT_IF_EXAMPLE, path_problem
+from service.api.schemas.estimate import TimeBreakdownOut
+from service.api.schemas.whatifs import (
+    COMM_PARTS,
+    MAX_VARIATIONS,
+    OTHER_PARTS,
+    WHAT_IF_BASE,
+    WHAT_IF_EXAMPLE,
+    path_problem,
+)
 
 PROBLEM = "application/problem+json"
 
@@ -145,6 +154,24 @@ class TestCreateWhatIf:
         for path in ("model.preset", "cluster.num_gpus", "parallelism.offload",
                      "training.seq_len", "energy.pue", "parallelism", "cluster.gpus_per_node"):
             assert path_problem(path) is None, path
+
+    def test_a_field_added_later_is_a_path_without_a_change_here(self) -> None:
+        class Fabric(BaseModel):
+            packet_loss_fraction: float = 0.0
+
+        class Cluster(BaseModel):
+            num_gpus: int
+            fabric: Fabric | None = None
+
+        class Later(BaseModel):
+            cluster: Cluster
+
+        assert path_problem("cluster.fabric.packet_loss_fraction", Later) is None
+        assert "fabric has no field 'loss'" in (path_problem("cluster.fabric.loss", Later) or "")
+
+    def test_every_step_part_is_classed_as_communication_or_not(self) -> None:
+        assert set(COMM_PARTS) | set(OTHER_PARTS) == set(TimeBreakdownOut.model_fields)
+        assert not set(COMM_PARTS) & set(OTHER_PARTS)
 
     def test_overlapping_paths_are_refused(self, client: TestClient) -> None:
         response = post(client, sweep({"parallelism": {"tp": 4}, "parallelism.pp": 8}))

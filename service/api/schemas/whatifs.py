@@ -45,6 +45,9 @@ COMM_PARTS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm_exposed")
 """The step-time parts that are communication (``time.breakdown_s``): the tensor-, context-,
 expert- and pipeline-parallel transfers and the exposed data-parallel reduction. The pipeline
 bubble, the optimizer step, host offload, FSDP2's copies and the fixed overhead are not."""
+OTHER_PARTS = ("compute", "pp_bubble", "optimizer", "host_offload", "fsdp_copy", "step_overhead")
+"""The step-time parts that are not communication: with ``COMM_PARTS``, every field of
+``time.breakdown_s`` (a test holds them to it, so a part added later is classed here)."""
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

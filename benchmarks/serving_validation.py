@@ -304,9 +304,10 @@ def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> dic
     """Each named engine fitted on its dense rows in ``rows`` (prior when it has none), and
     ``unknown`` the conservative of them. Rows run as ``unknown`` and rows of
     ``HELD_OUT_DOCUMENTS`` fit nothing. MoE rows are
-    evaluated but fit nothing (decision 144): the published MoE runs (DeepSeek-R1 on vLLM and
-    SGLang, early 2025) run 2.8-5.8x below the model, a gap one efficiency per engine cannot
-    absorb without making every dense row 20-40% pessimistic."""
+    evaluated but fit nothing (decision 144): on dstack's DeepSeek-R1 runs (vLLM and SGLang,
+    early 2025) the model is 2.8-5.8x above the measured throughput (``MOE_SERVING_WARNING``
+    gives every MoE document's range), a gap one efficiency per engine cannot absorb without
+    making every dense row 20-40% pessimistic."""
     table: dict[s.Engine, s.EngineEfficiency] = dict(s.ENGINE_PRIORS)
     for engine in NAMED:
         mine = [r for r in rows if ENGINES.get(r["engine"]) is engine and not is_moe(r)
@@ -345,8 +346,10 @@ def calibrated_pairs(rows: Sequence[Row]) -> dict[tuple[s.Engine, str], int]:
 
 def validated_range(rows: Sequence[Row]) -> s.ValidatedRange:
     """The mean prompt and output lengths and the largest batch or concurrency of the
-    evaluated dense rows in ``rows`` (every engine): ``serving.VALIDATED_RANGE``."""
-    dense = [r for r in rows if not is_moe(r)]
+    evaluated dense rows in ``rows`` (every engine) that the fit takes (not of
+    ``HELD_OUT_DOCUMENTS``: there the model is 1.3-20x off, so those lengths are not a region
+    it holds in): ``serving.VALIDATED_RANGE``."""
+    dense = [r for r in rows if not is_moe(r) and not is_held_out(r)]
     prompts = [float(r["prompt_tokens"]) for r in dense]
     outputs = [float(r["output_tokens"]) for r in dense]
     return s.ValidatedRange(

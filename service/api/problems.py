@@ -307,10 +307,10 @@ SEARCH_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
                        "deadline, which counts the wait for a worker, so no search started; "
                        "retry after Retry-After seconds. Type search-deadline: the searches "
                        "themselves ran out of time; narrow the request, or retry after "
-                       "Retry-After seconds (a less loaded replica may finish it). Type search-memory: "
-                       "a search needed more than CQ_SEARCH_MEMORY_BYTES. Also: the database "
-                       "is unavailable, or the replica is overloaded (retry after "
-                       "Retry-After). Nothing is stored.",
+                       "Retry-After seconds (a less loaded replica may finish it). Type "
+                       "search-memory: a search needed more than CQ_SEARCH_MEMORY_BYTES. "
+                       "Also: the database is unavailable, or the replica is overloaded "
+                       "(retry after Retry-After). Nothing is stored.",
         "headers": {"Retry-After": {
             "description": "Seconds to wait before retrying (search-queue-timeout and "
                            "search-deadline: one CQ_SEARCH_DEADLINE_S; overloaded or "

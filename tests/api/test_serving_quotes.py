@@ -257,9 +257,9 @@ def test_a_modelling_rule_names_the_field_inside_the_serving_workload(
 
 def test_a_moe_serving_quote_carries_the_moe_warning_on_every_line(
         client: TestClient, writer: dict[str, str]) -> None:
-    """The serving model is 2.8-5.8x optimistic on the only published MoE runs (decision
-    144): a budget gated on a MoE serving quote sees that on every line, stored ones too;
-    a dense model's lines do not carry it."""
+    """The serving model is off by 5.8x (optimistic) to 1.4x (pessimistic) on the published
+    MoE runs (decision 144, ``MOE_SERVING_WARNING``): a budget gated on a MoE serving quote
+    sees that on every line, stored ones too; a dense model's lines do not carry it."""
     from service.core.serving import MOE_SERVING_WARNING
 
     body = serving_quote(terms=["on_demand", "reserved_1y"])

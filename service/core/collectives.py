@@ -97,8 +97,8 @@ TREE_LL128_SINGLE_NODE_FRACTION = 7.0 / 9.0
 
 
 def _ring_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_s: Num,
-            all_reduce: bool, xp: Num) -> Num:
-    """The fastest protocol's ring time."""
+            all_reduce: bool, xp: Num, hop_extra_s: float = 0.0) -> Num:
+    """The fastest protocol's ring time; ``hop_extra_s`` is added to each network hop."""
     passes = 2.0 if all_reduce else 1.0
     steps = passes * (group - 1)
     inter_steps = passes * (nodes - 1)
@@ -111,7 +111,7 @@ def _ring_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_s: Num,
             xp.where(multi_node, LL_MULTI_NODE_INTRA_MULTIPLIER, 1.0)
             if protocol == Protocol.LL else 1.0)
         latency = (RING_BASE_LATENCY_S[protocol] + (steps - inter_steps) * intra_hop
-                   + inter_steps * RING_NET_HOP_S[protocol])
+                   + inter_steps * (RING_NET_HOP_S[protocol] + hop_extra_s))
         if protocol == Protocol.LL:
             fraction = (LL_ALL_REDUCE_BANDWIDTH_FRACTION if all_reduce else xp.where(
                 multi_node, LL_ALL_REDUCE_BANDWIDTH_FRACTION, LL_SINGLE_NODE_BANDWIDTH_FRACTION))
@@ -128,7 +128,7 @@ def _ring_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_s: Num,
 
 
 def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_s: Num,
-                       xp: Num) -> Num:
+                       xp: Num, hop_extra_s: float = 0.0) -> Num:
     """The fastest protocol's tree all-reduce time: algorithm bandwidth is half the bus
     bandwidth (tuning.cc ``ratio = .5``)."""
     per_node = group / nodes
@@ -140,7 +140,7 @@ def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_
             xp.where(multi_node, LL_MULTI_NODE_INTRA_MULTIPLIER, 1.0)
             if protocol == Protocol.LL else 1.0)
         latency = TREE_BASE_LATENCY_S[protocol] + 2.0 * (
-            (per_node - 1) * intra_hop + depth * TREE_NET_HOP_S[protocol])
+            (per_node - 1) * intra_hop + depth * (TREE_NET_HOP_S[protocol] + hop_extra_s))
         fraction = TREE_BANDWIDTH_FRACTION
         if protocol == Protocol.LL:
             fraction = fraction * TREE_LL_BANDWIDTH_FRACTION
@@ -153,14 +153,17 @@ def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_
 
 
 def collective_s(volume_bytes: Num, group: Num, per_node: Num, bus_bytes_per_s: Num,
-                 all_reduce: bool, xp: Num = SCALAR) -> Num:
+                 all_reduce: bool, xp: Num = SCALAR, hop_extra_s: float = 0.0) -> Num:
     """Seconds of an all-reduce (``all_reduce``) or of a reduce-scatter / all-gather of
     ``volume_bytes`` per rank over ``group`` ranks, ``per_node`` of them on each node, at the
     ring's achieved bus bandwidth: NCCL's fastest (algorithm, protocol) pair. Zero for a group
-    of one or nothing to send."""
+    of one or nothing to send. ``hop_extra_s``: the fabric's latency over NCCL's
+    InfiniBand-tuned network hop (``fabric.FabricTerms.hop_extra_s``; 0 without a fabric,
+    which leaves every figure as it was: x + 0.0 is x)."""
     nodes = xp.maximum(group / xp.maximum(per_node, 1.0), 1.0)
-    seconds = _ring_s(volume_bytes, group, nodes, bus_bytes_per_s, all_reduce, xp)
+    seconds = _ring_s(volume_bytes, group, nodes, bus_bytes_per_s, all_reduce, xp,
+                      hop_extra_s)
     if all_reduce:
         seconds = xp.minimum(seconds, _tree_all_reduce_s(
-            volume_bytes, group, nodes, bus_bytes_per_s, xp))
+            volume_bytes, group, nodes, bus_bytes_per_s, xp, hop_extra_s))
     return xp.where((group > 1) & (volume_bytes > 0), seconds, 0.0)

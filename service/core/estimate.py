@@ -16,6 +16,7 @@ from service.core.attention import kernel_for
 from service.core.calibration import DEFAULT_CALIBRATION, Band, Calibration
 from service.core.envelope import LOCAL_DEFAULTS, VersionEra, outside_details, version_era
 from service.core.errors import InvalidSpecError
+from service.core.fabric import compression_details, compression_notes, fabric_notes
 from service.core.flops import TokenFlops, token_flops
 from service.core.geometry import PlanVars, build_geometry
 from service.core.memory import (
@@ -46,7 +47,7 @@ from service.core.specs import (
     TrainingSpec,
     validate_plan,
 )
-from service.core.timing import FSDP2_STACKS, StepTime, runs_eager, step_time
+from service.core.timing import FSDP2_STACKS, StepTime, group_nodes, runs_eager, step_time
 from service.core.units import GRAMS_PER_KG, JOULES_PER_KWH, SECONDS_PER_HOUR, bytes_to_gib
 
 
@@ -249,7 +250,14 @@ def estimate(
         framework=training.framework, accelerator_id=acc.id,
         calibrated=calibration.is_calibrated_for(acc.id), num_gpus=n,
         hidden_size=model.hidden_size, seq_len=training.seq_len, moe=model.is_moe),
-        *version_details(training, acc.id)]
+        *version_details(training, acc.id), *compression_details(training)]
+    network_notes: tuple[str, ...] = ()
+    if cluster.fabric is not None:
+        network_notes = fabric_notes(cluster, {
+            name: float(nodes) for name, nodes in group_nodes(
+                plan_vars, geometry, cluster.gpus_per_node).items() if float(nodes) > 1.0})
+    network_notes += compression_notes(model, training, plan.tp,
+                                       state_layout(training).grad_bytes_per_param)
     return Estimate(
         params=counts,
         flops=flops,
@@ -259,7 +267,8 @@ def estimate(
         energy=energy_result,
         num_micro_batches=layout.num_micro_batches,
         warnings=tuple(warnings),
-        assumptions=(*_assumptions(plan, training, layout.num_micro_batches), _band_note(band)),
+        assumptions=(*_assumptions(plan, training, layout.num_micro_batches), *network_notes,
+                     _band_note(band)),
         calibration_version=calibration.version,
         warning_details=tuple(details),
     )

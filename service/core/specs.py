@@ -147,6 +147,91 @@ class RecomputeMode(StrEnum):
     FULL = "full"
 
 
+class FabricProtocol(StrEnum):
+    """The scale-out network's transport (issue 42; ``fabric`` has each one's defaults and
+    sources): InfiniBand, RoCE v2 (go-back-N), AWS EFA (SRD), Google GPUDirect-TCPX, plain
+    Ethernet TCP sockets, and TPU ICI."""
+
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+    EFA = "efa"
+    TCPX = "tcpx"
+    ETHERNET_TCP = "ethernet_tcp"
+    ICI = "ici"
+
+
+class CompressionMethod(StrEnum):
+    """Data-parallel gradient compression (issue 42; ``fabric.gradient_bytes_fraction``)."""
+
+    NONE = "none"
+    POWERSGD = "powersgd"
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+
+FABRIC_LATENCY_RANGE_S = (1e-7, 1e-2)
+"""Bounds on ``FabricSpec.latency_s``: 100 ns (below any NIC-to-NIC latency) to 10 ms (a WAN)."""
+FABRIC_MAX_LOSS_FRACTION = 0.1
+"""Bounds on ``FabricSpec.packet_loss_fraction``: 0 to 10% (past it no transport makes progress
+worth modelling)."""
+FABRIC_OVERSUBSCRIPTION_RANGE = (1.0, 16.0)
+FABRIC_MAX_RAILS = 16
+MAX_POWERSGD_RANK = 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FabricSpec:
+    """The scale-out fabric as a planner states it (``ClusterSpec.fabric``; issue 42). None
+    fields take the protocol's defaults (``fabric.PROTOCOL_DEFAULTS``)."""
+
+    protocol: FabricProtocol = FabricProtocol.INFINIBAND
+    latency_s: float | None = None
+    """One-way small-message latency between two NICs across the fabric."""
+    packet_loss_fraction: float = 0.0
+    """Packets lost (dropped or corrupted) per packet sent, 0 to 0.1."""
+    oversubscription: float = 1.0
+    """Leaf downlink to spine uplink bandwidth ratio: 1 is a non-blocking fat tree."""
+    rails: int | None = None
+    """Leaf switches a node's NICs are spread over (rail-optimised: one per NIC); None takes
+    the node's GPU count (one NIC per GPU, rail-optimised, as DGX SuperPOD)."""
+
+    def __post_init__(self) -> None:
+        low, high = FABRIC_LATENCY_RANGE_S
+        if self.latency_s is not None and not (
+                math.isfinite(self.latency_s) and low <= self.latency_s <= high):
+            raise InvalidSpecError(
+                f"cluster.fabric.latency_s ({self.latency_s}) must be in [{low:g}, {high:g}]",
+                field="cluster.fabric.latency_s")
+        loss = self.packet_loss_fraction
+        if not (math.isfinite(loss) and 0.0 <= loss <= FABRIC_MAX_LOSS_FRACTION):
+            raise InvalidSpecError(
+                f"cluster.fabric.packet_loss_fraction ({loss}) must be in "
+                f"[0, {FABRIC_MAX_LOSS_FRACTION:g}]", field="cluster.fabric.packet_loss_fraction")
+        low, high = FABRIC_OVERSUBSCRIPTION_RANGE
+        ratio = self.oversubscription
+        if not (math.isfinite(ratio) and low <= ratio <= high):
+            raise InvalidSpecError(
+                f"cluster.fabric.oversubscription ({ratio}) must be in [{low:g}, {high:g}]",
+                field="cluster.fabric.oversubscription")
+        if self.rails is not None:
+            _require_positive_int(self.rails, "cluster.fabric.rails", maximum=FABRIC_MAX_RAILS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GradientCompression:
+    """Compression of the data-parallel gradient traffic (``TrainingSpec.gradient_compression``;
+    issue 42): PowerSGD of a given rank (Vogels, Karimireddy and Jaggi, NeurIPS 2019), or the
+    gradients cast to bf16 or fp8 for their reduction."""
+
+    method: CompressionMethod = CompressionMethod.NONE
+    rank: int = 4
+    """PowerSGD's rank r (the paper's default experiments use 1 to 4); ignored otherwise."""
+
+    def __post_init__(self) -> None:
+        _require_positive_int(self.rank, "training.gradient_compression.rank",
+                              maximum=MAX_POWERSGD_RANK)
+
+
 def _require_positive_int(value: int, name: str, *, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidSpecError(f"{name} must be an integer", field=name)
@@ -373,6 +458,9 @@ class ClusterSpec:
     grid_gco2e_per_kwh: float | None = None
     """Grid carbon intensity where this cluster runs (its region's published figure); None
     takes ``EnergySpec.grid_gco2e_per_kwh``. Only the search reads it (carbon objective)."""
+    fabric: FabricSpec | None = None
+    """The scale-out fabric's protocol, latency, loss and topology (issue 42); None keeps the
+    accelerator's links as they are, with NCCL's InfiniBand-tuned latencies (``fabric``)."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.num_gpus, "cluster.num_gpus", maximum=MAX_NUM_GPUS)
@@ -527,6 +615,9 @@ class TrainingSpec:
     (``timing``); True or None is the fused work the stacks were fitted with (most published
     runs of these stacks compile). No effect on Megatron (fused kernels), DeepSpeed, MaxText
     (XLA always compiles) or unknown stacks."""
+    gradient_compression: GradientCompression | None = None
+    """Data-parallel gradient compression (issue 42; ``fabric.gradient_bytes_fraction``);
+    None or method none sends the gradients as the stack does."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.seq_len, "training.seq_len", maximum=100_000_000)

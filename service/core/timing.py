@@ -26,7 +26,10 @@ reduce-scatter and all-gather alpha + (n-1)/n * S/B, all-to-all alpha + (n-1)/n 
 the achieved bandwidth of the tier the group spans. For all-reduce, reduce-scatter and
 all-gather, alpha is NCCL's own latency by algorithm, protocol and ring size
 (``collectives``); all-to-all, point-to-point and context-parallel hops keep the fixed
-``Calibration.collective_latency_s``.
+``Calibration.collective_latency_s``. On a stated fabric (``ClusterSpec.fabric``) the
+network share of each of them follows ``fabric``: the protocol's latency and bandwidth, packet
+loss, and oversubscription for groups that cross the spine; gradient compression scales the
+data-parallel gradient bytes (``fabric.gradient_bytes_fraction``).
 
 The step is m x (micro-batch time) + the pipeline bubble ((p-1)/v micro-batch times;
 Narayanan et al. 2021 eq. 1) + exposed data-parallel traffic + the optimizer step +
@@ -47,6 +50,13 @@ from types import MappingProxyType
 from service.core.attention import kernel_peak_fraction
 from service.core.calibration import Calibration
 from service.core.collectives import collective_s
+from service.core.fabric import (
+    FabricTerms,
+    compresses,
+    gradient_bytes_fraction,
+    powersgd_s,
+    terms_of,
+)
 from service.core.geometry import Geometry, PlanVars
 from service.core.memory import (
     StateLayout,
@@ -57,6 +67,7 @@ from service.core.params import ParameterCount
 from service.core.specs import (
     AcceleratorSpec,
     ClusterSpec,
+    CompressionMethod,
     Framework,
     MlpKind,
     ModelSpec,
@@ -269,14 +280,17 @@ def unfused_attention_s(model: ModelSpec, training: TrainingSpec, tokens: Num, t
 
 
 def _collective_s(volume_bytes: Num, group: Num, per_node: Num, bandwidth: Num,
-                  all_reduce: bool, xp: Num) -> Num:
+                  all_reduce: bool, xp: Num, net: FabricTerms | None = None) -> Num:
     """An all-reduce (``all_reduce``), reduce-scatter or all-gather at the ring's achieved bus
     bandwidth: NCCL's cost model, latency by algorithm, protocol and ring size
     (``collectives.collective_s``: 2(n-1)/n x S/B for an all-reduce, (n-1)/n x S/B for the
     others, plus the fastest pair's latency); 0 for a group of one or nothing to send."""
     if _same_for_all(group, 1) or _same_for_all(volume_bytes, 0):
         return 0.0
-    return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp)
+    if net is None:
+        return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp)
+    return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp,
+                        net.hop_extra_s)
 
 
 def _same_for_all(value: Num, at_most: float) -> bool:
@@ -288,7 +302,8 @@ def _same_for_all(value: Num, at_most: float) -> bool:
 
 
 def ring_bandwidth(
-    acc: AcceleratorSpec, group: Num, per_node: Num, cal: Calibration, xp: Num = SCALAR
+    acc: AcceleratorSpec, group: Num, per_node: Num, cal: Calibration, xp: Num = SCALAR,
+    net: FabricTerms | None = None,
 ) -> Num:
     """Achieved bus bandwidth of a ring collective over ``group`` ranks, ``per_node`` per node.
 
@@ -296,39 +311,79 @@ def ring_bandwidth(
     ring's bus bandwidth is the node's aggregate NIC bandwidth for the group's members
     (per_node x per-GPU scale-out), capped by the scale-up link (nccl-tests PERFORMANCE.md:
     multi-node bus bandwidth approaches the per-node network bandwidth).
+
+    On a stated fabric (``net``) the network share runs at ``net.bandwidth_fraction`` of it
+    (protocol and loss), divided by the oversubscription ratio when the group spans more
+    than one leaf (``fabric.FabricTerms.spine_factor``): a ring runs at its slowest link.
     """
     scaleup = acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction
-    across = xp.minimum(
-        scaleup, per_node * acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
-    )
+    network = per_node * acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
+    if net is not None:
+        network = network * net.bandwidth_fraction / net.spine_factor(
+            group / xp.maximum(per_node, 1), xp)
+    across = xp.minimum(scaleup, network)
     return xp.where(per_node >= group, scaleup, across)
 
 
 def all_to_all_s(
     volume_bytes: Num, group: Num, per_node: Num, acc: AcceleratorSpec, cal: Calibration,
-    xp: Num = SCALAR, inter_node_share: float = 1.0,
+    xp: Num = SCALAR, inter_node_share: float = 1.0, net: FabricTerms | None = None,
 ) -> Num:
     """All-to-all of ``volume_bytes`` per rank: (per_node-1)/group of it stays on the scale-up
     link, (group-per_node)/group crosses the rank's own NIC; the two run concurrently.
-    ``inter_node_share`` scales the cross-node part (node-limited routing)."""
+    ``inter_node_share`` scales the cross-node part (node-limited routing). On a stated
+    fabric (``net``) the cross-node part runs at ``net.bandwidth_fraction``, the share of it
+    bound for other leaves (``FabricTerms.off_leaf_share``) at 1/oversubscription of that,
+    and a group that crosses nodes pays the fabric's extra latency once."""
     intra = (per_node - 1) / group * volume_bytes / (
         acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction
     )
     inter = inter_node_share * (group - per_node) / group * volume_bytes / (
         acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
     )
-    seconds = cal.collective_latency_s + xp.maximum(intra, inter)
+    latency = cal.collective_latency_s
+    if net is not None:
+        nodes = group / xp.maximum(per_node, 1)
+        inter = inter / net.bandwidth_fraction * (
+            1.0 + net.off_leaf_share(nodes, xp) * (net.oversubscription - 1.0))
+        latency = latency + xp.where(group > per_node, net.hop_extra_s, 0.0)
+    seconds = latency + xp.maximum(intra, inter)
     return xp.where((group > 1) & (volume_bytes > 0), seconds, 0.0)
 
 
 def point_to_point_bandwidth(
-    acc: AcceleratorSpec, in_scaleup: Num, cal: Calibration, xp: Num = SCALAR
+    acc: AcceleratorSpec, in_scaleup: Num, cal: Calibration, xp: Num = SCALAR,
+    net: FabricTerms | None = None, nodes: Num = 1,
 ) -> Num:
+    """A send's bandwidth: the scale-up link inside the domain, else the GPU's NIC; on a
+    stated fabric the NIC at ``net.bandwidth_fraction``, over the spine (the pipeline spans
+    ``nodes`` nodes) at 1/oversubscription of it."""
+    network = acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
+    if net is not None:
+        network = network * net.bandwidth_fraction / net.spine_factor(nodes, xp)
     return xp.where(
         in_scaleup,
         acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction,
-        acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction,
+        network,
     )
+
+
+def group_nodes(plan: PlanVars, geo: Geometry, gpus_per_node: int, xp: Num = SCALAR,
+                ) -> dict[str, Num]:
+    """Nodes each parallel group spans, for the oversubscription rule (``fabric``), in
+    Megatron's rank order (tensor innermost, then context, data, pipeline; consecutive nodes):
+    a group of g ranks with k per node spans g/k nodes; a pipeline spans from its first
+    stage's node to its last's, (p-1) x t x c x d / (GPUs per node) + 1."""
+    nodes = {
+        "tp": plan.tp / xp.maximum(geo.tp_per_node, 1),
+        "cp": plan.cp / xp.maximum(geo.cp_per_node, 1),
+        "dp": geo.shard_group_size / xp.maximum(geo.shard_per_node, 1),
+        "dp replicas": plan.dp_replicas / xp.maximum(geo.replica_per_node, 1),
+        "ep": plan.ep / xp.maximum(geo.ep_per_node, 1),
+        "pp": xp.where(geo.pp_in_scaleup, 1.0,
+                       (plan.pp - 1) * plan.tp * plan.cp * plan.dp / gpus_per_node + 1.0),
+    }
+    return nodes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -351,6 +406,7 @@ def _micro_batch_time(
     cal: Calibration,
     per_micro_batch_bytes: Num,
     xp: Num,
+    net: FabricTerms | None = None,
 ) -> _MicroBatch:
     acc = cluster.accelerator
     t, h = plan.tp, model.hidden_size
@@ -457,8 +513,8 @@ def _micro_batch_time(
     tp_volume = tokens * h * ACTIVATION_COMM_BYTES
     tp_count = (4.0 + xp.where(full, 2.0, 0.0)) * geo.layers_per_stage
     tp_s = tp_count * _collective_s(
-        tp_volume, t, geo.tp_per_node, ring_bandwidth(acc, t, geo.tp_per_node, cal, xp), True,
-        xp,
+        tp_volume, t, geo.tp_per_node, ring_bandwidth(acc, t, geo.tp_per_node, cal, xp, net),
+        True, xp, net,
     ) * cal.tp_comm_exposed_fraction
 
     # Context parallel: ring exchange of local K and V, hidden behind attention where possible.
@@ -467,8 +523,11 @@ def _micro_batch_time(
         ACTIVATION_COMM_BYTES
     ) / xp.minimum(t, kv_heads)
     # Each of the c-1 ring steps is a send/receive with its own launch latency.
-    cp_per_layer = 3.0 * (plan.cp - 1) * (cal.collective_latency_s + kv_bytes / ring_bandwidth(
-        acc, plan.cp, geo.cp_per_node, cal, xp
+    cp_latency = cal.collective_latency_s
+    if net is not None:
+        cp_latency = cp_latency + xp.where(plan.cp > geo.cp_per_node, net.hop_extra_s, 0.0)
+    cp_per_layer = 3.0 * (plan.cp - 1) * (cp_latency + kv_bytes / ring_bandwidth(
+        acc, plan.cp, geo.cp_per_node, cal, xp, net
     ))
     attention_per_layer = attention_s / geo.layers_per_stage
     cp_s = xp.where(
@@ -495,7 +554,7 @@ def _micro_batch_time(
         inter_node_share = (min(1.0, plan.moe_max_nodes_per_token / k)
                             if plan.moe_max_nodes_per_token else 1.0)
         raw_s = geo.moe_layers_per_stage * a2a_count * all_to_all_s(
-            a2a_volume, plan.ep, geo.ep_per_node, acc, cal, xp, inter_node_share)
+            a2a_volume, plan.ep, geo.ep_per_node, acc, cal, xp, inter_node_share, net)
         if plan.moe_overlap == MoeOverlap.NONE:
             exposed = raw_s
         elif plan.moe_overlap == MoeOverlap.DUALPIPE:
@@ -506,7 +565,8 @@ def _micro_batch_time(
 
     # Pipeline: activations and their gradients cross each stage boundary, v times each.
     pp_s = xp.where(plan.pp > 1, _pipeline_p2p_s(tokens, h, plan, geo, training, compute_s,
-                                                 acc, cal, xp), 0.0)
+                                                 acc, cal, xp, net,
+                                                 cluster.gpus_per_node), 0.0)
 
     return _MicroBatch(
         compute_s=compute_s,
@@ -520,7 +580,8 @@ def _micro_batch_time(
 
 def _pipeline_p2p_s(tokens: Num, h: int, plan: PlanVars, geo: Geometry,
                     training: TrainingSpec, compute_s: Num, acc: AcceleratorSpec,
-                    cal: Calibration, xp: Num) -> Num:
+                    cal: Calibration, xp: Num, net: FabricTerms | None = None,
+                    gpus_per_node: int = 1) -> Num:
     """Exposed seconds per micro-batch of the pipeline's point-to-point sends: b*s*h 16-bit
     activations forward and their gradients backward at each stage boundary, v times with
     interleaving, each send paying the point-to-point latency.
@@ -537,8 +598,14 @@ def _pipeline_p2p_s(tokens: Num, h: int, plan: PlanVars, geo: Geometry,
     megatron = training.framework == Framework.MEGATRON
     split = xp.where(plan.sequence_parallel, plan.tp, plan.tp if megatron else 1)
     p2p_bytes = tokens * h * ACTIVATION_COMM_BYTES / split
-    bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal, xp)
-    send_s = cal.collective_latency_s + p2p_bytes / bandwidth
+    if net is None:
+        bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal, xp)
+        send_s = cal.collective_latency_s + p2p_bytes / bandwidth
+    else:
+        bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal, xp, net,
+                                             group_nodes(plan, geo, gpus_per_node, xp)["pp"])
+        latency = cal.collective_latency_s + xp.where(geo.pp_in_scaleup, 0.0, net.hop_extra_s)
+        send_s = latency + p2p_bytes / bandwidth
     if megatron:
         # The all-gather of the other t-1 slices over the scale-up link (no SP only).
         gather = (plan.tp - 1) / plan.tp * tokens * h * ACTIVATION_COMM_BYTES / (
@@ -565,8 +632,9 @@ def step_time(
     ``per_micro_batch_bytes`` is the stage's activations of one micro-batch (from
     ``memory.stage_activation_bytes``), which sets the elementwise work."""
     acc = cluster.accelerator
+    net = terms_of(cluster)
     mb = _micro_batch_time(model, counts, cluster, plan, training, geo, cal,
-                           per_micro_batch_bytes, xp)
+                           per_micro_batch_bytes, xp, net)
     m = geo.num_micro_batches
     micro_batch_s = _total(mb.compute_s, mb.tp_s, mb.cp_s, mb.ep_s, mb.pp_s)
     bubble_s = (plan.pp - 1) / plan.vp * micro_batch_s
@@ -578,15 +646,16 @@ def step_time(
     shard = xp.where(plan.zero_stage >= 1, geo.shard_group_size, 1)
     expert_shard = xp.where(plan.zero_stage >= 1, geo.expert_shard_group_size, 1)
     shard_params = params / shard + experts / expert_shard
-    dp_bw = ring_bandwidth(acc, geo.shard_group_size, geo.shard_per_node, cal, xp)
+    dp_bw = ring_bandwidth(acc, geo.shard_group_size, geo.shard_per_node, cal, xp, net)
     layout = state_layout(training)
+    grads = _GradientTraffic.of(training, model, plan, layout, net, xp)
     # Replicas imply ZeRO >= 1 (specs), so their all-reduce moves the sharded gradients.
     dp_comm = (_dp_traffic_s(params, geo.shard_group_size, geo.shard_per_node, plan.zero_stage,
-                             dp_bw, layout, xp)
+                             dp_bw, layout, xp, grads)
                + _dp_traffic_s(experts, geo.expert_shard_group_size, geo.shard_per_node,
-                               plan.zero_stage, dp_bw, layout, xp)
+                               plan.zero_stage, dp_bw, layout, xp, grads)
                + _replica_all_reduce_s(shard_params, plan.dp_replicas, geo.replica_per_node,
-                                       acc, layout, cal, xp))
+                                       acc, layout, cal, xp, grads))
     exposed = xp.maximum(dp_comm - micro_batch_s,
                          cal.dp_exposed_fraction_for(training.framework) * dp_comm)
     # FSDP (ZeRO-3 without PP) gathers and reduces every micro-batch, overlapping with it;
@@ -598,6 +667,12 @@ def step_time(
 
     optimizer_s = (0.0 if plan.offload_optimizer
                    else OPTIMIZER_BYTES_TOUCHED_PER_PARAM * shard_params / acc.hbm_bytes_per_s)
+    if grads.powersgd:
+        # PowerSGD's matmuls and error feedback over the local gradient, once per step
+        # (``fabric.powersgd_s``), counted with the optimizer step.
+        optimizer_s = optimizer_s + powersgd_s(
+            training, params + experts, acc.peak_for(_half(training.precision, acc)),
+            acc.hbm_bytes_per_s, xp)
     host_offload_s = _host_offload_s(model, plan, geo, layout, shard_params, micro_batch_s,
                                      per_micro_batch_bytes, acc.id, cal, xp)
 
@@ -695,9 +770,47 @@ def _host_offload_s(
     return optimizer_s + weights_s + activations_s
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _GradientTraffic:
+    """How the data-parallel gradients travel: the fabric (None: today's links), the byte
+    fraction of gradient compression (``fabric.gradient_bytes_fraction``) and whether it is
+    PowerSGD (all-reduced factors)."""
+
+    net: FabricTerms | None
+    fraction: Num
+    powersgd: bool
+
+    @property
+    def plain(self) -> bool:
+        """No fabric and no compression: the arithmetic of before, untouched."""
+        return self.net is None and not compresses_fraction(self.fraction)
+
+    @classmethod
+    def of(cls, training: TrainingSpec, model: ModelSpec, plan: PlanVars, layout: StateLayout,
+           net: FabricTerms | None, xp: Num) -> _GradientTraffic:
+        compression = training.gradient_compression
+        powersgd = (compression is not None
+                    and compression.method == CompressionMethod.POWERSGD)
+        fraction: Num = (gradient_bytes_fraction(training, model, plan.tp,
+                                                 layout.grad_bytes_per_param, xp)
+                         if compresses(training) else 1.0)
+        return cls(net=net, fraction=fraction, powersgd=powersgd)
+
+
+def compresses_fraction(fraction: Num) -> bool:
+    """Whether ``fraction`` changes the bytes (anything but one Python 1.0)."""
+    return not (isinstance(fraction, float) and fraction == 1.0)
+
+
+def _half(precision: Precision, acc: AcceleratorSpec) -> Precision:
+    """The 16-bit precision the step's non-linear-layer matmuls run in."""
+    half = Precision.BF16 if precision == Precision.FP8 else precision
+    return half if half in acc.peak_flops_per_s else precision
+
+
 def _replica_all_reduce_s(
     shard_params: Num, replicas: Num, per_node: Num, acc: AcceleratorSpec,
-    layout: StateLayout, cal: Calibration, xp: Num,
+    layout: StateLayout, cal: Calibration, xp: Num, grads: _GradientTraffic | None = None,
 ) -> Num:
     """Hybrid sharding's all-reduce of each rank's gradient shard across the ``replicas``
     ranks that hold the same shard, after the reduce-scatter inside its shard group: PyTorch
@@ -709,26 +822,39 @@ def _replica_all_reduce_s(
     backward like the rest of the data-parallel traffic."""
     if _same_for_all(replicas, 1):
         return 0.0
-    grads = shard_params * layout.grad_bytes_per_param
-    bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp)
-    return _collective_s(grads, replicas, per_node, bandwidth, True, xp)
+    gradient_bytes = shard_params * layout.grad_bytes_per_param
+    if grads is None or grads.plain:
+        bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp)
+        return _collective_s(gradient_bytes, replicas, per_node, bandwidth, True, xp)
+    bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp, grads.net)
+    return _collective_s(gradient_bytes * grads.fraction, replicas, per_node, bandwidth, True,
+                         xp, grads.net)
 
 
 def _dp_traffic_s(
     params: Num, group: Num, per_node: Num, zero_stage: Num, bandwidth: Num,
-    layout: StateLayout, xp: Num,
+    layout: StateLayout, xp: Num, grads: _GradientTraffic | None = None,
 ) -> Num:
     """Data-parallel traffic per step (ZeRO 0-2) or per micro-batch (ZeRO-3): all-reduce of
     the gradients (ZeRO-0), or their reduce-scatter plus one all-gather of the weights
     (ZeRO-1/2), or plus two (ZeRO-3: forward and backward). Gradients travel in the stack's
-    gradient precision, weights in their working precision (``memory.state_layout``)."""
+    gradient precision, weights in their working precision (``memory.state_layout``).
+
+    Under gradient compression (``grads``) the gradient bytes are ``grads.fraction`` of
+    that; PowerSGD's factors cannot be reduce-scattered, so its gradients are all-reduced
+    at every ZeRO stage (Vogels et al. 2019, Algorithm 1: all-reduce P, then Q) and each
+    rank keeps its shard of the decompressed result."""
     if _same_for_all(params, 0) or _same_for_all(group, 1):
         return 0.0
-    grads = params * layout.grad_bytes_per_param
+    gradient_bytes = params * layout.grad_bytes_per_param
     weights = params * layout.gather_bytes_per_param
-    all_reduce = _collective_s(grads, group, per_node, bandwidth, True, xp)
-    reduce_scatter = _collective_s(grads, group, per_node, bandwidth, False, xp)
-    all_gather = _collective_s(weights, group, per_node, bandwidth, False, xp)
+    net = None if grads is None else grads.net
+    if grads is not None and not grads.plain:
+        gradient_bytes = gradient_bytes * grads.fraction
+    all_reduce = _collective_s(gradient_bytes, group, per_node, bandwidth, True, xp, net)
+    reduce_scatter = (all_reduce if grads is not None and grads.powersgd else _collective_s(
+        gradient_bytes, group, per_node, bandwidth, False, xp, net))
+    all_gather = _collective_s(weights, group, per_node, bandwidth, False, xp, net)
     seconds = xp.where(
         zero_stage == 0, all_reduce,
         xp.where(zero_stage == 3, reduce_scatter + 2.0 * all_gather, reduce_scatter + all_gather),

@@ -20,11 +20,20 @@ from service.core.plausibility import (
 )
 from service.core.presets import default_vocab, get_preset
 from service.core.specs import (
+    FABRIC_LATENCY_RANGE_S,
+    FABRIC_MAX_LOSS_FRACTION,
+    FABRIC_MAX_RAILS,
+    FABRIC_OVERSUBSCRIPTION_RANGE,
+    MAX_POWERSGD_RANK,
     AcceleratorSpec,
     AttentionKernel,
     ClusterSpec,
+    CompressionMethod,
     EnergySpec,
+    FabricProtocol,
+    FabricSpec,
     Framework,
+    GradientCompression,
     MlpKind,
     ModelSpec,
     MoeOverlap,
@@ -154,6 +163,64 @@ class ModelIn(RequestModel):
         )
 
 
+class FabricIn(RequestModel):
+    """The scale-out fabric (issue 42; docs/model.md, "Fabric"). Every field is optional; a
+    field left out takes the protocol's default."""
+
+    protocol: FabricProtocol = Field(default=FabricProtocol.INFINIBAND, description=(
+        "The transport between nodes: infiniband (link-level retry; defaults 1.5 us), roce "
+        "(RoCE v2, go-back-N on loss; 3 us), efa (AWS SRD, selective repeat; 12 us, 0.9 of "
+        "InfiniBand's bus bandwidth), tcpx (GPUDirect-TCPX; 25 us, 0.8), ethernet_tcp (NCCL "
+        "sockets; 40 us, 0.5), ici (TPU; 1 us). TCP protocols follow Mathis et al. 1997 "
+        "under loss."), examples=["roce"])
+    latency_s: float | None = Field(
+        strict=True, default=None, ge=FABRIC_LATENCY_RANGE_S[0], le=FABRIC_LATENCY_RANGE_S[1],
+        description=(
+            "One-way small-message latency NIC to NIC across the fabric, seconds. Each network "
+            "hop of a collective pays NCCL's InfiniBand-tuned hop latency plus the difference "
+            "from 1.5 us. Default: the protocol's."), examples=[3e-6])
+    packet_loss_fraction: float = Field(
+        strict=True, default=0.0, ge=0.0, le=FABRIC_MAX_LOSS_FRACTION, description=(
+            "Packets lost per packet sent (0.001 is 0.1%). Costs goodput by the protocol's "
+            "recovery: link retry and selective repeat resend the lost packet, RoCE's "
+            "go-back-N the window in flight, TCP halves its window. Default 0."),
+        examples=[0.001])
+    oversubscription: float = Field(
+        strict=True, default=1.0, ge=FABRIC_OVERSUBSCRIPTION_RANGE[0],
+        le=FABRIC_OVERSUBSCRIPTION_RANGE[1], description=(
+            "Leaf-to-spine oversubscription (2 is 2:1). Collectives whose group spans more "
+            "nodes than one leaf reaches (32 x rails / GPUs per node) run their network part "
+            "at 1/oversubscription of the bandwidth. Default 1 (non-blocking)."),
+        examples=[2.0])
+    rails: int | None = Field(
+        strict=True, default=None, ge=1, le=FABRIC_MAX_RAILS, description=(
+            "Leaf switches a node's NICs are spread over: rail-optimised nodes have one per "
+            "NIC, which keeps rail-aligned traffic on a leaf over 32 nodes; 1 is one "
+            "top-of-rack switch for the node's NICs. Default: the GPUs per node."),
+        examples=[8])
+
+    def to_core(self) -> FabricSpec:
+        return FabricSpec(protocol=self.protocol, latency_s=self.latency_s,
+                          packet_loss_fraction=self.packet_loss_fraction,
+                          oversubscription=self.oversubscription, rails=self.rails)
+
+
+class GradientCompressionIn(RequestModel):
+    """Data-parallel gradient compression (issue 42)."""
+
+    method: CompressionMethod = Field(default=CompressionMethod.NONE, description=(
+        "none; powersgd (rank-r factors P and Q in fp32, r(n+m) numbers per n x m gradient "
+        "matrix instead of nm, all-reduced, plus its matmuls per step; Vogels et al. 2019); "
+        "bf16 or fp8 (the gradients reduced in 2 or 1 bytes, where the stack's are wider). "
+        "Any method but none carries outside_validated_range on training.gradient_compression: "
+        "the steps to the same loss can change, which is not modelled."), examples=["powersgd"])
+    rank: int = Field(strict=True, default=4, ge=1, le=MAX_POWERSGD_RANK, description=(
+        "PowerSGD's rank r (ignored by the other methods)."), examples=[4])
+
+    def to_core(self) -> GradientCompression:
+        return GradientCompression(method=self.method, rank=self.rank)
+
+
 class ClusterIn(RequestModel):
     accelerator: AcceleratorRef = Field(
         description="Accelerator id from GET /v1/accelerators.",
@@ -179,12 +246,18 @@ class ClusterIn(RequestModel):
         strict=True, default=None, ge=1e8, le=1e13, description=(
             "The scale-up link (NVLink), bytes/s per GPU each way, where it differs from the "
             "catalogue: e.g. A800 (NVLink 400 GB/s) is 2e11."), examples=[2e11])
+    fabric: FabricIn | None = Field(default=None, description=(
+        "The scale-out fabric's protocol, latency, packet loss, oversubscription and rails "
+        "(docs/model.md, \"Fabric\"). Not given: the network as the calibration fitted it, "
+        "with NCCL's InfiniBand-tuned latencies."),
+        examples=[{"protocol": "roce", "packet_loss_fraction": 0.0001, "oversubscription": 2.0}])
 
     def to_core(self, accelerator: AcceleratorSpec) -> ClusterSpec:
         per_node = self.gpus_per_node or min(accelerator.scaleup_domain_size, self.num_gpus)
         return ClusterSpec(accelerator=with_links(accelerator, self.scaleout_bytes_per_s_per_gpu,
                                                   self.scaleup_bytes_per_s_per_gpu),
-                           num_gpus=self.num_gpus, gpus_per_node=per_node)
+                           num_gpus=self.num_gpus, gpus_per_node=per_node,
+                           fabric=None if self.fabric is None else self.fabric.to_core())
 
 
 def with_links(accelerator: AcceleratorSpec, scaleout_bytes_per_s: float | None,
@@ -379,6 +452,10 @@ class TrainingIn(RequestModel):
         TORCH_COMPILE_DESCRIPTION))
     framework_version: Annotated[str, TextRule(max_length=64, min_length=1)] | None = Field(
         default=None, description=FRAMEWORK_VERSION_DESCRIPTION, examples=["2024-12"])
+    gradient_compression: GradientCompressionIn | None = Field(default=None, description=(
+        "Data-parallel gradient compression (docs/model.md, \"Fabric\"). Not given: the "
+        "gradients travel as the stack sends them."),
+        examples=[{"method": "powersgd", "rank": 4}])
 
     def to_core(self) -> TrainingSpec:
         return TrainingSpec(
@@ -395,6 +472,8 @@ class TrainingIn(RequestModel):
             attention_kernel=self.attention_kernel,
             torch_compile=self.torch_compile,
             framework_version=self.framework_version,
+            gradient_compression=(None if self.gradient_compression is None
+                                  else self.gradient_compression.to_core()),
         )
 
 
@@ -479,7 +558,8 @@ WARNING_DETAILS_DESCRIPTION = (
     "outside_validated_range names a dimension outside the region the calibration's published "
     "runs cover for the stack (cluster.num_gpus, model.hidden_size, training.seq_len, "
     "cluster.accelerator, model.num_experts for MoE, training.framework, "
-    "training.framework_version; docs/validation.md, \"The envelope\"); "
+    "training.framework_version; docs/validation.md, \"The envelope\"; and "
+    "training.gradient_compression, whose effect on the steps to converge is not modelled); "
     "uncalibrated_accelerator an accelerator without published runs. Every sentence of "
     "warnings has an entry (other when none of the codes fits).")
 

@@ -1,0 +1,200 @@
+"""``cluster.fabric`` and ``training.gradient_compression`` on ``POST /v1/estimates`` (issue 42):
+bounds with a 422 naming the field, and the issue's what-if questions on one 70B job."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.test_estimates import assert_problem
+
+SEVENTY_B_1024: dict[str, Any] = {
+    "model": {"preset": "llama3.1-70b"},
+    "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 1024},
+    "parallelism": {"tp": 8, "pp": 4, "dp": 32},
+    "training": {"seq_len": 8192, "global_batch_seqs": 512, "tokens": 15e12},
+}
+
+
+def job(fabric: dict[str, Any] | None = None,
+        compression: dict[str, Any] | None = None) -> dict[str, Any]:
+    body = copy.deepcopy(SEVENTY_B_1024)
+    if fabric is not None:
+        body["cluster"]["fabric"] = fabric
+    if compression is not None:
+        body["training"]["gradient_compression"] = compression
+    return body
+
+
+def raw_body(section: str, inner: str) -> str:
+    """The 70B job as JSON text with ``inner`` as the body of ``cluster.fabric`` or
+    ``training.gradient_compression``: NaN and Infinity cannot be written by ``json=``."""
+    text = json.dumps(SEVENTY_B_1024)
+    if section == "fabric":
+        return text.replace('"num_gpus": 1024', '"num_gpus": 1024, "fabric": {' + inner + "}")
+    return text.replace('"tokens": 15000000000000.0',
+                        '"tokens": 15000000000000.0, "gradient_compression": {' + inner + "}")
+
+
+class TestFabricBounds:
+    @pytest.mark.parametrize(("inner", "field"), [
+        ('"latency_s": NaN', "cluster.fabric.latency_s"),
+        ('"latency_s": Infinity', "cluster.fabric.latency_s"),
+        ('"latency_s": -1e-6', "cluster.fabric.latency_s"),
+        ('"latency_s": 1.0', "cluster.fabric.latency_s"),
+        ('"latency_s": "fast"', "cluster.fabric.latency_s"),
+        ('"packet_loss_fraction": NaN', "cluster.fabric.packet_loss_fraction"),
+        ('"packet_loss_fraction": -0.001', "cluster.fabric.packet_loss_fraction"),
+        ('"packet_loss_fraction": 0.5', "cluster.fabric.packet_loss_fraction"),
+        ('"packet_loss_fraction": "0.001"', "cluster.fabric.packet_loss_fraction"),
+        ('"oversubscription": Infinity', "cluster.fabric.oversubscription"),
+        ('"oversubscription": 0.5', "cluster.fabric.oversubscription"),
+        ('"oversubscription": 32', "cluster.fabric.oversubscription"),
+        ('"oversubscription": true', "cluster.fabric.oversubscription"),
+        ('"rails": 0', "cluster.fabric.rails"),
+        ('"rails": -2', "cluster.fabric.rails"),
+        ('"rails": 17', "cluster.fabric.rails"),
+        ('"rails": 2.5', "cluster.fabric.rails"),
+        ('"rails": "8"', "cluster.fabric.rails"),
+        ('"protocol": "myrinet"', "cluster.fabric.protocol"),
+        ('"protocol": 3', "cluster.fabric.protocol"),
+        ('"jumbo_frames": true', "cluster.fabric.jumbo_frames"),
+    ])
+    def test_a_bad_fabric_value_is_a_422_naming_the_field(
+            self, client: TestClient, inner: str, field: str) -> None:
+        response = client.post("/v1/estimates", content=raw_body("fabric", inner),
+                               headers={"content-type": "application/json"})
+        problem = assert_problem(response, 422, field)
+        assert "myrinet" not in json.dumps(problem)  # the input is not echoed
+
+    def test_a_fabric_that_is_not_an_object_is_a_422(self, client: TestClient) -> None:
+        body = job()
+        body["cluster"]["fabric"] = "roce"
+        assert_problem(client.post("/v1/estimates", json=body), 422, "cluster.fabric")
+
+
+class TestGradientCompressionBounds:
+    @pytest.mark.parametrize(("inner", "field"), [
+        ('"method": "topk"', "training.gradient_compression.method"),
+        ('"method": "powersgd", "rank": 0', "training.gradient_compression.rank"),
+        ('"method": "powersgd", "rank": -4', "training.gradient_compression.rank"),
+        ('"method": "powersgd", "rank": 4096', "training.gradient_compression.rank"),
+        ('"method": "powersgd", "rank": 4.5', "training.gradient_compression.rank"),
+        ('"method": "powersgd", "rank": NaN', "training.gradient_compression.rank"),
+        ('"method": "powersgd", "rank": Infinity', "training.gradient_compression.rank"),
+        ('"method": "powersgd", "rank": "4"', "training.gradient_compression.rank"),
+        ('"method": "powersgd", "warm_start": true', "training.gradient_compression.warm_start"),
+    ])
+    def test_a_bad_compression_value_is_a_422_naming_the_field(
+            self, client: TestClient, inner: str, field: str) -> None:
+        response = client.post("/v1/estimates", content=raw_body("compression", inner),
+                               headers={"content-type": "application/json"})
+        assert_problem(response, 422, field)
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "roce": {"fabric": {"protocol": "roce"}},
+    "roce loss 0.01%": {"fabric": {"protocol": "roce", "packet_loss_fraction": 0.0001}},
+    "roce loss 0.1%": {"fabric": {"protocol": "roce", "packet_loss_fraction": 0.001}},
+    "infiniband": {"fabric": {"protocol": "infiniband"}},
+    "roce 1:1": {"fabric": {"protocol": "roce", "oversubscription": 1.0}},
+    "roce 2:1": {"fabric": {"protocol": "roce", "oversubscription": 2.0}},
+    "roce powersgd r4": {"fabric": {"protocol": "roce"},
+                         "compression": {"method": "powersgd", "rank": 4}},
+}
+
+
+class TestTheSeventyBWhatIfs:
+    """The issue's example: the same 70B job on 1,024 H100, one variation at a time."""
+
+    @pytest.fixture
+    def answers(self, client: TestClient) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name, variant in {"catalogue": {}, **VARIANTS}.items():
+            response = client.post("/v1/estimates", json=job(**variant))
+            assert response.status_code == 200, response.text
+            out[name] = response.json()
+        return out
+
+    @staticmethod
+    def step(answer: dict[str, Any]) -> float:
+        return float(answer["time"]["step_s"])
+
+    def test_step_times_order_as_the_fabric_terms_say(
+            self, answers: dict[str, dict[str, Any]]) -> None:
+        step = {name: self.step(a) for name, a in answers.items()}
+        assert step["infiniband"] == step["catalogue"]  # the fitted network is InfiniBand's
+        assert step["infiniband"] < step["roce"]  # 1.5 us hops against 3 us
+        assert step["roce"] < step["roce loss 0.01%"] < step["roce loss 0.1%"]
+        assert step["roce 1:1"] == step["roce"]
+        assert step["roce 2:1"] > step["roce 1:1"]
+        assert step["roce powersgd r4"] < step["roce"]
+
+    def test_each_difference_is_explained_in_the_assumptions(
+            self, answers: dict[str, dict[str, Any]]) -> None:
+        def says(name: str, opening: str) -> list[str]:
+            return [a for a in answers[name]["assumptions"] if a.startswith(opening)]
+
+        assert not says("catalogue", "fabric")
+        for name in VARIANTS:
+            assert says(name, "fabric latency: "), name
+            assert says(name, "fabric protocol bandwidth: "), name
+        assert "roce at 3.0 us" in says("roce", "fabric latency: ")[0]
+        assert "+0.0 us" in says("infiniband", "fabric latency: ")[0]
+        assert not says("roce", "fabric packet loss")
+        assert "0.0100%" in says("roce loss 0.01%", "fabric packet loss")[0]
+        loss = says("roce loss 0.1%", "fabric packet loss")[0]
+        assert "go-back-N" in loss
+        assert "0.1000%" in loss
+        assert not says("roce 1:1", "fabric oversubscription")
+        assert says("roce 2:1", "fabric oversubscription 2:1")[0].endswith(": pp")
+        assert says("roce powersgd r4", "gradient compression powersgd rank 4")
+
+    def test_the_breakdown_puts_each_difference_where_it_belongs(
+            self, answers: dict[str, dict[str, Any]]) -> None:
+        parts = {name: a["time"]["breakdown_s"] for name, a in answers.items()}
+        # Loss slows the data-parallel reduction; oversubscription the pipeline's sends
+        # (the data-parallel groups stay inside a 32-node leaf); PowerSGD cuts the DP traffic
+        # and pays its matmuls in the optimizer time.
+        assert parts["roce loss 0.1%"]["dp_comm_exposed"] > parts["roce"]["dp_comm_exposed"]
+        assert parts["roce 2:1"]["pp_comm"] > 1.9 * parts["roce 1:1"]["pp_comm"]
+        assert parts["roce 2:1"]["tp_comm"] == parts["roce 1:1"]["tp_comm"]
+        assert (parts["roce powersgd r4"]["dp_comm_exposed"]
+                < 0.5 * parts["roce"]["dp_comm_exposed"])
+        assert parts["roce powersgd r4"]["optimizer"] > parts["roce"]["optimizer"]
+
+    def test_compression_carries_the_convergence_warning(
+            self, answers: dict[str, dict[str, Any]]) -> None:
+        coded = {(d["code"], d["field"]) for d in answers["roce powersgd r4"]["warning_details"]}
+        assert ("outside_validated_range", "training.gradient_compression") in coded
+        assert not any(d["field"] == "training.gradient_compression"
+                       for d in answers["roce"]["warning_details"])
+
+
+class TestCompressionMethods:
+    def test_casting_fp32_gradients_to_bf16_halves_their_traffic_time(
+            self, client: TestClient) -> None:
+        # 8B on 64 GPUs, pure data parallel with ZeRO-0 so the all-reduce is the only DP
+        # traffic; fp32 gradients on the megatron stack.
+        body: dict[str, Any] = {
+            "model": {"preset": "llama3.1-8b"},
+            "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 64,
+                        "scaleout_bytes_per_s_per_gpu": 1e9},
+            "parallelism": {"tp": 1, "pp": 1, "dp": 64, "zero_stage": 0},
+            "training": {"seq_len": 4096, "global_batch_seqs": 64, "tokens": 1e12,
+                         "framework": "megatron"},
+        }
+        plain = client.post("/v1/estimates", json=body).json()["time"]["breakdown_s"]
+        body["training"]["gradient_compression"] = {"method": "bf16"}
+        cast = client.post("/v1/estimates", json=body).json()["time"]["breakdown_s"]
+        assert cast["dp_comm_exposed"] < 0.6 * plain["dp_comm_exposed"]
+
+    def test_method_none_changes_nothing(self, client: TestClient) -> None:
+        plain = client.post("/v1/estimates", json=job()).json()
+        none = client.post("/v1/estimates", json=job(compression={"method": "none"})).json()
+        assert none["time"] == plain["time"]
+        assert none["warning_details"] == plain["warning_details"]

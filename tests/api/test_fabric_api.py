@@ -198,3 +198,15 @@ class TestCompressionMethods:
         none = client.post("/v1/estimates", json=job(compression={"method": "none"})).json()
         assert none["time"] == plain["time"]
         assert none["warning_details"] == plain["warning_details"]
+
+
+class TestEstimatorVersion:
+    def test_the_fingerprint_covers_the_fabric_constants(self) -> None:
+        from service.api import quoting
+        from service.core import fabric
+
+        names = dict(quoting._constants(*quoting.core_modules()))
+        for constant in ("PROTOCOL_DEFAULTS", "REFERENCE_LATENCY_S", "TCP_FLOWS_PER_NIC",
+                         "LEAF_DOWNLINKS", "POWERSGD_HBM_BYTES_PER_ELEMENT"):
+            assert f"service.core.fabric.{constant}" in names
+        assert fabric in quoting.core_modules()

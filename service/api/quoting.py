@@ -90,6 +90,7 @@ from service.core.specs import (
     AcceleratorSpec,
     ClusterSpec,
     EnergySpec,
+    FabricSpec,
     ModelSpec,
     ParallelismPlan,
     TrainingSpec,
@@ -142,6 +143,9 @@ class Plan:
     energy: EnergySpec
     calibration: Calibration = DEFAULT_CALIBRATION
     """The user calibration the quote names (issue 37), else the project's fit."""
+    fabric: FabricSpec | None = None
+    """The ``cluster.fabric`` the request states (issue 42): kept when the job is re-timed on
+    an offer's network, which sets the bandwidth and NVLink domain, not the protocol."""
 
 
 def _timing(result: Estimate, basis: str) -> JobTiming:
@@ -168,7 +172,7 @@ def _job(accelerator: AcceleratorSpec, cluster: ClusterSpec, model: ModelSpec,
         power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
         fast_domain=_fast_domain(plan), plan=plan_dict(plan), global_batch_seqs=batch)
     return job, Plan(model=model, training=training, plan=plan, accelerator=accelerator,
-                     energy=energy, calibration=calibration)
+                     energy=energy, calibration=calibration, fabric=cluster.fabric)
 
 
 def optimised_jobs(
@@ -369,7 +373,7 @@ def fabric_timing(plan: Plan, num_gpus: int, fabric: Fabric) -> JobTiming | None
     acc = replace(acc, scaleup_domain_size=domain)
     try:
         cluster = ClusterSpec(accelerator=acc, num_gpus=num_gpus,
-                              gpus_per_node=min(domain, num_gpus))
+                              gpus_per_node=min(domain, num_gpus), fabric=plan.fabric)
         result = estimate(plan.model, cluster, plan.plan, plan.training, energy=plan.energy,
                           calibration=plan.calibration)
     except CoreError:

@@ -210,3 +210,30 @@ class TestEstimatorVersion:
                          "LEAF_DOWNLINKS", "POWERSGD_HBM_BYTES_PER_ELEMENT"):
             assert f"service.core.fabric.{constant}" in names
         assert fabric in quoting.core_modules()
+
+
+def test_a_quote_times_every_line_on_the_stated_fabric(
+        client: TestClient, api_key: Any) -> None:
+    """A quote's lines are re-timed on each offer's network; the fabric the request states
+    (protocol, loss, oversubscription, rails) stays in that timing, so a worse fabric gives
+    longer lines, and no fabric answers as before (issue 42: quoting dropped it)."""
+    import uuid
+
+    headers = api_key("quotes:write")
+
+    def quote(fabric: dict[str, Any] | None) -> dict[tuple[str, str], float]:
+        body = {"workload": {"estimate": job(fabric)}, "terms": ["on_demand"],
+                "providers": ["aws"]}
+        body["workload"]["estimate"]["cluster"]["num_gpus"] = 1024
+        response = client.post("/v1/quotes", json=body,
+                               headers={**headers, "Idempotency-Key": uuid.uuid4().hex})
+        assert response.status_code == 201, response.text[:300]
+        return {(line["offer_id"], line["term"]): line["wall_clock_s"]
+                for line in response.json()["lines"] if line["wall_clock_s"] is not None}
+
+    plain, lossy = quote(None), quote({"protocol": "roce", "packet_loss_fraction": 0.001,
+                                       "oversubscription": 4.0, "rails": 1})
+    assert plain.keys() == lossy.keys()
+    assert plain
+    assert all(lossy[k] > plain[k] for k in plain)
+    assert quote(None) == plain

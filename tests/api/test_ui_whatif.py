@@ -112,3 +112,11 @@ def test_the_chart_stays_finite_for_any_values(values: list[float]) -> None:
                                             width=width))
         assert all(math.isfinite(v) for v in _numbers(svg))
         assert len(_bars(svg)) == sum(math.isfinite(v) for v in values)
+
+
+def test_every_portal_tab_links_to_the_what_if_page(client: TestClient) -> None:
+    for path in ("/ui", "/ui/serve", "/ui/what-if"):
+        page = client.get(path)
+        assert page.status_code == 200, path
+        assert '<a href="/ui/what-if"' in page.text, path
+    assert 'href="/ui/what-if" aria-current="page"' in client.get("/ui/what-if").text

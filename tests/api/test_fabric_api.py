@@ -237,3 +237,33 @@ def test_a_quote_times_every_line_on_the_stated_fabric(
     assert plain
     assert all(lossy[k] > plain[k] for k in plain)
     assert quote(None) == plain
+
+
+def test_a_plan_search_runs_on_the_stated_fabric_and_matches_its_estimate(
+        client: TestClient) -> None:
+    """POST /v1/parallelism-plans takes ``cluster.fabric`` (it refused it as an extra input):
+    the best plan on a lossy 1-rail 4:1 RoCE fabric is slower than on the default network,
+    and its step time is what POST /v1/estimates gives for that layout on that fabric."""
+    from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
+
+    body = copy.deepcopy(PLAN_SEARCH_EXAMPLE)
+    plain = client.post("/v1/parallelism-plans", json=body)
+    assert plain.status_code == 200, plain.text[:300]
+    fabric = {"protocol": "roce", "packet_loss_fraction": 0.001, "oversubscription": 4.0,
+              "rails": 1}
+    body["cluster"]["fabric"] = fabric
+    lossy = client.post("/v1/parallelism-plans", json=body)
+    assert lossy.status_code == 200, lossy.text[:300]
+    best = lossy.json()["plans"][0]
+    assert best["time"]["step_s"] > plain.json()["plans"][0]["time"]["step_s"]
+    estimate = client.post("/v1/estimates", json={
+        "model": body["model"],
+        "cluster": {**body["cluster"], "num_gpus": best["num_gpus"]},
+        "parallelism": best["parallelism"],
+        "training": {**body["training"], "global_batch_seqs": best["global_batch_seqs"]}})
+    assert estimate.status_code == 200, estimate.text[:300]
+    assert estimate.json()["time"]["step_s"] == best["time"]["step_s"]
+    body["cluster"]["fabric"] = {**fabric, "rails": 0}
+    refused = client.post("/v1/parallelism-plans", json=body)
+    assert refused.status_code == 422
+    assert "cluster.fabric.rails" in refused.text

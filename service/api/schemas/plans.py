@@ -20,6 +20,7 @@ from service.api.schemas.estimate import (
     EnergyIn,
     EnergyOut,
     EstimateResponse,
+    FabricIn,
     MemoryOut,
     ModelIn,
     ParallelismIn,
@@ -139,6 +140,9 @@ class CandidateClusterIn(RequestModel):
                     "example an offer's region_carbon_g_per_kwh from GET /v1/offers). Default: "
                     "energy.grid_gco2e_per_kwh. Sets this cluster's plans' CO2e and what the "
                     "carbon objective ranks, so one request compares regions.")
+    fabric: FabricIn | None = Field(
+        default=None, description=ClusterIn.model_fields["fabric"].description,
+        examples=ClusterIn.model_fields["fabric"].examples)
 
     @model_validator(mode="after")
     def _one_count(self) -> Self:
@@ -164,7 +168,7 @@ class CandidateClusterIn(RequestModel):
                               gpus_per_node=self.gpus_per_node,
                               scaleout_bytes_per_s_per_gpu=self.scaleout_bytes_per_s_per_gpu,
                               scaleup_bytes_per_s_per_gpu=self.scaleup_bytes_per_s_per_gpu,
-                              ).to_core(accelerator),
+                              fabric=self.fabric).to_core(accelerator),
                     grid_gco2e_per_kwh=self.grid_gco2e_per_kwh)
                 for count in self.counts()]
 

@@ -21,15 +21,19 @@ from service.core.flops import TokenFlops, token_flops
 from service.core.geometry import PlanVars, build_geometry
 from service.core.memory import (
     ALLOCATOR_HEADROOM_NOTE,
+    BASE_BYTES_PER_PARAM,
+    DEQUANT_NOTE,
     EDGE_FRACTION,
     GRADIENTS_FREED_NOTE,
+    PAGED_OPTIMIZER_NOTE,
     MemoryBreakdown,
+    dequantises,
     memory_breakdown,
     stage_activation_bytes,
     state_layout,
 )
 from service.core.ops import SCALAR, Num
-from service.core.params import ParameterCount, count_parameters
+from service.core.params import ParameterCount, count_parameters, trainable_params
 from service.core.plausibility import (
     DEFAULTED_INPUT,
     OUTSIDE_VALIDATED_RANGE,
@@ -44,7 +48,9 @@ from service.core.specs import (
     ParallelismPlan,
     Precision,
     RecomputeMode,
+    TrainingMethod,
     TrainingSpec,
+    validate_lora,
     validate_plan,
 )
 from service.core.timing import FSDP2_STACKS, StepTime, group_nodes, runs_eager, step_time
@@ -129,6 +135,8 @@ class Estimate:
     warnings: tuple[str, ...]
     assumptions: tuple[str, ...]
     calibration_version: str
+    trainable_params: int = 0
+    """Parameters that receive gradients: the total, or the adapters' (lora, qlora)."""
     warning_details: tuple[WarningDetail, ...] = ()
     """Every warning as data (``plausibility.WarningDetail``): the coded form of each string
     of ``warnings``, then the ones only coded: inputs outside the calibration's envelope
@@ -173,8 +181,9 @@ def estimate(
     acc = cluster.accelerator
     peak = acc.peak_for(training.precision)
     layout = validate_plan(model, cluster, plan, training)
+    validate_lora(model, training)
     counts = count_parameters(model)
-    flops = token_flops(model, counts, training.seq_len)
+    flops = token_flops(model, counts, training.seq_len, training)
     plan_vars = PlanVars.of(plan, layout, training)
     geometry = build_geometry(model, counts, cluster, plan_vars, training)
     activations = stage_activation_bytes(model, plan_vars, training, geometry)
@@ -250,7 +259,8 @@ def estimate(
         framework=training.framework, accelerator_id=acc.id,
         calibrated=calibration.is_calibrated_for(acc.id), num_gpus=n,
         hidden_size=model.hidden_size, seq_len=training.seq_len, moe=model.is_moe),
-        *version_details(training, acc.id), *compression_details(training)]
+        *version_details(training, acc.id), *compression_details(training),
+        *method_details(training)]
     network_notes: tuple[str, ...] = ()
     if cluster.fabric is not None:
         network_notes = fabric_notes(cluster, {
@@ -270,6 +280,7 @@ def estimate(
         assumptions=(*_assumptions(plan, training, layout.num_micro_batches), *network_notes,
                      _band_note(band)),
         calibration_version=calibration.version,
+        trainable_params=trainable_params(model, counts, training),
         warning_details=tuple(details),
     )
 
@@ -343,9 +354,64 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
         notes.append(EAGER_NOTE)
     if plan.zero_stage == 3 and training.framework in FSDP2_STACKS:
         notes.append(FSDP2_NOTE)
+    notes.extend(method_notes(training))
     if plan.dp_shard is not None and plan.dp_replicas > 1:
         notes.append(
             f"hybrid sharding: the ZeRO state is sharded over {plan.dp_shard * plan.cp} ranks "
             f"(dp_shard x cp) and replicated {plan.dp_replicas} times; the gradient shards "
             "are all-reduced across the replicas wherever they are reduce-scattered")
     return tuple(notes)
+
+
+def method_notes(training: TrainingSpec) -> list[str]:
+    """What ``training.method`` and dataset sizing assume (issue 43); none for pretrain."""
+    notes: list[str] = []
+    if training.method == TrainingMethod.FULL_FINETUNE:
+        notes.append("full_finetune: the same computation as pre-training (every weight "
+                     "trained, 6N FLOPs per token, the same model states), on fewer tokens")
+    elif training.adapters:
+        lora = training.lora_spec
+        base = training.base_precision
+        modules = ",".join(sorted(lora.target_modules))
+        notes.append(
+            f"{training.method}: frozen base in {base} ({BASE_BYTES_PER_PARAM[base]:g} B per "
+            "layer weight; embedding and head bf16), no gradients or optimizer state for it; "
+            f"LoRA adapters of rank {lora.rank} on {modules} train with the stack's full "
+            "per-parameter state (Hu et al. 2021)")
+        notes.append(
+            "frozen matmuls compute input gradients only: training FLOPs are 2 x forward for "
+            "them (4N per token) plus 3 x forward for attention and the adapters "
+            "(6 r (d_in + d_out) per adapted matrix); MFU and model FLOPs count these FLOPs "
+            "actually done, not 6N")
+        notes.append("ZeRO shards and data parallelism reduces only the adapters' states and "
+                     "gradients; the frozen base is whole on every rank")
+        if dequantises(training):
+            notes.append(DEQUANT_NOTE + "; the dequantisation is HBM traffic (read the stored "
+                         "weight, write bf16) per use: forward, input gradient, recompute")
+        if training.method == TrainingMethod.QLORA:
+            notes.append(PAGED_OPTIMIZER_NOTE)
+    if training.examples is not None and training.mean_example_tokens is not None:
+        if training.packing:
+            notes.append(f"dataset: {training.examples:,} examples x "
+                         f"{training.mean_example_tokens:g} mean tokens, packed into full "
+                         "sequences (no padding)")
+        else:
+            real = min(training.mean_example_tokens, training.seq_len)
+            waste = 1.0 - real / training.seq_len
+            notes.append(f"dataset: {training.examples:,} examples, each padded to seq_len "
+                         f"{training.seq_len} (packing off): {waste:.0%} of the tokens "
+                         "processed are padding")
+    return notes
+
+
+def method_details(training: TrainingSpec) -> list[WarningDetail]:
+    """LoRA and QLoRA estimates rest on the pre-training fit: no fine-tuning run is in the
+    calibration set yet, so they carry ``outside_validated_range`` on ``training.method``."""
+    if not training.adapters:
+        return []
+    return [WarningDetail(
+        OUTSIDE_VALIDATED_RANGE, "training.method",
+        f"training.method {training.method}: the calibration has no published fine-tuning "
+        "runs yet; the efficiencies are those fitted on pre-training, and the frozen-base "
+        "accounting (docs/model.md, \"Fine-tuning\") is not yet checked against measured peaks "
+        "or throughput")]

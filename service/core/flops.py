@@ -14,17 +14,29 @@ FlashAttention skips fully masked blocks (Dao 2023, section 3.1); the timing mod
 Recomputation adds hardware FLOPs: full recomputation repeats the layer forward pass (8*N*D
 instead of 6*N*D); selective recomputation repeats only the attention core (Korthikanti et
 al. 2022, section 5).
+
+Adapters on a frozen base (LoRA, Hu et al. 2021, arXiv 2106.09685, section 4.2; QLoRA,
+Dettmers et al. 2023): the backward of a linear layer is two matmuls, the input gradient
+dX = dY W^T and the weight gradient dW = X^T dY, each as costly as the forward (Narayanan et
+al. 2021, section 3.1: "the backward pass ... two GEMMs"). A frozen layer computes only the
+first, so its training cost is 2 x forward (4*N*D instead of 6*N*D); the attention core has
+no weights and keeps its 3 x; the adapters themselves train fully, 6*r*(d_in + d_out) FLOPs
+per token per adapted matrix. For a frozen base the *model* FLOPs (the MFU numerator) are
+these FLOPs actually done (the 4N rule plus the adapters), not 6N.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.core.params import ParameterCount
-from service.core.specs import ModelSpec, RecomputeMode
+from service.core.params import ParameterCount, adapter_params_per_layer
+from service.core.specs import ModelSpec, RecomputeMode, TrainingSpec
 
 FORWARD_BACKWARD_MULTIPLIER = 3.0
 """Forward + backward = 3 x forward (Kaplan et al. 2020; Narayanan et al. 2021 eq. 2)."""
+FROZEN_FORWARD_BACKWARD_MULTIPLIER = 2.0
+"""Forward + input-gradient backward = 2 x forward for a frozen matmul: no weight gradient
+(LoRA, Hu et al. 2021, section 4.2; backward = input-grad + weight-grad GEMMs)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +49,10 @@ class TokenFlops:
     """QK^T and AV for all layers at full (non-causal) attention: the *model* convention."""
     logits_flops: float
     """Output head, 2*V*h."""
+    frozen_base: bool = False
+    """The layers' and the head's weights are frozen (lora, qlora): no weight gradients."""
+    adapter_forward_flops: float = 0.0
+    """Forward FLOPs of the LoRA adapters, 2*r*(d_in + d_out) per adapted matrix, all layers."""
 
     @property
     def model_forward_flops(self) -> float:
@@ -44,8 +60,14 @@ class TokenFlops:
 
     @property
     def model_training_flops(self) -> float:
-        """Model FLOPs per trained token (MFU numerator): 3 x forward, no recomputation."""
-        return FORWARD_BACKWARD_MULTIPLIER * self.model_forward_flops
+        """Model FLOPs per trained token (MFU numerator), no recomputation: 3 x forward; on a
+        frozen base 2 x the frozen matmuls + 3 x the attention core and the adapters."""
+        if not self.frozen_base:
+            return FORWARD_BACKWARD_MULTIPLIER * self.model_forward_flops
+        return (FROZEN_FORWARD_BACKWARD_MULTIPLIER * (self.layer_matmul_flops
+                                                      + self.logits_flops)
+                + FORWARD_BACKWARD_MULTIPLIER * (self.attention_core_full_flops
+                                                 + self.adapter_forward_flops))
 
     def hardware_training_flops(self, recompute: RecomputeMode) -> float:
         """Model FLOPs plus the recomputed forward work (HFU numerator)."""
@@ -53,6 +75,9 @@ class TokenFlops:
 
     def recompute_flops(self, recompute: RecomputeMode) -> float:
         if recompute == RecomputeMode.FULL:
+            if self.frozen_base:
+                return (self.layer_matmul_flops + self.attention_core_full_flops
+                        + self.adapter_forward_flops)
             return self.layer_matmul_flops + self.attention_core_full_flops
         if recompute == RecomputeMode.SELECTIVE:
             return self.attention_core_full_flops
@@ -65,7 +90,8 @@ def attention_core_flops_per_token_layer(model: ModelSpec, seq_len: int) -> floa
     return 2.0 * seq_len * a * (model.attention_head_dim + model.value_head_dim)
 
 
-def token_flops(model: ModelSpec, counts: ParameterCount, seq_len: int) -> TokenFlops:
+def token_flops(model: ModelSpec, counts: ParameterCount, seq_len: int,
+                training: TrainingSpec | None = None) -> TokenFlops:
     """Forward FLOPs per token of ``model`` at ``seq_len``.
 
     Matmul parameters exclude norms and biases' adds are negligible; MoE layers count
@@ -83,6 +109,15 @@ def token_flops(model: ModelSpec, counts: ParameterCount, seq_len: int) -> Token
     )
     attention = model.num_layers * attention_core_flops_per_token_layer(model, seq_len)
     logits = 2.0 * model.vocab_size * model.hidden_size
+    if training is not None and training.adapters:
+        return TokenFlops(
+            layer_matmul_flops=layer_matmul,
+            attention_core_full_flops=attention,
+            logits_flops=logits,
+            frozen_base=True,
+            adapter_forward_flops=2.0 * model.num_layers * adapter_params_per_layer(
+                model, training.lora_spec),
+        )
     return TokenFlops(
         layer_matmul_flops=layer_matmul,
         attention_core_full_flops=attention,

@@ -48,13 +48,17 @@ from types import MappingProxyType
 from service.core.calibration import Calibration
 from service.core.geometry import Geometry, PlanVars
 from service.core.ops import SCALAR, Num
+from service.core.params import adapter_params_per_layer
 from service.core.specs import (
+    BasePrecision,
     Framework,
     MlpKind,
     ModelSpec,
     Optimizer,
+    Precision,
     StatePrecision,
     TrainingSpec,
+    lora_matrix_shapes,
 )
 
 WEIGHT_BYTES_PER_PARAM = 2.0
@@ -91,6 +95,49 @@ FP32_LOGITS_BYTES_PER_ENTRY = 4.0
 """The fp32 copy of the logits that torchtitan's ``F.cross_entropy(pred.float())`` and
 Megatron's vocab-parallel cross-entropy (``vocab_parallel_logits.float()``) make: the largest
 single block such a step allocates when the vocabulary is large."""
+
+
+NF4_BYTES_PER_PARAM = 0.5
+"""4-bit NormalFloat storage (Dettmers et al. 2023, QLoRA, arXiv 2305.14314, section 3)."""
+NF4_DOUBLE_QUANT_BITS_PER_PARAM = 0.127
+"""QLoRA's quantisation constants with double quantisation: 8-bit constants per block of 64
+weights plus fp32 second-level constants per 256 blocks, 8/64 + 32/(64*256) = 0.127 bits per
+parameter, down from 0.5 (QLoRA, section 3, "Double Quantization")."""
+BASE_BYTES_PER_PARAM: Mapping[BasePrecision, float] = MappingProxyType({
+    BasePrecision.BF16: 2.0,
+    BasePrecision.FP8: 1.0,
+    BasePrecision.NF4: NF4_BYTES_PER_PARAM + NF4_DOUBLE_QUANT_BITS_PER_PARAM / 8.0,
+})
+"""Bytes per frozen base weight of the transformer layers. The embedding and the output head
+stay bf16 (``FROZEN_EMBEDDING_BYTES_PER_PARAM``)."""
+FROZEN_EMBEDDING_BYTES_PER_PARAM = 2.0
+"""bitsandbytes quantises ``nn.Linear`` layers only, and PEFT's QLoRA recipes skip the output
+head (transformers ``BitsAndBytesConfig``: ``llm_int8_skip_modules`` keeps ``lm_head``), so
+the embedding and the head stay bf16 on every base precision."""
+ADAPTER_ACTIVATION_BYTES = 2.0
+"""LoRA saves the bf16 rank-r output of A (x A) per adapted matrix per token for B's weight
+gradient; its input x is the frozen layer's input, stored already."""
+DEQUANT_NOTE = ("the frozen base is dequantised to bf16 one weight matrix at a time for each "
+                "matmul (bitsandbytes, torchao): one bf16 copy of the largest matrix is "
+                "counted in other")
+PAGED_OPTIMIZER_NOTE = ("QLoRA's paged optimizer (NVIDIA unified memory) pages optimizer states "
+                        "to the CPU only under memory pressure (Dettmers et al. 2023, section 3); "
+                        "no saving is counted for it")
+
+
+def frozen_base_bytes_per_param(training: TrainingSpec) -> float:
+    """Bytes per frozen transformer-layer weight at the training's base precision."""
+    return BASE_BYTES_PER_PARAM[training.base_precision]
+
+
+def adapter_activation_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> float:
+    """Stored LoRA intermediates per token and layer: 2 x r per adapted matrix."""
+    if not training.adapters:
+        return 0.0
+    lora = training.lora_spec
+    shapes = lora_matrix_shapes(model)
+    matrices = sum(1 for name in lora.target_modules if name in shapes)
+    return ADAPTER_ACTIVATION_BYTES * lora.rank * matrices
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +391,8 @@ def stage_activation_bytes(
     dense = layer_activation_bytes_per_token(
         model, plan, moe_layer=False, unfused_attention_seq_len=unfused, xp=xp,
     )
+    if training.adapters:
+        dense = dense + adapter_activation_bytes_per_token(model, training)
     moe = (
         layer_activation_bytes_per_token(
             model, plan, moe_layer=True, unfused_attention_seq_len=unfused, xp=xp,
@@ -410,10 +459,16 @@ def memory_breakdown(
                             first_params)
     last_params = xp.where(single_stage, first_params, last_params)
 
-    first_states = _model_state_bytes(first_params, geometry.expert_params_per_gpu, plan,
-                                      geometry, layout, xp)
-    last_states = _model_state_bytes(last_params, geometry.expert_params_per_gpu, plan,
-                                     geometry, layout, xp)
+    if training.adapters:
+        first_states = _adapter_state_bytes(model, first_params, plan, geometry, training,
+                                            layout, xp)
+        last_states = _adapter_state_bytes(model, last_params, plan, geometry, training,
+                                           layout, xp)
+    else:
+        first_states = _model_state_bytes(first_params, geometry.expert_params_per_gpu, plan,
+                                          geometry, layout, xp)
+        last_states = _model_state_bytes(last_params, geometry.expert_params_per_gpu, plan,
+                                         geometry, layout, xp)
     first_transient = xp.maximum(working, xp.where(single_stage, logits, 0.0))
     first = (*first_states, first_stored + first_transient)
     last = (*last_states, last_stored + xp.maximum(working, logits))
@@ -446,6 +501,12 @@ def memory_breakdown(
     gather_buffers = xp.where(
         (plan.zero_stage == 3) & single_stage, layout.gather_bytes_per_param * live, 0.0,
     )
+    if training.adapters:
+        # ZeRO shards the adapters' states only; the frozen base stays whole on every rank,
+        # so nothing is gathered. A quantised base is dequantised one matrix at a time.
+        gather_buffers = 0.0 * gather_buffers
+        if dequantises(training):
+            gather_buffers = gather_buffers + ACTIVATION_BYTES * largest_matrix
     if layout.caching_allocator:
         # The largest block the step allocates at once: the fp32 logits on the stage that
         # holds the head, else one MLP intermediate (ALLOCATOR_HEADROOM_NOTE).
@@ -512,3 +573,39 @@ def _model_state_bytes(
     if plan.offload_weights:
         weights = 0.0 * weights
     return weights, grads, optimizer
+
+
+def dequantises(training: TrainingSpec) -> bool:
+    """Whether each frozen matmul first dequantises its weights to bf16: an nf4 base, or an
+    fp8 base under bf16 matmuls (``DEQUANT_NOTE``)."""
+    if not training.adapters:
+        return False
+    base = training.base_precision
+    return base == BasePrecision.NF4 or (base == BasePrecision.FP8
+                                         and training.precision != Precision.FP8)
+
+
+def adapter_params_per_gpu(model: ModelSpec, training: TrainingSpec, geometry: Geometry,
+                           tp: Num) -> Num:
+    """LoRA parameters of the stage's layers on one GPU (divided by tp, as their layers)."""
+    return (geometry.layers_per_stage * adapter_params_per_layer(model, training.lora_spec)
+            / tp)
+
+
+def _adapter_state_bytes(
+    model: ModelSpec, params: Num, plan: PlanVars, geometry: Geometry, training: TrainingSpec,
+    layout: StateLayout, xp: Num,
+) -> tuple[Num, Num, Num]:
+    """Weights, gradients and optimizer bytes with a frozen base (lora, qlora): the base's
+    layers at the base precision and its embedding and head in bf16, neither with gradients
+    or optimizer state, nor sharded; the adapters with the stack's full per-parameter state
+    (``state_layout``), sharded by ZeRO like any trainable parameters."""
+    layer_params = geometry.layer_params_per_gpu
+    embedding_params = params - layer_params
+    base = (frozen_base_bytes_per_param(training) * layer_params
+            + FROZEN_EMBEDDING_BYTES_PER_PARAM * embedding_params)
+    if plan.offload_weights:
+        base = 0.0 * base
+    adapters = adapter_params_per_gpu(model, training, geometry, plan.tp)
+    weights, grads, optimizer = _model_state_bytes(adapters, 0.0, plan, geometry, layout, xp)
+    return base + weights, grads, optimizer

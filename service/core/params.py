@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.core.specs import MlpKind, ModelSpec
+from service.core.specs import LoraSpec, MlpKind, ModelSpec, TrainingSpec, lora_matrix_shapes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,3 +149,18 @@ def count_parameters(model: ModelSpec) -> ParameterCount:
         num_moe_layers=num_moe,
         experts_per_token=model.experts_per_token,
     )
+
+
+def adapter_params_per_layer(model: ModelSpec, lora: LoraSpec) -> int:
+    """LoRA parameters of one layer: r x (d_in + d_out) per targeted matrix (the A matrix is
+    d_in x r, B is r x d_out; Hu et al. 2021, arXiv 2106.09685, section 4.1)."""
+    shapes = lora_matrix_shapes(model)
+    return sum(lora.rank * (shapes[name][0] + shapes[name][1])
+               for name in lora.target_modules if name in shapes)
+
+
+def trainable_params(model: ModelSpec, counts: ParameterCount, training: TrainingSpec) -> int:
+    """Parameters that receive gradients: every one, or the adapters of every layer."""
+    if not training.adapters:
+        return counts.total
+    return model.num_layers * adapter_params_per_layer(model, training.lora_spec)

@@ -61,6 +61,14 @@ _PRESETS: tuple[Preset, ...] = (
         ffn_hidden_size=13824, vocab_size=32000,
     ),
     _p(
+        "llama1-65b", 65.2e9,
+        "Touvron et al. 2023 (LLaMA, arXiv 2302.13971), Table 2 (65.2B: dimension 8192, 64 "
+        "heads, 80 layers); FFN 22016 and vocabulary 32000 from the public config "
+        "(huggyllama/llama-65b); the base of QLoRA's 65B Guanaco (Dettmers et al. 2023)",
+        num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=64,
+        ffn_hidden_size=22016, vocab_size=32000,
+    ),
+    _p(
         "llama2-70b", 68.98e9,
         "Touvron et al. 2023 (Llama 2; GQA with 8 KV heads) and the public config",
         num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,

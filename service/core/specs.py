@@ -232,6 +232,64 @@ class GradientCompression:
                               maximum=MAX_POWERSGD_RANK)
 
 
+class TrainingMethod(StrEnum):
+    """What the job trains (issue 43). ``pretrain`` and ``full_finetune`` train every weight
+    (the same computation; a fine-tune runs on fewer tokens); ``lora`` and ``qlora`` freeze the
+    base and train low-rank adapters (Hu et al. 2021, LoRA, arXiv 2106.09685; Dettmers et al.
+    2023, QLoRA, arXiv 2305.14314)."""
+
+    PRETRAIN = "pretrain"
+    FULL_FINETUNE = "full_finetune"
+    LORA = "lora"
+    QLORA = "qlora"
+
+
+class LoraTarget(StrEnum):
+    """The linear layers an adapter can wrap: attention q, k, v, o and the MLP's gate, up and
+    down projections (the names PEFT's ``target_modules`` and torchtune's
+    ``lora_attn_modules``/``apply_lora_to_mlp`` use for Llama-style models)."""
+
+    Q = "q"
+    K = "k"
+    V = "v"
+    O = "o"  # noqa: E741 - the module's name
+    GATE = "gate"
+    UP = "up"
+    DOWN = "down"
+
+
+class BasePrecision(StrEnum):
+    """How the frozen base weights are held: bf16 (2 B), fp8 (1 B) or QLoRA's 4-bit NormalFloat
+    with double-quantised constants (``memory.BASE_BYTES_PER_PARAM``)."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+    NF4 = "nf4"
+
+
+MAX_LORA_RANK = 65_536
+"""A bound on the input; the width check against the model (``validate_lora``) is the real one."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoraSpec:
+    """Low-rank adapters on a frozen base (``TrainingSpec.lora``). Defaults: rank 16 (PEFT's
+    and torchtune's recipes commonly use 8-64; QLoRA's paper r = 64 for its largest runs), all
+    seven linear layers (QLoRA, section 4: adapters on every linear layer are needed to match
+    full fine-tuning), and the base at bf16 for lora, nf4 for qlora (None here: the method
+    decides, ``TrainingSpec.base_precision``)."""
+
+    rank: int = 16
+    target_modules: frozenset[LoraTarget] = frozenset(LoraTarget)
+    base_precision: BasePrecision | None = None
+
+    def __post_init__(self) -> None:
+        _require_positive_int(self.rank, "training.lora.rank", maximum=MAX_LORA_RANK)
+        if not self.target_modules:
+            raise InvalidSpecError("training.lora.target_modules must name at least one "
+                                   "module", field="training.lora.target_modules")
+
+
 def _require_positive_int(value: int, name: str, *, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidSpecError(f"{name} must be an integer", field=name)
@@ -618,8 +676,47 @@ class TrainingSpec:
     gradient_compression: GradientCompression | None = None
     """Data-parallel gradient compression (issue 42; ``fabric.gradient_bytes_fraction``);
     None or method none sends the gradients as the stack does."""
+    method: TrainingMethod = TrainingMethod.PRETRAIN
+    """What is trained (issue 43): every weight, or adapters on a frozen base."""
+    lora: LoraSpec | None = None
+    """The adapters of ``lora`` and ``qlora`` (None: ``LoraSpec()``'s defaults)."""
+    examples: int | None = None
+    """Dataset sizing (issue 43): examples, when ``tokens`` was derived from them
+    (``dataset_tokens``); echoed in the assumptions."""
+    mean_example_tokens: float | None = None
+    packing: bool = True
+    """Examples packed into full sequences (no padding), or each padded to ``seq_len``."""
+
+    @property
+    def adapters(self) -> bool:
+        """Whether the base is frozen and only adapters train (lora, qlora)."""
+        return self.method in (TrainingMethod.LORA, TrainingMethod.QLORA)
+
+    @property
+    def lora_spec(self) -> LoraSpec:
+        return self.lora if self.lora is not None else LoraSpec()
+
+    @property
+    def base_precision(self) -> BasePrecision:
+        """The frozen base's storage: the caller's, else nf4 for qlora and bf16 otherwise."""
+        given = self.lora_spec.base_precision
+        if given is not None:
+            return given
+        return BasePrecision.NF4 if self.method == TrainingMethod.QLORA else BasePrecision.BF16
 
     def __post_init__(self) -> None:
+        if (self.lora is not None and self.lora.base_precision == BasePrecision.NF4
+                and not self.adapters):
+            raise InvalidSpecError(
+                f"training.lora.base_precision nf4 needs method lora or qlora: {self.method} "
+                "trains every weight, and 4-bit weights cannot be trained",
+                field="training.lora.base_precision")
+        if self.lora is not None and not self.adapters:
+            raise InvalidSpecError(
+                f"training.lora is given but training.method is {self.method}: adapters need "
+                "method lora or qlora", field="training.lora")
+        if self.examples is not None:
+            _require_positive_int(self.examples, "training.examples", maximum=10**12)
         _require_positive_int(self.seq_len, "training.seq_len", maximum=100_000_000)
         _require_positive_int(
             self.global_batch_seqs, "training.global_batch_seqs", maximum=100_000_000
@@ -634,6 +731,67 @@ class TrainingSpec:
                 f"training.fp8_params needs training.precision fp8 (it is {self.precision})",
                 field="training.fp8_params",
             )
+
+
+def dataset_tokens(*, examples: int, mean_example_tokens: float, seq_len: int,
+                   packing: bool) -> float:
+    """Tokens processed for ``examples`` examples (issue 43): packed, the examples fill whole
+    sequences back to back, so examples x mean tokens; unpacked, each example is padded to
+    ``seq_len`` (Hugging Face ``DataCollatorWithPadding`` with ``padding="max_length"``;
+    torchtune's and TRL's ``packing`` options exist to avoid this), so examples x seq_len.
+    An unpacked example longer than ``seq_len`` is truncated to it."""
+    _require_positive_int(examples, "training.examples", maximum=10**12)
+    _require_finite_positive(mean_example_tokens, "training.mean_example_tokens")
+    if packing:
+        return examples * mean_example_tokens
+    return float(examples * seq_len)
+
+
+def validate_lora(model: ModelSpec, training: TrainingSpec) -> None:
+    """Cross-object rules of adapters: a rank no larger than the narrowest targeted layer's
+    width (a rank-r update of a d_in x d_out matrix needs r <= min(d_in, d_out), Hu et al.
+    2021, section 4.1); dense GQA models only for now (MoE experts and MLA projections are
+    not yet modelled)."""
+    if not training.adapters:
+        return
+    if model.is_moe or model.mla is not None:
+        raise InvalidSpecError(
+            f"training.method {training.method} is modelled for dense models with standard "
+            "attention only (MoE experts and MLA projections are not yet)",
+            field="training.method")
+    lora = training.lora_spec
+    widths = {name: min(shape) for name, shape in lora_matrix_shapes(model).items()
+              if name in lora.target_modules}
+    if not widths:
+        raise InvalidSpecError(
+            "training.lora.target_modules names no matrix of this model (gate exists only in "
+            "gated MLPs)", field="training.lora.target_modules")
+    narrowest = min(widths.values())
+    if lora.rank > narrowest:
+        name = min(widths, key=lambda k: widths[k])
+        raise InvalidSpecError(
+            f"training.lora.rank ({lora.rank}) must be at most the narrowest targeted layer's "
+            f"width ({narrowest}, module {name})", field="training.lora.rank")
+
+
+def lora_matrix_shapes(model: ModelSpec) -> dict[LoraTarget, tuple[int, int]]:
+    """(d_in, d_out) of each adaptable matrix of one layer of a dense model. Two-matrix MLPs
+    have no gate (``gate`` then adapts nothing)."""
+    h = model.hidden_size
+    q_width = model.num_heads * model.attention_head_dim
+    kv_width = model.num_kv_heads * model.attention_head_dim
+    f = model.ffn_hidden_size
+    shapes = {
+        LoraTarget.Q: (h, q_width),
+        LoraTarget.K: (h, kv_width),
+        LoraTarget.V: (h, model.num_kv_heads * model.value_head_dim),
+        LoraTarget.O: (model.num_heads * model.value_head_dim, h),
+        LoraTarget.UP: (h, f),
+        LoraTarget.DOWN: (f, h),
+    }
+    if model.mlp == MlpKind.SWIGLU:
+        shapes[LoraTarget.GATE] = (h, f)
+    return shapes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

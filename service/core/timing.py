@@ -59,11 +59,15 @@ from service.core.fabric import (
 )
 from service.core.geometry import Geometry, PlanVars
 from service.core.memory import (
+    ACTIVATION_BYTES,
     StateLayout,
+    adapter_params_per_gpu,
+    dequantises,
+    frozen_base_bytes_per_param,
     state_layout,
 )
 from service.core.ops import SCALAR, Num
-from service.core.params import ParameterCount
+from service.core.params import ParameterCount, adapter_params_per_layer
 from service.core.specs import (
     AcceleratorSpec,
     ClusterSpec,
@@ -423,6 +427,12 @@ def _micro_batch_time(
 
     full = plan.full_recompute
     passes = 3.0 + xp.where(full, 1.0, 0.0)
+    # A frozen base computes no weight gradients: forward + input gradient (+ the recomputed
+    # forward) for its matmuls (flops.FROZEN_FORWARD_BACKWARD_MULTIPLIER).
+    frozen = training.adapters
+    elementwise_passes = passes
+    if frozen:
+        passes = passes - 1.0
     q_width = model.num_heads * model.attention_head_dim
     gated = 2.0 if model.mlp == MlpKind.SWIGLU else 1.0
 
@@ -470,7 +480,20 @@ def _micro_batch_time(
     eff_logits = gemm_efficiency(
         half_max, gemm_intensity(tokens, h, model.vocab_size / t), ridge, cal
     )
-    logits_s = tokens * 3.0 * logits_flops / (half_peak * eff_logits)
+    logits_s = tokens * (2.0 if frozen else 3.0) * logits_flops / (half_peak * eff_logits)
+    if frozen:
+        # The adapters train fully (3 passes, + 1 recomputed), as skinny GEMMs of width r, in
+        # bf16; a quantised base is dequantised per matmul use (forward, input gradient,
+        # recomputed forward), counted as HBM traffic: read the stored weight, write bf16.
+        rank = training.lora_spec.rank
+        adapter_flops = (2.0 * adapter_params_per_layer(model, training.lora_spec) / t
+                         * geo.layers_per_stage)
+        eff_adapter = gemm_efficiency(half_max, gemm_intensity(tokens, h, rank), ridge, cal)
+        linear_s = linear_s + tokens * (passes + 1.0) * adapter_flops / (
+            half_peak * eff_adapter)
+        if dequantises(training):
+            linear_s = linear_s + passes * geo.layer_params_per_gpu * (
+                frozen_base_bytes_per_param(training) + ACTIVATION_BYTES) / acc.hbm_bytes_per_s
 
     # FlashAttention: causal half of the full score work, per GPU. Without it the full
     # matrix is computed and masked (Dao et al. 2022, Algorithm 0).
@@ -502,7 +525,8 @@ def _micro_batch_time(
     # Memory-bound elementwise work over the stored activations (forward, backward, and the
     # recomputed forward under full recomputation).
     elementwise_s = (
-        cal.elementwise_passes * per_micro_batch_bytes * passes / 3.0 / acc.hbm_bytes_per_s
+        cal.elementwise_passes * per_micro_batch_bytes * elementwise_passes / 3.0
+        / acc.hbm_bytes_per_s
     )
     if runs_eager(training):
         elementwise_s = elementwise_s * cal.eager_elementwise_multiplier
@@ -643,6 +667,10 @@ def step_time(
         geo.embedding_params_per_gpu, geo.head_params_per_gpu
     )
     experts = geo.expert_params_per_gpu
+    if training.adapters:
+        # Only the adapters have gradients and optimizer state: the data-parallel traffic,
+        # ZeRO's sharding and the optimizer step concern them alone.
+        params = adapter_params_per_gpu(model, training, geo, plan.tp)
     shard = xp.where(plan.zero_stage >= 1, geo.shard_group_size, 1)
     expert_shard = xp.where(plan.zero_stage >= 1, geo.expert_shard_group_size, 1)
     shard_params = params / shard + experts / expert_shard

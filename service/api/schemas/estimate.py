@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from service.api.schemas.calibration_ref import CalibrationIdField
 from service.api.schemas.common import AcceleratorRef, RequestModel, TextRule
+from service.core.errors import InvalidSpecError
 from service.core.estimate import Estimate
 from service.core.plausibility import (
     DEFAULTED_INPUT,
@@ -24,9 +25,11 @@ from service.core.specs import (
     FABRIC_MAX_LOSS_FRACTION,
     FABRIC_MAX_RAILS,
     FABRIC_OVERSUBSCRIPTION_RANGE,
+    MAX_LORA_RANK,
     MAX_POWERSGD_RANK,
     AcceleratorSpec,
     AttentionKernel,
+    BasePrecision,
     ClusterSpec,
     CompressionMethod,
     EnergySpec,
@@ -34,6 +37,8 @@ from service.core.specs import (
     FabricSpec,
     Framework,
     GradientCompression,
+    LoraSpec,
+    LoraTarget,
     MlpKind,
     ModelSpec,
     MoeOverlap,
@@ -44,7 +49,9 @@ from service.core.specs import (
     RecomputeMode,
     ShardUnit,
     StatePrecision,
+    TrainingMethod,
     TrainingSpec,
+    dataset_tokens,
 )
 from service.core.timing import EAGER_ELEMENTWISE_STACKS
 
@@ -219,6 +226,27 @@ class GradientCompressionIn(RequestModel):
 
     def to_core(self) -> GradientCompression:
         return GradientCompression(method=self.method, rank=self.rank)
+
+
+class LoraIn(RequestModel):
+    """Low-rank adapters on a frozen base (issue 43; Hu et al. 2021, Dettmers et al. 2023)."""
+
+    rank: int = Field(strict=True, default=16, ge=1, le=MAX_LORA_RANK, description=(
+        "The adapters' rank r: r x (d_in + d_out) parameters per adapted matrix. At most the "
+        "narrowest targeted layer's width."), examples=[16])
+    target_modules: list[LoraTarget] = Field(
+        default_factory=lambda: list(LoraTarget), min_length=1, max_length=7, description=(
+            "The linear layers adapted, of q, k, v, o, gate, up, down (default all seven, as "
+            "QLoRA adapts every linear layer)."),
+        examples=[["q", "k", "v", "o", "gate", "up", "down"]])
+    base_precision: BasePrecision | None = Field(default=None, description=(
+        "How the frozen base is held: bf16 (2 B per weight), fp8 (1 B) or nf4 (QLoRA's "
+        "4-bit NormalFloat with double-quantised constants, 0.5 B + 0.127 bits). Default: "
+        "nf4 for qlora, bf16 for lora."), examples=["nf4"])
+
+    def to_core(self) -> LoraSpec:
+        return LoraSpec(rank=self.rank, target_modules=frozenset(self.target_modules),
+                        base_precision=self.base_precision)
 
 
 class ClusterIn(RequestModel):
@@ -427,9 +455,29 @@ class TrainingIn(RequestModel):
         description="Sequences per optimizer step.",
         examples=[128],
     )
-    tokens: float = Field(
-        strict=True, gt=0, le=1e18, description="Tokens to train on.", examples=[15e12]
+    tokens: float | None = Field(
+        default=None, strict=True, gt=0, le=1e18, description=(
+            "Tokens to train on. Give either tokens, or examples with mean_example_tokens."),
+        examples=[15e12]
     )
+    method: TrainingMethod = Field(default=TrainingMethod.PRETRAIN, description=(
+        "pretrain (the default) or full_finetune: every weight trained (the same computation; "
+        "a fine-tune runs on fewer tokens); lora or qlora: the base frozen, low-rank "
+        "adapters trained (docs/model.md, \"Fine-tuning\")."), examples=["qlora"])
+    lora: LoraIn | None = Field(default=None, description=(
+        "The adapters of method lora or qlora (not given: LoraIn's defaults). A 422 when "
+        "method is pretrain or full_finetune."),
+        examples=[{"rank": 16, "target_modules": ["q", "k", "v", "o", "gate", "up", "down"]}])
+    examples: int | None = Field(default=None, strict=True, ge=1, le=10**12, description=(
+        "Dataset sizing instead of tokens: the number of training examples (sequences of "
+        "mean_example_tokens each), with packing."), examples=[100_000])
+    mean_example_tokens: float | None = Field(default=None, strict=True, gt=0, le=10_000_000,
+                                              description="Mean tokens per example.",
+                                              examples=[600])
+    packing: bool = Field(strict=True, default=True, description=(
+        "Examples packed back to back into full sequences (tokens = examples x "
+        "mean_example_tokens); false: each example padded to seq_len (tokens processed = "
+        "examples x seq_len, the padding named in assumptions)."))
     precision: Precision = Field(default=Precision.BF16, description="Matmul precision.")
     flash_attention: bool = Field(strict=True, default=True, description="Fused attention kernel.")
     framework: Framework = Field(default=Framework.UNKNOWN, description=FRAMEWORK_DESCRIPTION)
@@ -458,10 +506,30 @@ class TrainingIn(RequestModel):
         examples=[{"method": "powersgd", "rank": 4}])
 
     def to_core(self) -> TrainingSpec:
+        if self.examples is not None:
+            if self.tokens is not None:
+                raise InvalidSpecError("give either training.tokens or training.examples, "
+                                       "not both", field="training.examples")
+            if self.mean_example_tokens is None:
+                raise InvalidSpecError("training.examples needs training.mean_example_tokens",
+                                       field="training.mean_example_tokens")
+            tokens = dataset_tokens(examples=self.examples,
+                                    mean_example_tokens=self.mean_example_tokens,
+                                    seq_len=self.seq_len, packing=self.packing)
+        elif self.tokens is None:
+            raise InvalidSpecError("training needs tokens, or examples with "
+                                   "mean_example_tokens", field="training.tokens")
+        else:
+            tokens = self.tokens
         return TrainingSpec(
             seq_len=self.seq_len,
             global_batch_seqs=self.global_batch_seqs,
-            tokens=self.tokens,
+            tokens=tokens,
+            method=self.method,
+            lora=None if self.lora is None else self.lora.to_core(),
+            examples=self.examples,
+            mean_example_tokens=self.mean_example_tokens,
+            packing=self.packing,
             precision=self.precision,
             flash_attention=self.flash_attention,
             framework=self.framework,
@@ -650,6 +718,9 @@ class ParamsOut(BaseModel):
     active: int = Field(description="Parameters used per token (MoE: top-k experts).")
     embedding: int
     per_layer_attention: int
+    trainable: int = Field(description=(
+        "Parameters that receive gradients: total, or the LoRA adapters' "
+        "(training.method lora or qlora)."))
 
 
 class FlopsOut(BaseModel):
@@ -794,6 +865,7 @@ class EstimateResponse(BaseModel):
                 "active": result.params.active,
                 "embedding": result.params.embedding,
                 "per_layer_attention": result.params.attention_per_layer,
+                "trainable": result.trainable_params or result.params.total,
             },
             "flops": {
                 "model_per_token": result.flops.model_training_flops,

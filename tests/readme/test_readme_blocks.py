@@ -196,9 +196,9 @@ def test_every_block_runs_as_written(readme: Readme) -> None:
         f"{r.block.number}: {r.wall_s:.1f}" for r in readme.runs))
 
 
-def _answer(runs: list[Ran], marker: str) -> dict[str, Any]:
-    """The JSON a block printed: the one block that sends ``marker`` and nothing else."""
-    (ran,) = [r for r in runs if marker in r.block.script]
+def _answer(runs: list[Ran], *markers: str) -> dict[str, Any]:
+    """The JSON a block printed: the one block whose script holds every one of ``markers``."""
+    (ran,) = [r for r in runs if all(m in r.block.script for m in markers)]
     assert ran.returncode == 0, _failure(ran)
     answer: dict[str, Any] = json.loads(ran.stdout)
     return answer
@@ -214,7 +214,7 @@ def test_the_try_it_estimate_answers_the_figure_the_readme_states(
         readme: Readme) -> None:
     """Deterministic: the README states the answer itself (rounded to a token/s), and that
     NVIDIA's measured figure lies inside the answer's own 80% band."""
-    answer = _answer(readme.runs, "/v1/estimates")
+    answer = _answer(readme.runs, "/v1/estimates", '"preset": "llama3.1-70b"')
     stated, measured = (int(x.replace(",", "")) for x in _figure(
         r"`time\.tokens_per_s_per_gpu` \(([\d,]+); NVIDIA measured ([\d,]+) for this recipe,"
         r"\s+inside the answer's 80% band\)"))
@@ -222,6 +222,18 @@ def test_the_try_it_estimate_answers_the_figure_the_readme_states(
     assert round(timing["tokens_per_s_per_gpu"]) == stated
     per_gpu = timing["tokens_per_s_per_gpu"] / timing["tokens_per_s"]
     assert timing["tokens_per_s_low"] * per_gpu <= measured <= timing["tokens_per_s_high"] * per_gpu
+
+
+def test_the_qlora_estimate_fits_as_the_readme_states(readme: Readme) -> None:
+    """The QLoRA block's answer fits, with the peak and capacity the README gives."""
+    answer = _answer(readme.runs, "/v1/estimates", '"method": "qlora"')
+    peak_gb, capacity_gb = (float(x) for x in _figure(
+        r"It fits \(`memory\.fits`; peak about ([\d.]+) GB of ([\d.]+)\)"))
+    memory = answer["memory"]
+    assert memory["fits"] is True
+    assert round(memory["peak_bytes_per_gpu"] / 1e9) == peak_gb
+    assert round(memory["capacity_bytes_per_gpu"] / 1e9, 1) == capacity_gb
+    assert answer["params"]["trainable"] < answer["params"]["total"] / 100
 
 
 def test_the_layout_search_counts_the_candidates_the_readme_states(

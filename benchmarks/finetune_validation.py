@@ -1,0 +1,374 @@
+"""Fine-tuning estimate against published measurements (issue 43): ``python -m
+benchmarks.finetune_validation``.
+
+Measure-only: reads ``benchmarks/data/finetune-runs.csv`` (76 published LoRA, QLoRA and full
+fine-tuning rows from 10 documents; ``benchmarks/data/README.md`` describes every column) and
+prints a Markdown report of the estimate against each row's peak memory, tokens/s and step
+time. It changes no constant and fits nothing: no fine-tuning row was used to fit any
+calibration, so every figure is out of sample and leave-one-source-out does not apply.
+
+Mapping of a row to the core specs (``row_case``):
+
+- **model**: a preset by name (``MODELS``), else Llama 3.2 3B from its public config
+  (``LLAMA32_3B``: no preset), else the row's architecture columns; a feed-forward width of
+  4 x hidden is a GELU MLP (phi-1.5, StableLM Alpha), otherwise SwiGLU.
+- **stack**: ``framework`` -> ``specs.Framework`` (``FRAMEWORKS``): torchtune, LitGPT, PEFT and
+  NeMo Automodel are PyTorch FSDP trainers (``fsdp``), NeMo is Megatron-Core (``megatron``).
+  On more than one GPU the FSDP stacks shard everything (ZeRO-3: torchtune's distributed
+  recipes, LitGPT's ``FSDPStrategy``, Automodel's FSDP2); Megatron keeps its distributed
+  optimizer (ZeRO-1). tp and pp only where the row states them; dp is the rest.
+- **memory kind**: LitGPT's figure is max allocated, torchtune's flags table is peak active,
+  torchtune's README tables do not say (compared as allocated: the estimate's peak); PEFT's
+  is max reserved (compared with ``memory.reserved_bytes``).
+- **optimizer**: AdamW, Adam and 32-bit paged AdamW are ``adamw`` (paged states move to the host
+  only under pressure); 8-bit optimizers are not modelled and the row is skipped.
+- torchtune's full 70B run uses FSDP CPU offload (footnote ``**``): offload weights and
+  optimizer. The flags table's baseline and +packed rows run without ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.accuracy import seed_accelerators
+from service.core.estimate import Estimate, estimate
+from service.core.presets import PRESETS
+from service.core.specs import (
+    AcceleratorSpec,
+    BasePrecision,
+    ClusterSpec,
+    Framework,
+    InvalidSpecError,
+    LoraSpec,
+    LoraTarget,
+    MlpKind,
+    ModelSpec,
+    Offload,
+    Optimizer,
+    ParallelismPlan,
+    Precision,
+    RecomputeMode,
+    StatePrecision,
+    TrainingMethod,
+    TrainingSpec,
+)
+
+DATA = Path(__file__).resolve().parent / "data" / "finetune-runs.csv"
+GIB = 1024**3
+
+MODELS = {"Llama 3.1 8B": "llama3.1-8b", "Llama3 8B": "llama3.1-8b",
+          "Llama 3.1 70B": "llama3.1-70b", "Llama3 70B": "llama3.1-70b",
+          "Llama 3.1 405B": "llama3.1-405b",
+          "Llama2-7B": "llama2-7b", "Llama 2 7B": "llama2-7b", "LLAMA2-7B": "llama2-7b",
+          "Llama2-70B": "llama2-70b", "LLAMA2-70B": "llama2-70b",
+          "Llama 2 13B": "llama2-13b", "LLAMA2-13B": "llama2-13b"}
+"""Row model (matched by prefix) -> preset. Llama 3 8B and Llama 3.3 70B have Llama 3.1's
+architecture (their public configs; only RoPE scaling and context differ)."""
+
+LLAMA32_3B = ModelSpec(name="llama3.2-3b", num_layers=28, hidden_size=3072, num_heads=24,
+                       num_kv_heads=8, ffn_hidden_size=8192, vocab_size=128_256,
+                       tied_embeddings=True)
+"""Llama 3.2 3B (meta-llama/Llama-3.2-3B config.json: 28 layers, hidden 3072, 24 heads, 8 KV
+heads, intermediate 8192, vocabulary 128,256, tie_word_embeddings true). No preset has it and
+the CSV leaves its architecture columns empty (a well-known model)."""
+
+FRAMEWORKS = {"torchtune": Framework.FSDP, "litgpt": Framework.FSDP, "peft": Framework.FSDP,
+              "nemo-automodel": Framework.FSDP, "nemo": Framework.MEGATRON}
+"""Row framework -> the estimator's stack (the closest of ``specs.Framework``)."""
+
+OPTIMIZERS = {"adamw": Optimizer.ADAMW, "adam": Optimizer.ADAMW,
+              "paged_adamw_32bit": Optimizer.ADAMW, "": Optimizer.ADAMW}
+EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
+
+RESERVED_DOCUMENTS = ("MetaMathQA",)
+"""Documents whose peak is the allocator's reserved memory (the others: allocated/active)."""
+
+BF16_STATE_FRAMEWORKS = ("torchtune", "litgpt")
+"""Stacks that keep the weights, gradients and Adam moments in bf16 with no fp32 master copy
+(torchtune recipes' ``dtype: bf16``; LitGPT's ``precision: bf16-true``):
+``master_weights=bf16``."""
+
+SKIP_REASONS = {
+    "accelerator_not_in_catalogue": "the GPU is not in the catalogue (RTX 4090, RTX A6000) "
+                                    "or not stated (torchtune tutorials)",
+    "optimizer_not_modelled": "an 8-bit optimizer (bitsandbytes AdamW8bit/PagedAdamW8bit): "
+                              "the estimator has adamw and sgd only",
+    "lora_config_not_stated": "LoRA rank and target modules not stated (NeMo 24.07, PEFT README)",
+    "no_model": "no preset and no architecture columns",
+    "config_not_stated": "sequence length or micro-batch not stated",
+    "invalid_layout": "the estimator refused the mapped layout",
+}
+"""Every reason a row is not evaluated, coded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    row: dict[str, str]
+    model: ModelSpec
+    cluster: ClusterSpec
+    plan: ParallelismPlan
+    training: TrainingSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    id: str
+    document: str
+    method: str
+    model: str
+    gpus: int
+    memory_kind: str
+    predicted_peak_gib: float
+    measured_peak_gib: float | None
+    predicted_tokens_per_s_per_gpu: float
+    measured_tokens_per_s_per_gpu: float | None
+    predicted_step_s: float
+    measured_step_s: float | None
+    fits: bool
+    predicted_mfu: float
+
+    @property
+    def peak_error(self) -> float | None:
+        if self.measured_peak_gib is None:
+            return None
+        return self.predicted_peak_gib / self.measured_peak_gib - 1
+
+    @property
+    def throughput_error(self) -> float | None:
+        if self.measured_tokens_per_s_per_gpu is None:
+            return None
+        return self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu - 1
+
+    @property
+    def implied_mfu(self) -> float | None:
+        """The MFU the measured tokens/s would mean on the estimate's FLOPs per token: above
+        1 the figure cannot be per GPU."""
+        if self.measured_tokens_per_s_per_gpu is None:
+            return None
+        return (self.predicted_mfu * self.measured_tokens_per_s_per_gpu
+                / self.predicted_tokens_per_s_per_gpu)
+
+    @property
+    def step_error(self) -> float | None:
+        if self.measured_step_s is None:
+            return None
+        return self.predicted_step_s / self.measured_step_s - 1
+
+
+def load_rows(path: Path = DATA) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def document_of(row: dict[str, str]) -> str:
+    """The source document, short: the source up to its first comma or parenthesis."""
+    return row["source"].split(",")[0].split(" (")[0].strip()
+
+
+def _float(text: str) -> float | None:
+    return float(text) if text.strip() else None
+
+
+def model_of(row: dict[str, str]) -> ModelSpec | None:
+    name = row["model"]
+    for prefix, preset in MODELS.items():
+        if name.startswith(prefix):
+            return PRESETS[preset].model
+    if "Llama-3.2-3B" in name or name.startswith("Llama 3.2 3B"):
+        return LLAMA32_3B
+    if not row["layers"].strip():
+        return None
+    hidden, ffn = int(row["hidden"]), int(row["ffn"])
+    return ModelSpec(name=name, num_layers=int(row["layers"]), hidden_size=hidden,
+                     num_heads=int(row["heads"]), num_kv_heads=int(row["kv_heads"]),
+                     ffn_hidden_size=ffn, vocab_size=int(row["vocab"]),
+                     mlp=MlpKind.GELU if ffn == 4 * hidden else MlpKind.SWIGLU)
+
+
+def row_case(row: dict[str, str],
+             accelerators: dict[str, AcceleratorSpec]) -> Case | str:
+    """The row as core specs, or the coded reason (a key of ``SKIP_REASONS``) it is not."""
+    if row["accelerator"] not in accelerators:
+        return "accelerator_not_in_catalogue"
+    if row["optimizer"] in EIGHT_BIT_OPTIMIZERS:
+        return "optimizer_not_modelled"
+    method = TrainingMethod(row["method"])
+    adapters = method in (TrainingMethod.LORA, TrainingMethod.QLORA)
+    if adapters and not (row["lora_rank"].strip() and row["target_modules"].strip()):
+        return "lora_config_not_stated"
+    model = model_of(row)
+    if model is None:
+        return "no_model"
+    if not (row["seq_len"].strip() and row["micro_batch"].strip()):
+        return "config_not_stated"
+    framework = FRAMEWORKS[row["framework"]]
+    gpus = int(row["num_gpus"])
+    tp = int(row["tp"] or 1)
+    pp = int(row["pp"] or 1)
+    dp = gpus // (tp * pp)
+    micro = int(row["micro_batch"])
+    accum = int(row["grad_accum"] or 1)
+    sharded = framework == Framework.FSDP and dp > 1
+    offload: frozenset[Offload] = frozenset()
+    if row["id"] == "tt_readme_l31_70b_full_8xa100":
+        offload = frozenset({Offload.WEIGHTS, Offload.OPTIMIZER})
+    elif row["id"] == "tt_flags_l32_3b_full_actoffload":
+        offload = frozenset({Offload.ACTIVATIONS})
+    plan = ParallelismPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro,
+                           sequence_parallel=tp > 1, zero_stage=3 if sharded else 1,
+                           recompute=RecomputeMode(row["recompute"] or "none"), offload=offload)
+    accelerator = accelerators[row["accelerator"]]
+    cluster = ClusterSpec(accelerator=accelerator, num_gpus=gpus,
+                          gpus_per_node=min(accelerator.scaleup_domain_size, gpus))
+    lora = None
+    if adapters:
+        lora = LoraSpec(rank=int(row["lora_rank"]),
+                        target_modules=frozenset(LoraTarget(t) for t in
+                                                 row["target_modules"].split(";")),
+                        base_precision=BasePrecision(row["base_precision"] or (
+                            "nf4" if method == TrainingMethod.QLORA else "bf16")))
+    compile_off = row["id"] in ("tt_flags_l32_3b_full_baseline", "tt_flags_l32_3b_full_packed")
+    training = TrainingSpec(
+        seq_len=int(row["seq_len"]), global_batch_seqs=micro * accum * dp, tokens=1e9,
+        precision=Precision.FP8 if row["base_precision"] == "fp8" else Precision.BF16,
+        framework=framework, optimizer=OPTIMIZERS[row["optimizer"]],
+        torch_compile=False if compile_off else None, method=method, lora=lora,
+        master_weights=(StatePrecision.BF16 if row["framework"] in BF16_STATE_FRAMEWORKS
+                        else StatePrecision.FP32),
+        packing=row["packing"] != "false")
+    return Case(row, model, cluster, plan, training)
+
+
+def evaluate(case: Case) -> Result:
+    out: Estimate = estimate(case.model, case.cluster, case.plan, case.training)
+    row = case.row
+    document = document_of(row)
+    reserved = any(name in document for name in RESERVED_DOCUMENTS)
+    peak = float(out.memory.reserved_bytes if reserved else out.memory.peak_bytes)
+    predicted_tps = float(out.throughput.tokens_per_s_per_gpu)
+    measured_tps = _float(row["measured_tokens_per_s"])
+    if measured_tps is not None and row["tokens_per_s_scope"] == "total":
+        measured_tps /= int(row["num_gpus"])
+    return Result(
+        id=row["id"], document=document, method=row["method"], model=case.model.name,
+        gpus=case.cluster.num_gpus, memory_kind="reserved" if reserved else "allocated",
+        predicted_peak_gib=peak / GIB, measured_peak_gib=_float(row["measured_peak_memory_gib"]),
+        predicted_tokens_per_s_per_gpu=predicted_tps, measured_tokens_per_s_per_gpu=measured_tps,
+        predicted_step_s=float(out.throughput.step.step_s),
+        measured_step_s=_float(row["measured_step_time_s"]), fits=bool(out.memory.fits),
+        predicted_mfu=float(out.throughput.mfu_fraction))
+
+
+def run(path: Path = DATA) -> tuple[list[Result], dict[str, str]]:
+    """Every row evaluated, or skipped: (results, {row id: reason})."""
+    accelerators = seed_accelerators()
+    results: list[Result] = []
+    skipped: dict[str, str] = {}
+    for row in load_rows(path):
+        case = row_case(row, accelerators)
+        if isinstance(case, str):
+            skipped[row["id"]] = case
+            continue
+        try:
+            results.append(evaluate(case))
+        except InvalidSpecError:
+            skipped[row["id"]] = "invalid_layout"
+    return results, skipped
+
+
+def _errors(results: Sequence[Result], kind: str) -> list[float]:
+    values = (getattr(r, f"{kind}_error") for r in results)
+    return [abs(v) for v in values if v is not None]
+
+
+def _summary_line(label: str, results: Sequence[Result], kind: str) -> str | None:
+    errors = _errors(results, kind)
+    if not errors:
+        return None
+    within = sum(e <= 0.10 for e in errors)
+    return (f"| {label} | {len(errors)} | {statistics.median(errors):.1%} | {max(errors):.1%} "
+            f"| {within} |")
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{value:+.0%}"
+
+
+def report(results: Sequence[Result], skipped: dict[str, str]) -> str:
+    lines = ["# Fine-tuning estimate against published rows (issue 43)", "",
+             f"{len(results)} rows evaluated, {len(skipped)} skipped. Nothing is fitted on "
+             "these rows: every figure is out of sample (leave-one-source-out does not apply).",
+             "", "## Skipped", "", "| Reason | Rows |", "|---|---:|"]
+    for reason, count in Counter(skipped.values()).most_common():
+        lines.append(f"| `{reason}`: {SKIP_REASONS[reason]} | {count} |")
+    lines += ["", "## Per row", "",
+              "| Row | Method | GPUs | Memory kind | Peak GiB pred / meas | err | tokens/s/GPU "
+              "pred / meas | err | implied MFU | step s pred / meas | err |",
+              "|---|---|---:|---|---|---:|---|---:|---:|---|---:|"]
+    for r in results:
+        lines.append(
+            f"| {r.id} | {r.method} | {r.gpus} | {r.memory_kind} | "
+            f"{_fmt(r.predicted_peak_gib)} / {_fmt(r.measured_peak_gib)} | {_pct(r.peak_error)} | "
+            f"{_fmt(r.predicted_tokens_per_s_per_gpu, 0)} / "
+            f"{_fmt(r.measured_tokens_per_s_per_gpu, 0)} | {_pct(r.throughput_error)} | "
+            f"{_fmt(r.implied_mfu, 2)} | "
+            f"{_fmt(r.predicted_step_s, 2)} / {_fmt(r.measured_step_s, 2)} | "
+            f"{_pct(r.step_error)} |")
+    for kind, title in (("peak", "Peak memory"), ("throughput", "Throughput (tokens/s/GPU)"),
+                        ("step", "Step time")):
+        lines += ["", f"## {title}: |error|", "",
+                  "| Group | Rows | Median | Max | Within 10% |", "|---|---:|---:|---:|---:|"]
+        groups: list[tuple[str, list[Result]]] = [("all", list(results))]
+        for method in sorted({r.method for r in results}):
+            groups.append((f"method {method}", [r for r in results if r.method == method]))
+        for document in sorted({r.document for r in results}):
+            groups.append((document, [r for r in results if r.document == document]))
+        for label, members in groups:
+            line = _summary_line(label, members, kind)
+            if line is not None:
+                lines.append(line)
+    infeasible = [r for r in results if (r.implied_mfu or 0.0) > 1.0]
+    lines += ["", "## Throughput figures that cannot be per GPU", "",
+              "Rows whose measured tokens/s/GPU would need more than the GPU's peak FLOP/s on "
+              "the estimate's FLOPs per token (implied MFU above 1): "
+              + (", ".join(f"{r.id} ({r.implied_mfu:.2f})" for r in infeasible) or "none")
+              + ". Their published figure is likely the job's total, not per GPU."]
+    feasible = [r for r in results if r not in infeasible]
+    line = _summary_line("feasible rows only", feasible, "throughput")
+    if line is not None:
+        lines += ["", "| Group | Rows | Median | Max | Within 10% |", "|---|---:|---:|---:|---:|",
+                  line]
+    adapter_peaks = [r for r in results if r.method != "full_finetune" and r.peak_error is not None]
+    within = [r for r in adapter_peaks if abs(r.peak_error or 0.0) <= 0.10]
+    throughput = _errors(results, "throughput")
+    lines += ["", "## Issue 43's targets", "",
+              f"- LoRA/QLoRA peaks within 10%: {len(within)} of {len(adapter_peaks)} rows, from "
+              f"{len({r.document for r in within})} documents (target: >= 10 rows from >= 3).",
+              f"- Throughput: median |error| "
+              f"{statistics.median(throughput) if throughput else math.nan:.1%} on "
+              f"{len(throughput)} rows from "
+              f"{len({r.document for r in results if r.throughput_error is not None})} "
+              "documents (target: <= 15% on >= 20 rows from >= 3)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    del argv
+    results, skipped = run()
+    sys.stdout.write(report(results, skipped))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,7 +23,8 @@ Mapping of a row to the core specs (``row_case``):
 - **optimizer**: AdamW, Adam and 32-bit paged AdamW are ``adamw`` (paged states move to the host
   only under pressure); 8-bit optimizers are not modelled and the row is skipped.
 - torchtune's full 70B run uses FSDP CPU offload (footnote ``**``): offload weights and
-  optimizer. The flags table's baseline and +packed rows run without ``torch.compile``.
+  optimizer. The flags table's baseline and +packed rows run without ``torch.compile``; its
+  activation-offload row and its LoRA and QLoRA rows (built on it) offload activations.
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ FRAMEWORKS = {"torchtune": Framework.FSDP, "litgpt": Framework.FSDP, "peft": Fra
 OPTIMIZERS = {"adamw": Optimizer.ADAMW, "adam": Optimizer.ADAMW,
               "paged_adamw_32bit": Optimizer.ADAMW, "": Optimizer.ADAMW}
 EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
+
+ACTIVATION_OFFLOAD_ROWS = ("tt_flags_l32_3b_full_actoffload", "tt_flags_l32_3b_lora",
+                           "tt_flags_l32_3b_qlora")
+"""torchtune's flags table adds each technique on top of the previous ones, "except for LoRA and
+QLoRA, which do not use optimizer_in_bwd or AdamW8bit": its LoRA and QLoRA rows keep
+activation offloading (and chunked cross-entropy, which the estimate does not model)."""
 
 RESERVED_DOCUMENTS = ("MetaMathQA",)
 """Documents whose peak is the allocator's reserved memory (the others: allocated/active)."""
@@ -219,7 +226,7 @@ def row_case(row: dict[str, str],
     offload: frozenset[Offload] = frozenset()
     if row["id"] == "tt_readme_l31_70b_full_8xa100":
         offload = frozenset({Offload.WEIGHTS, Offload.OPTIMIZER})
-    elif row["id"] == "tt_flags_l32_3b_full_actoffload":
+    elif row["id"] in ACTIVATION_OFFLOAD_ROWS:
         offload = frozenset({Offload.ACTIVATIONS})
     plan = ParallelismPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro,
                            sequence_parallel=tp > 1, zero_stage=3 if sharded else 1,

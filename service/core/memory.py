@@ -502,9 +502,12 @@ def memory_breakdown(
         (plan.zero_stage == 3) & single_stage, layout.gather_bytes_per_param * live, 0.0,
     )
     if training.adapters:
-        # ZeRO shards the adapters' states only; the frozen base stays whole on every rank,
-        # so nothing is gathered. A quantised base is dequantised one matrix at a time.
-        gather_buffers = 0.0 * gather_buffers
+        # ZeRO-3 (FSDP) shards the frozen base too, at its stored precision, and gathers the
+        # computing unit and the next one as for trainable weights (torchtune's distributed
+        # LoRA/QLoRA recipes wrap the base in FSDP; QLoRA-FSDP, Answer.AI 2024, shards the
+        # quantised weights). A quantised base is dequantised one matrix at a time.
+        gather_buffers = xp.where((plan.zero_stage == 3) & single_stage,
+                                  frozen_base_bytes_per_param(training) * live, 0.0)
         if dequantises(training):
             gather_buffers = gather_buffers + ACTIVATION_BYTES * largest_matrix
     if layout.caching_allocator:
@@ -598,12 +601,16 @@ def _adapter_state_bytes(
 ) -> tuple[Num, Num, Num]:
     """Weights, gradients and optimizer bytes with a frozen base (lora, qlora): the base's
     layers at the base precision and its embedding and head in bf16, neither with gradients
-    or optimizer state, nor sharded; the adapters with the stack's full per-parameter state
-    (``state_layout``), sharded by ZeRO like any trainable parameters."""
+    or optimizer state, sharded over the shard group under ZeRO-3 (FSDP shards every
+    parameter, frozen or not; held whole under pipeline stages, as trainable weights are);
+    the adapters with the stack's full per-parameter state (``state_layout``), sharded by
+    ZeRO like any trainable parameters."""
     layer_params = geometry.layer_params_per_gpu
     embedding_params = params - layer_params
     base = (frozen_base_bytes_per_param(training) * layer_params
             + FROZEN_EMBEDDING_BYTES_PER_PARAM * embedding_params)
+    base = xp.where((plan.zero_stage == 3) & (plan.pp == 1),
+                    base / geometry.shard_group_size, base)
     if plan.offload_weights:
         base = 0.0 * base
     adapters = adapter_params_per_gpu(model, training, geometry, plan.tp)

@@ -667,9 +667,12 @@ def step_time(
         geo.embedding_params_per_gpu, geo.head_params_per_gpu
     )
     experts = geo.expert_params_per_gpu
+    frozen_params = params
     if training.adapters:
-        # Only the adapters have gradients and optimizer state: the data-parallel traffic,
-        # ZeRO's sharding and the optimizer step concern them alone.
+        # Only the adapters have gradients and optimizer state: the gradient traffic, the
+        # optimizer step and the states' sharding concern them alone. Under ZeRO-3 the frozen
+        # base is sharded too, so its weights are all-gathered at their stored precision,
+        # forward and backward (the backward needs them for the input gradients), below.
         params = adapter_params_per_gpu(model, training, geo, plan.tp)
     shard = xp.where(plan.zero_stage >= 1, geo.shard_group_size, 1)
     expert_shard = xp.where(plan.zero_stage >= 1, geo.expert_shard_group_size, 1)
@@ -684,6 +687,12 @@ def step_time(
                                plan.zero_stage, dp_bw, layout, xp, grads)
                + _replica_all_reduce_s(shard_params, plan.dp_replicas, geo.replica_per_node,
                                        acc, layout, cal, xp, grads))
+    if training.adapters:
+        frozen_bytes = frozen_params * frozen_base_bytes_per_param(training)
+        gathers = 2.0 * _collective_s(frozen_bytes, geo.shard_group_size, geo.shard_per_node,
+                                      dp_bw, False, xp, net)
+        dp_comm = dp_comm + xp.where((plan.zero_stage == 3) & (geo.shard_group_size > 1),
+                                     gathers, 0.0)
     exposed = xp.maximum(dp_comm - micro_batch_s,
                          cal.dp_exposed_fraction_for(training.framework) * dp_comm)
     # FSDP (ZeRO-3 without PP) gathers and reduces every micro-batch, overlapping with it;

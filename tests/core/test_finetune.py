@@ -82,14 +82,24 @@ class TestFrozenBaseMemory:
         assert e.memory.optimizer_bytes == pytest.approx(
             layout.optimizer_bytes_per_param * adapters, rel=1e-12)
 
-    def test_zero_shards_only_the_adapter_states(self) -> None:
+    def test_zero_3_shards_the_frozen_base_as_fsdp_does(self) -> None:
+        """ZeRO-1/2 shard the adapters' states only; ZeRO-3 (FSDP, which wraps the frozen
+        base in torchtune's distributed LoRA recipes) shards the base's weights too, and
+        gathers them every micro-batch. Measured: keeping the base whole put torchtune's
+        Llama 3.1 70B LoRA on 8 A100 at 142 GiB against 27.6 GiB published
+        (benchmarks.finetune_validation)."""
         m = model("llama3.1-8b")
         t = training(seq_len=2048, global_batch_seqs=8, tokens=1e7, method=TrainingMethod.LORA)
-        one = estimate(m, cluster(8), single_gpu_plan(dp=8, zero_stage=0), t).memory
-        sharded = estimate(m, cluster(8), single_gpu_plan(dp=8, zero_stage=3), t).memory
-        assert sharded.optimizer_bytes == pytest.approx(one.optimizer_bytes / 8)
-        # The frozen base stays whole on every rank; only the adapters' weights are sharded.
-        assert sharded.weights_bytes > 0.99 * one.weights_bytes
+        one = estimate(m, cluster(8), single_gpu_plan(dp=8, zero_stage=0), t)
+        two = estimate(m, cluster(8), single_gpu_plan(dp=8, zero_stage=2), t)
+        sharded = estimate(m, cluster(8), single_gpu_plan(dp=8, zero_stage=3), t)
+        assert sharded.memory.optimizer_bytes == pytest.approx(one.memory.optimizer_bytes / 8)
+        assert two.memory.weights_bytes == pytest.approx(one.memory.weights_bytes)
+        assert sharded.memory.weights_bytes == pytest.approx(one.memory.weights_bytes / 8)
+        # Every micro-batch gathers the frozen base (forward and backward): ZeRO-3 exposes
+        # more data-parallel time than ZeRO-2, which moves only the adapters' gradients.
+        assert (sharded.throughput.step.dp_comm_exposed_s
+                > 2 * two.throughput.step.dp_comm_exposed_s)
 
     def test_adapter_activations_are_counted(self) -> None:
         m = model("llama3.1-8b")

@@ -249,12 +249,14 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(SearchDeadlineError)
     async def _deadline(request: Request, exc: SearchDeadlineError) -> JSONResponse:
         # The deadline is a safety net on the wall clock (issue 38): the same bounded work may
-        # finish on a less loaded replica, so the refusal says when to try again.
-        retry_after = search_retry_after_s(request.app.state.settings.search_deadline_s)
+        # finish on a less loaded replica, so the refusal says when to try again. Every route
+        # refuses through here (quotes, calibrations, plan searches, what-if sweeps).
+        retry_after = search_retry_after_s(exc.deadline_s)
         return problem_response(
             request, status=503, slug="search-deadline",
             title="The searches did not finish in time", detail=str(exc),
-            headers={"Retry-After": str(retry_after)}, deadline_s=exc.deadline_s)
+            headers={"Retry-After": str(retry_after)}, deadline_s=exc.deadline_s,
+            retry_after_s=retry_after)
 
     @app.exception_handler(SearchQueueTimeoutError)
     async def _queued_too_long(request: Request, exc: SearchQueueTimeoutError) -> JSONResponse:

@@ -40,12 +40,14 @@ disconnects (service/api/limits.py)."""
 class SearchDeadlineError(Exception):
     """The request's searches did not finish within the deadline (HTTP 503)."""
 
-    def __init__(self, deadline_s: float) -> None:
-        super().__init__(
+    def __init__(self, deadline_s: float, detail: str | None = None) -> None:
+        """``detail``: what the refused request was (a plan search, a what-if sweep), in
+        place of the quote's sentence."""
+        super().__init__(detail or (
             f"this request's searches did not finish within {deadline_s:g} s "
             "(CQ_SEARCH_DEADLINE_S); a quote is never built from a partial search, so nothing "
             "was stored: fix some dimensions, or narrow the GPU counts, batches or candidate "
-            "models")
+            "models"))
         self.deadline_s = deadline_s
 
 

@@ -15,9 +15,7 @@ from service.api.observability import search_attributes, timed_search
 from service.api.plan_search import plan_search
 from service.api.problems import (
     SEARCH_UNAVAILABLE,
-    problem_response,
     problem_responses,
-    search_retry_after_s,
 )
 from service.api.schemas.estimate import training_defaults
 from service.api.schemas.plans import (
@@ -27,7 +25,7 @@ from service.api.schemas.plans import (
     PlanSearchRequest,
     PlanSearchResponse,
 )
-from service.api.work import ClientGoneDep
+from service.api.work import ClientGoneDep, SearchDeadlineError
 from service.core.calibration import DEFAULT_CALIBRATION
 from service.core.errors import NoLayoutError
 from service.core.search import SearchRequest, no_layout_problem
@@ -112,17 +110,12 @@ def optimise_parallelism(
         try:
             result = plan_search(search_request, workers=settings.search_workers,
                                  ends_at=ends_at, stop=gone)
-        except TimeoutError:
+        except TimeoutError as exc:
             # The safety net, not a limit a request within the cap meets: never a partial plan.
-            retry_after = search_retry_after_s(settings.search_deadline_s)
-            return problem_response(
-                http_request, status=503, slug="search-deadline",
-                title="The searches did not finish in time",
-                detail=(f"the search did not finish within {settings.search_deadline_s:g} s "
-                        "(CQ_SEARCH_DEADLINE_S), the server being too busy; it never answers "
-                        "from part of the space: retry after Retry-After seconds"),
-                headers={"Retry-After": str(retry_after)},
-                deadline_s=settings.search_deadline_s, retry_after_s=retry_after)
+            raise SearchDeadlineError(settings.search_deadline_s, detail=(
+                f"the search did not finish within {settings.search_deadline_s:g} s "
+                "(CQ_SEARCH_DEADLINE_S), the server being too busy; it never answers from part "
+                "of the space: retry after Retry-After seconds")) from exc
         except NoLayoutError as exc:
             # Nothing was evaluated: say so, with the nearest counts that have a layout (a
             # bounded scan, run only on this refusal), not "nothing fits in memory".

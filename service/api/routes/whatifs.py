@@ -29,9 +29,7 @@ from service.api.problems import (
     DOMAIN_ERRORS,
     PROBLEM_MEDIA_TYPE,
     FieldError,
-    problem_response,
     problem_responses,
-    search_retry_after_s,
 )
 from service.api.routes.estimates import estimate_answer
 from service.api.schemas.estimate import EstimateRequest, EstimateResponse
@@ -47,6 +45,7 @@ from service.api.schemas.whatifs import (
     WhatIfRequest,
     WhatIfResponse,
 )
+from service.api.work import SearchDeadlineError
 from service.core.errors import CoreError
 from service.core.units import SECONDS_PER_DAY
 
@@ -112,17 +111,11 @@ async def create_what_if(
         answer = await run_in_threadpool(
             sweep, request, accelerators, settings.max_reasonable_train_days * SECONDS_PER_DAY,
             stored, ends_at)
-    except SweepDeadlineError:
-        retry_after = search_retry_after_s(settings.search_deadline_s)
-        return problem_response(
-            http_request, status=503, slug="search-deadline",
-            title="The searches did not finish in time",
-            detail=(f"the sweep's {len(request.variations) + 1} estimates did not finish "
-                    f"within {settings.search_deadline_s:g} s (CQ_SEARCH_DEADLINE_S), the "
-                    "server being too busy; a sweep is never answered in part: retry after "
-                    "Retry-After seconds"),
-            headers={"Retry-After": str(retry_after)},
-            deadline_s=settings.search_deadline_s, retry_after_s=retry_after)
+    except SweepDeadlineError as exc:
+        raise SearchDeadlineError(settings.search_deadline_s, detail=(
+            f"the sweep's {len(request.variations) + 1} estimates did not finish within "
+            f"{settings.search_deadline_s:g} s (CQ_SEARCH_DEADLINE_S), the server being too "
+            "busy; a sweep is never answered in part: retry after Retry-After seconds")) from exc
     return Response(content=answer.model_dump_json(), media_type="application/json")
 
 

@@ -384,10 +384,16 @@ def group_nodes(plan: PlanVars, geo: Geometry, gpus_per_node: int, xp: Num = SCA
         "dp": geo.shard_group_size / xp.maximum(geo.shard_per_node, 1),
         "dp replicas": plan.dp_replicas / xp.maximum(geo.replica_per_node, 1),
         "ep": plan.ep / xp.maximum(geo.ep_per_node, 1),
-        "pp": xp.where(geo.pp_in_scaleup, 1.0,
-                       (plan.pp - 1) * plan.tp * plan.cp * plan.dp / gpus_per_node + 1.0),
+        "pp": pipeline_nodes(plan, geo, gpus_per_node, xp),
     }
     return nodes
+
+
+def pipeline_nodes(plan: PlanVars, geo: Geometry, gpus_per_node: int, xp: Num = SCALAR) -> Num:
+    """Nodes a pipeline spans (``group_nodes``'s "pp"): one inside the scale-up domain, else
+    from its first stage's node to its last's, (p-1) x t x c x d / (GPUs per node) + 1."""
+    return xp.where(geo.pp_in_scaleup, 1.0,
+                    (plan.pp - 1) * plan.tp * plan.cp * plan.dp / gpus_per_node + 1.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -418,9 +424,7 @@ def _micro_batch_time(
     precision = training.precision
     half_precision = Precision.BF16 if precision == Precision.FP8 else precision
     linear_peak = acc.peak_for(precision)
-    half_peak = acc.peak_for(half_precision) if half_precision in acc.peak_flops_per_s else (
-        linear_peak
-    )
+    half_peak = acc.peak_for(_half(precision, acc))
     linear_max = cal.gemm_efficiency_for(acc.id, precision)
     half_max = cal.gemm_efficiency_for(acc.id, half_precision)
     ridge = half_peak / acc.hbm_bytes_per_s
@@ -622,14 +626,13 @@ def _pipeline_p2p_s(tokens: Num, h: int, plan: PlanVars, geo: Geometry,
     megatron = training.framework == Framework.MEGATRON
     split = xp.where(plan.sequence_parallel, plan.tp, plan.tp if megatron else 1)
     p2p_bytes = tokens * h * ACTIVATION_COMM_BYTES / split
-    if net is None:
-        bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal, xp)
-        send_s = cal.collective_latency_s + p2p_bytes / bandwidth
-    else:
-        bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal, xp, net,
-                                             group_nodes(plan, geo, gpus_per_node, xp)["pp"])
-        latency = cal.collective_latency_s + xp.where(geo.pp_in_scaleup, 0.0, net.hop_extra_s)
-        send_s = latency + p2p_bytes / bandwidth
+    latency = cal.collective_latency_s
+    nodes: Num = 1
+    if net is not None:
+        latency = latency + xp.where(geo.pp_in_scaleup, 0.0, net.hop_extra_s)
+        nodes = pipeline_nodes(plan, geo, gpus_per_node, xp)
+    bandwidth = point_to_point_bandwidth(acc, geo.pp_in_scaleup, cal, xp, net, nodes)
+    send_s = latency + p2p_bytes / bandwidth
     if megatron:
         # The all-gather of the other t-1 slices over the scale-up link (no SP only).
         gather = (plan.tp - 1) / plan.tp * tokens * h * ACTIVATION_COMM_BYTES / (
@@ -817,11 +820,6 @@ class _GradientTraffic:
     fraction: Num
     powersgd: bool
 
-    @property
-    def plain(self) -> bool:
-        """No fabric and no compression: the arithmetic of before, untouched."""
-        return self.net is None and not compresses_fraction(self.fraction)
-
     @classmethod
     def of(cls, training: TrainingSpec, model: ModelSpec, plan: PlanVars, layout: StateLayout,
            net: FabricTerms | None, xp: Num) -> _GradientTraffic:
@@ -832,11 +830,6 @@ class _GradientTraffic:
                                                  layout.grad_bytes_per_param, xp)
                          if compresses(training) else 1.0)
         return cls(net=net, fraction=fraction, powersgd=powersgd)
-
-
-def compresses_fraction(fraction: Num) -> bool:
-    """Whether ``fraction`` changes the bytes (anything but one Python 1.0)."""
-    return not (isinstance(fraction, float) and fraction == 1.0)
 
 
 def _half(precision: Precision, acc: AcceleratorSpec) -> Precision:
@@ -859,13 +852,13 @@ def _replica_all_reduce_s(
     backward like the rest of the data-parallel traffic."""
     if _same_for_all(replicas, 1):
         return 0.0
-    gradient_bytes = shard_params * layout.grad_bytes_per_param
-    if grads is None or grads.plain:
-        bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp)
-        return _collective_s(gradient_bytes, replicas, per_node, bandwidth, True, xp)
-    bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp, grads.net)
-    return _collective_s(gradient_bytes * grads.fraction, replicas, per_node, bandwidth, True,
-                         xp, grads.net)
+    # Without a fabric or compression (``grads`` None, or net None and fraction 1.0, an exact
+    # product) this is the arithmetic of before.
+    net = None if grads is None else grads.net
+    fraction = 1.0 if grads is None else grads.fraction
+    gradient_bytes = shard_params * layout.grad_bytes_per_param * fraction
+    bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp, net)
+    return _collective_s(gradient_bytes, replicas, per_node, bandwidth, True, xp, net)
 
 
 def _dp_traffic_s(
@@ -883,11 +876,10 @@ def _dp_traffic_s(
     rank keeps its shard of the decompressed result."""
     if _same_for_all(params, 0) or _same_for_all(group, 1):
         return 0.0
-    gradient_bytes = params * layout.grad_bytes_per_param
-    weights = params * layout.gather_bytes_per_param
     net = None if grads is None else grads.net
-    if grads is not None and not grads.plain:
-        gradient_bytes = gradient_bytes * grads.fraction
+    fraction = 1.0 if grads is None else grads.fraction
+    gradient_bytes = params * layout.grad_bytes_per_param * fraction
+    weights = params * layout.gather_bytes_per_param
     all_reduce = _collective_s(gradient_bytes, group, per_node, bandwidth, True, xp, net)
     reduce_scatter = (all_reduce if grads is not None and grads.powersgd else _collective_s(
         gradient_bytes, group, per_node, bandwidth, False, xp, net))

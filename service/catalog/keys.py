@@ -89,8 +89,19 @@ def list_keys(session: Session) -> Sequence[ApiKey]:
     return session.scalars(select(ApiKey).order_by(ApiKey.name)).all()
 
 
+def _named(session: Session, name: str) -> ApiKey | None:
+    return session.scalar(select(ApiKey).where(ApiKey.name == name))
+
+
+def live_key_grants(session: Session, name: str, wanted: str) -> bool:
+    """Whether the key named ``name`` is live (not revoked) and grants ``wanted``: a signed
+    link made for it stops working as soon as it does not (``api/ui/links.py``)."""
+    row = _named(session, name)
+    return row is not None and row.revoked_at is None and grants(row.scopes.split(), wanted)
+
+
 def revoke_key(session: Session, name: str) -> ApiKey:
-    row = session.scalar(select(ApiKey).where(ApiKey.name == name))
+    row = _named(session, name)
     if row is None:
         raise NotFoundError("API key", name)
     if row.revoked_at is None:

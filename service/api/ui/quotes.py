@@ -11,7 +11,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -24,8 +23,8 @@ from service.api.ui.common import (
 )
 from service.api.ui.links import LINK_PARAM, LinkRefusedError, LinkSigner, Refusal
 from service.catalog.errors import NotFoundError
-from service.catalog.keys import grants
-from service.catalog.models import ApiKey, Quote
+from service.catalog.keys import live_key_grants
+from service.catalog.models import Quote
 from service.catalog.quotes import Reader, get_quote
 
 router = APIRouter(include_in_schema=False)
@@ -239,9 +238,7 @@ LINK_KEY_GONE = ("The key this link was made for can no longer read this quote (
 def _owned_quote(session: Session, quote_id: str, principal: str) -> Quote | None:
     """The quote, if ``principal`` made it and still holds a live key with quotes:read (a
     revoked key's links stop at once, not when they expire); else None."""
-    key = session.scalar(select(ApiKey).where(ApiKey.name == principal))
-    if key is None or key.revoked_at is not None \
-            or not grants(key.scopes.split(), "quotes:read"):
+    if not live_key_grants(session, principal, "quotes:read"):
         return None
     try:
         return get_quote(session, quote_id, Reader(principal=principal, team=None,

@@ -354,7 +354,7 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
         notes.append(EAGER_NOTE)
     if plan.zero_stage == 3 and training.framework in FSDP2_STACKS:
         notes.append(FSDP2_NOTE)
-    notes.extend(method_notes(training))
+    notes.extend(method_notes(training, plan.zero_stage, plan.pp))
     if plan.dp_shard is not None and plan.dp_replicas > 1:
         notes.append(
             f"hybrid sharding: the ZeRO state is sharded over {plan.dp_shard * plan.cp} ranks "
@@ -363,8 +363,10 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
     return tuple(notes)
 
 
-def method_notes(training: TrainingSpec) -> list[str]:
-    """What ``training.method`` and dataset sizing assume (issue 43); none for pretrain."""
+def method_notes(training: TrainingSpec, zero_stage: int = 0, pp: int = 1) -> list[str]:
+    """What ``training.method`` and dataset sizing assume (issue 43); none for pretrain.
+    ``zero_stage`` and ``pp``: whether the frozen base is sharded (ZeRO-3 without pipeline
+    stages, ``memory._adapter_state_bytes``)."""
     notes: list[str] = []
     if training.method == TrainingMethod.FULL_FINETUNE:
         notes.append("full_finetune: the same computation as pre-training (every weight "
@@ -383,8 +385,13 @@ def method_notes(training: TrainingSpec) -> list[str]:
             "them (4N per token) plus 3 x forward for attention and the adapters "
             "(6 r (d_in + d_out) per adapted matrix); MFU and model FLOPs count these FLOPs "
             "actually done, not 6N")
-        notes.append("ZeRO shards and data parallelism reduces only the adapters' states and "
-                     "gradients; the frozen base is whole on every rank")
+        if zero_stage == 3 and pp == 1:
+            notes.append("data parallelism reduces only the adapters' gradients; ZeRO-3 shards "
+                         "the adapters' states and the frozen base, at its stored precision, "
+                         "and all-gathers the base forward and backward every micro-batch")
+        else:
+            notes.append("ZeRO shards and data parallelism reduces only the adapters' states "
+                         "and gradients; the frozen base is whole on every rank")
         if dequantises(training):
             notes.append(DEQUANT_NOTE + "; the dequantisation is HBM traffic (read the stored "
                          "weight, write bf16) per use: forward, input gradient, recompute")

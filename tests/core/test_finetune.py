@@ -269,3 +269,15 @@ class TestDatasetSizing:
                      mean_example_tokens=512.0, packing=False)
         e = estimate(model("llama3.1-8b"), cluster(1, gpus_per_node=1), single_gpu_plan(), t)
         assert any("75% of the tokens processed are padding" in n for n in e.assumptions)
+
+
+def test_the_assumptions_say_whether_the_frozen_base_is_sharded() -> None:
+    """The sentence follows the memory model: whole on every rank under ZeRO-0/1/2, sharded
+    and gathered under ZeRO-3 (decision 395)."""
+    m = model("llama3.1-8b")
+    t = training(seq_len=2048, global_batch_seqs=8, tokens=1e7, method=TrainingMethod.LORA)
+    two = estimate(m, cluster(8), single_gpu_plan(dp=8, zero_stage=2), t).assumptions
+    three = estimate(m, cluster(8), single_gpu_plan(dp=8, zero_stage=3), t).assumptions
+    assert any("the frozen base is whole on every rank" in a for a in two)
+    assert not any("whole on every rank" in a for a in three)
+    assert any("ZeRO-3 shards the adapters' states and the frozen base" in a for a in three)

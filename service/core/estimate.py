@@ -16,7 +16,12 @@ from service.core.attention import kernel_for
 from service.core.calibration import DEFAULT_CALIBRATION, Band, Calibration
 from service.core.envelope import LOCAL_DEFAULTS, VersionEra, outside_details, version_era
 from service.core.errors import InvalidSpecError
-from service.core.fabric import compression_details, compression_notes, fabric_notes
+from service.core.fabric import (
+    compression_details,
+    compression_notes,
+    fabric_details,
+    fabric_notes,
+)
 from service.core.flops import TokenFlops, token_flops
 from service.core.geometry import PlanVars, build_geometry
 from service.core.memory import (
@@ -259,7 +264,8 @@ def estimate(
         framework=training.framework, accelerator_id=acc.id,
         calibrated=calibration.is_calibrated_for(acc.id), num_gpus=n,
         hidden_size=model.hidden_size, seq_len=training.seq_len, moe=model.is_moe),
-        *version_details(training, acc.id), *compression_details(training),
+        *version_details(training, acc.id), *fabric_details(cluster),
+        *compression_details(training),
         *method_details(training)]
     network_notes: tuple[str, ...] = ()
     if cluster.fabric is not None:

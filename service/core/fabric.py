@@ -392,6 +392,41 @@ def compression_notes(model: ModelSpec, training: TrainingSpec, tp: int,
             f"{fraction:.2%} of the uncompressed ones",)
 
 
+JUDGED_PROTOCOLS = frozenset({FabricProtocol.EFA, FabricProtocol.TCPX,
+                              FabricProtocol.ETHERNET_TCP, FabricProtocol.ICI})
+"""Protocols whose bandwidth fraction is a judgement, not a measurement (``PROTOCOL_DEFAULTS``)."""
+
+
+def fabric_details(cluster: ClusterSpec) -> tuple[WarningDetail, ...]:
+    """``outside_validated_range`` on ``cluster.fabric`` when a stated fabric moves the
+    figures by terms no measurement has checked: a protocol whose bandwidth fraction is a
+    judgement, packet loss, oversubscription above 1, or a latency other than the reference's
+    (the calibration's runs are on non-blocking InfiniBand-class fabrics; docs/model.md,
+    "Fabric"). InfiniBand and RoCE at their defaults, loss-free and non-blocking, are the
+    calibration's own network and carry nothing."""
+    fabric = cluster.fabric
+    if fabric is None:
+        return ()
+    unchecked = []
+    if fabric.protocol in JUDGED_PROTOCOLS:
+        unchecked.append(f"{fabric.protocol.value}'s bandwidth fraction (a judgement)")
+    if fabric.packet_loss_fraction > 0:
+        unchecked.append(f"packet loss {fabric.packet_loss_fraction:g} (the "
+                         f"{PROTOCOL_DEFAULTS[fabric.protocol].recovery.value} loss model)")
+    if fabric.oversubscription > 1:
+        unchecked.append(f"{fabric.oversubscription:g}:1 oversubscription (the spine rule)")
+    if fabric.latency_s is not None and fabric.latency_s != PROTOCOL_DEFAULTS[
+            fabric.protocol].latency_s:
+        unchecked.append(f"latency {fabric.latency_s:g} s")
+    if not unchecked:
+        return ()
+    return (WarningDetail(
+        OUTSIDE_VALIDATED_RANGE, "cluster.fabric",
+        "cluster.fabric: " + "; ".join(unchecked) + " enter the figures but are not yet "
+        "checked against a measurement (nccl-tests per fabric, loss sweeps); the calibration's "
+        "runs are on non-blocking InfiniBand-class networks"),)
+
+
 def compression_details(training: TrainingSpec) -> tuple[WarningDetail, ...]:
     """``outside_validated_range`` on ``training.gradient_compression``: no published run
     of the calibration compresses its gradients, and compression can change the steps needed

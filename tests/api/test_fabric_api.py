@@ -267,3 +267,24 @@ def test_a_plan_search_runs_on_the_stated_fabric_and_matches_its_estimate(
     refused = client.post("/v1/parallelism-plans", json=body)
     assert refused.status_code == 422
     assert "cluster.fabric.rails" in refused.text
+
+
+@pytest.mark.parametrize(("fabric", "coded"), [
+    (None, False),
+    ({"protocol": "infiniband"}, False),
+    ({"protocol": "roce"}, False),
+    ({"protocol": "roce", "packet_loss_fraction": 0.001}, True),
+    ({"protocol": "infiniband", "oversubscription": 2.0}, True),
+    ({"protocol": "efa"}, True),
+    ({"protocol": "infiniband", "latency_s": 5e-6}, True),
+])
+def test_a_fabric_term_no_measurement_checked_is_coded(
+        client: TestClient, fabric: dict[str, Any] | None, coded: bool) -> None:
+    """Loss, oversubscription, a judged protocol's bandwidth or a changed latency move the
+    figures without a measurement behind them: the answer says so on cluster.fabric; the
+    calibration's own network (InfiniBand or RoCE at defaults, loss-free, non-blocking) does
+    not."""
+    answer = client.post("/v1/estimates", json=job(fabric)).json()
+    fields = [d["field"] for d in answer["warning_details"]
+              if d["code"] == "outside_validated_range"]
+    assert ("cluster.fabric" in fields) is coded

@@ -627,7 +627,9 @@ WARNING_DETAILS_DESCRIPTION = (
     "runs cover for the stack (cluster.num_gpus, model.hidden_size, training.seq_len, "
     "cluster.accelerator, model.num_experts for MoE, training.framework, "
     "training.framework_version; docs/validation.md, \"The envelope\"; and "
-    "training.gradient_compression, whose effect on the steps to converge is not modelled); "
+    "training.gradient_compression, whose effect on the steps to converge is not modelled; "
+    "cluster.fabric, when loss, oversubscription, a changed latency or a protocol whose "
+    "bandwidth is a judgement (efa, tcpx, ethernet_tcp, ici) enters the figures unchecked); "
     "uncalibrated_accelerator an accelerator without published runs. Every sentence of "
     "warnings has an entry (other when none of the codes fits).")
 

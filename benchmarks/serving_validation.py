@@ -664,6 +664,10 @@ class BandRegime:
         return (f"BandRegime(engine=Engine.{self.engine.name}, moe={self.moe}, "
                 f"open_loop={self.open_loop})")
 
+    def key(self) -> tuple[s.Engine, bool, bool]:
+        """The key of ``serving.SERVING_BAND``: (engine, moe, open_loop)."""
+        return (self.engine, self.moe, self.open_loop)
+
 
 @dataclass(frozen=True)
 class Residual:
@@ -674,6 +678,10 @@ class Residual:
     regime: BandRegime
     metric: str
     ratio: float
+    calibrated: bool = True
+    """Whether the row's engine x accelerator pair is fitted in the row's fold (the table
+    fitted without its document): the service answers a calibrated pair with its regime's
+    band and any other pair with the wide band (``uncalibrated_engine``)."""
 
 
 def _ratios(measured: float | None, predicted: float) -> float | None:
@@ -688,6 +696,14 @@ def residuals(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) 
     usable = [r for r in rows if skip_reason(r, accelerators) is None]
     tables = fold_tables(usable, accelerators)
     by_id = {r["id"]: r for r in rows}
+    fold_pairs = {doc: calibrated_pairs([r for r in usable if document(r) != doc])
+                  for doc in {document(r) for r in rows}}
+
+    def calibrated(row_id: str) -> bool:
+        row = by_id[row_id]
+        engine = ENGINES.get(row["engine"], s.Engine.UNKNOWN)
+        return (engine, row["accelerator"]) in fold_pairs[document(row)]
+
     out: list[Residual] = []
     for x in leave_one_source_out(usable, accelerators, tables=tables):
         regime = BandRegime(engine=x.engine, moe=is_moe(by_id[x.row_id]), open_loop=False)
@@ -695,7 +711,8 @@ def residuals(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) 
                               ("ttft_s", _ratios(x.measured_ttft_s, x.predicted_ttft_s)),
                               ("tpot_s", _ratios(x.measured_tpot_s, x.predicted_tpot_s))):
             if ratio is not None:
-                out.append(Residual(x.row_id, x.document, regime, metric, ratio))
+                out.append(Residual(x.row_id, x.document, regime, metric, ratio,
+                                    calibrated(x.row_id)))
     fitted = fit(usable, accelerators)
     open_rows = [r for r in rows if is_open_loop(r) and open_loop_skip_reason(r, accelerators)
                  is None]
@@ -706,7 +723,8 @@ def residuals(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) 
         for metric, ratio in (("ttft_s", _ratios(y.measured_ttft_s, y.predicted_ttft_s)),
                               ("tpot_s", _ratios(y.measured_tpot_s, y.predicted_tpot_s))):
             if ratio is not None:
-                out.append(Residual(y.row_id, y.document, regime, metric, ratio))
+                out.append(Residual(y.row_id, y.document, regime, metric, ratio,
+                                    calibrated(y.row_id)))
     return out
 
 
@@ -726,12 +744,14 @@ def _quantiles(values: Sequence[float], quantiles: tuple[float, float]) -> tuple
 
 def band_table(found: Sequence[Residual]) -> tuple[
         dict[BandRegime, dict[str, tuple[float, float]]], dict[str, tuple[float, float]]]:
-    """(per regime and metric with at least ``BAND_MIN_ROWS`` rows, the 10th-90th percentile
-    of measured / model; per metric, the wide 5th-95th percentile over every row pooled)."""
+    """(per regime and metric with at least ``BAND_MIN_ROWS`` rows of calibrated pairs, the
+    10th-90th percentile of measured / model; per metric, the wide 5th-95th percentile over
+    every row pooled, calibrated or not)."""
     grouped: dict[BandRegime, dict[str, list[float]]] = {}
     pooled: dict[str, list[float]] = {}
     for x in found:
-        grouped.setdefault(x.regime, {}).setdefault(x.metric, []).append(x.ratio)
+        if x.calibrated:
+            grouped.setdefault(x.regime, {}).setdefault(x.metric, []).append(x.ratio)
         pooled.setdefault(x.metric, []).append(x.ratio)
     table = {regime: {m: _quantiles(v, BAND_QUANTILES) for m, v in sorted(metrics.items())
                       if len(v) >= BAND_MIN_ROWS}
@@ -743,19 +763,23 @@ def band_table(found: Sequence[Residual]) -> tuple[
 
 def band_of(regime: BandRegime, metric: str,
             table: Mapping[BandRegime, Mapping[str, tuple[float, float]]],
-            wide: Mapping[str, tuple[float, float]]) -> tuple[float, float]:
-    """The band a regime's metric answers with: its own, else the wide one."""
-    return table.get(regime, {}).get(metric, wide[metric])
+            wide: Mapping[str, tuple[float, float]], calibrated: bool = True,
+            ) -> tuple[float, float]:
+    """The band a regime's metric answers with: its own on a calibrated pair, else the wide
+    one."""
+    own = table.get(regime, {}).get(metric) if calibrated else None
+    return own if own is not None else wide[metric]
 
 
 def coverage(found: Sequence[Residual], *, held_out_bands: bool) -> dict[
         tuple[BandRegime, str], tuple[int, int]]:
     """(regime, metric) -> (rows inside the band, rows). ``held_out_bands``: each row judged
     by the band fitted without its document (the honest, out-of-sample coverage); else by
-    the band fitted on every row."""
+    the band fitted on every row. The raw 10th-90th percentile band, not widened."""
     inside: Counter[tuple[BandRegime, str]] = Counter()
     total: Counter[tuple[BandRegime, str]] = Counter()
-    bands = {None: band_table(found)}
+    bands: dict[str | None, tuple[dict[BandRegime, dict[str, tuple[float, float]]],
+                                  dict[str, tuple[float, float]]]] = {None: band_table(found)}
     if held_out_bands:
         for doc in {x.document for x in found}:
             bands[doc] = band_table([x for x in found if x.document != doc])
@@ -763,28 +787,187 @@ def coverage(found: Sequence[Residual], *, held_out_bands: bool) -> dict[
         table, wide = bands[x.document if held_out_bands else None]
         if x.metric not in wide:
             continue  # the metric has no other document's row: no band to judge it by
-        low, high = band_of(x.regime, x.metric, table, wide)
+        low, high = band_of(x.regime, x.metric, table, wide, x.calibrated)
         total[(x.regime, x.metric)] += 1
         inside[(x.regime, x.metric)] += low <= x.ratio <= high
     return {key: (inside[key], n) for key, n in total.items()}
 
 
-def print_band(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> None:
-    """``--band``: the regimes' bands as ``serving.SERVING_BAND`` and ``SERVING_WIDE_BAND``
-    hold them, and their coverage in sample and with each document's band fitted without it."""
-    found = residuals(rows, accelerators)
+# -- the band as shipped: widened until it holds on documents left out ------------------------
+
+WIDEN_FACTORS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
+"""The factors a band is widened by (low / f, high x f), smallest first, until it holds
+``BAND_TARGET`` of the rows of documents left out of it (decision 396)."""
+BAND_TARGET = 0.80
+WIDE = "wide"
+"""The key of the wide band's entry in ``widened_bands``' coverage (every row pooled)."""
+
+
+BandEntry = s.BandEntry
+
+
+def _judged(found: Sequence[Residual], key: tuple[BandRegime, str] | str) -> list[Residual]:
+    """The rows a band judges: a regime's metric on calibrated pairs, or (``WIDE`` + metric)
+    every row that answers with the wide band (an uncalibrated pair, or a regime-metric with
+    no band of its own in its fold is judged in ``_nested_inside``)."""
+    if isinstance(key, str):
+        return [x for x in found if x.metric == key]
+    regime, metric = key
+    return [x for x in found if x.regime == regime and x.metric == metric and x.calibrated]
+
+
+def widened_bands(found: Sequence[Residual]) -> tuple[
+        dict[BandRegime, dict[str, BandEntry]], dict[str, BandEntry]]:
+    """The bands as shipped: each regime-metric band of ``band_table(found)`` (and each wide
+    band) widened by the smallest factor of ``WIDEN_FACTORS`` at which at least
+    ``BAND_TARGET`` of its rows lie inside the band computed without their own document and
+    widened by that factor (the largest factor, ``held`` False, when none does)."""
     table, wide = band_table(found)
-    print("SERVING_BAND = {")
+    docs = sorted({x.document for x in found})
+    without = {d: band_table([x for x in found if x.document != d]) for d in docs}
+
+    def entry(low: float, high: float, judged: Sequence[Residual],
+              own: Callable[[Residual], tuple[float, float] | None]) -> BandEntry:
+        last = None
+        for factor in WIDEN_FACTORS:
+            inside = n = 0
+            for x in judged:
+                band = own(x)
+                if band is None:
+                    continue
+                n += 1
+                inside += band[0] / factor <= x.ratio <= band[1] * factor
+            last = BandEntry(round(low / factor, 4), round(high * factor, 4), factor, inside,
+                             n, n > 0 and inside >= BAND_TARGET * n)
+            if last.held:
+                return last
+        assert last is not None
+        return last
+
+    shipped: dict[BandRegime, dict[str, BandEntry]] = {}
     for regime, metrics in table.items():
-        print(f"    {regime!r}: {metrics!r},")
-    print("}")
-    print(f"SERVING_WIDE_BAND = {wide!r}")
+        for metric, (low, high) in metrics.items():
+            def own_regime(x: Residual, regime: BandRegime = regime,
+                           metric: str = metric) -> tuple[float, float] | None:
+                t, w = without[x.document]
+                return band_of(regime, metric, t, w) if metric in w else None
+            shipped.setdefault(regime, {})[metric] = entry(
+                low, high, _judged(found, (regime, metric)), own_regime)
+    shipped_wide: dict[str, BandEntry] = {}
+    for metric, (low, high) in wide.items():
+        def own_wide(x: Residual, metric: str = metric) -> tuple[float, float] | None:
+            w = without[x.document][1]
+            return w.get(metric)
+        shipped_wide[metric] = entry(low, high, _judged(found, metric), own_wide)
+    return shipped, shipped_wide
+
+
+def shipped_band_of(x: Residual, shipped: Mapping[BandRegime, Mapping[str, BandEntry]],
+                    wide: Mapping[str, BandEntry]) -> BandEntry | None:
+    """The shipped band a row's answer carries: its regime's on a calibrated pair, else the
+    wide one (None: the metric has no band)."""
+    own = shipped.get(x.regime, {}).get(x.metric) if x.calibrated else None
+    return own if own is not None else wide.get(x.metric)
+
+
+def nested_coverage(found: Sequence[Residual]) -> tuple[
+        dict[tuple[BandRegime, str], tuple[int, int]], list[tuple[Residual, BandEntry]]]:
+    """The promise on a document we hold no row of: each document's rows judged by the bands
+    ``widened_bands`` ships when fitted and widened without that document (both the band and
+    its factor are out of sample). (regime, metric) -> (inside, rows), and the rows outside
+    with the band that judged them."""
+    inside: Counter[tuple[BandRegime, str]] = Counter()
+    total: Counter[tuple[BandRegime, str]] = Counter()
+    outside: list[tuple[Residual, BandEntry]] = []
+    for doc in sorted({x.document for x in found}):
+        shipped, wide = widened_bands([x for x in found if x.document != doc])
+        for x in (y for y in found if y.document == doc):
+            band = shipped_band_of(x, shipped, wide)
+            if band is None:
+                continue
+            total[(x.regime, x.metric)] += 1
+            if band.low <= x.ratio <= band.high:
+                inside[(x.regime, x.metric)] += 1
+            else:
+                outside.append((x, band))
+    return {key: (inside[key], n) for key, n in total.items()}, outside
+
+
+def _row_traffic(row: Row, prompt: s.Lengths, output: s.Lengths) -> s.Traffic:
+    """The traffic a row states, as ``evaluate`` and ``evaluate_open_loop`` send it."""
+    if is_open_loop(row):
+        return s.Traffic(mode=s.TrafficMode.ONLINE, prompt=prompt, output=output,
+                         requests_per_s=float(row["requests_per_s"]))
+    if row["batch_size"]:
+        return s.Traffic(mode=s.TrafficMode.FIXED_BATCH, prompt=prompt, output=output,
+                         batch_size=int(row["batch_size"]))
+    return s.Traffic(mode=s.TrafficMode.ONLINE, prompt=prompt, output=output,
+                     concurrency=int(row["concurrency"]))
+
+
+def unwarned_outside(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
+                     found: Sequence[Residual]) -> tuple[list[tuple[Residual, BandEntry]],
+                                                         int]:
+    """The rows outside their out-of-sample shipped band (``nested_coverage``) whose answer
+    carries no coded warning, as their fold would answer them: the pairs and validated range
+    fitted without their document (``validation_warnings``: ``uncalibrated_engine``,
+    ``outside_validated_range``), or a band that did not hold in that fold (the answer's
+    ``outside_validated_range`` on the band). The closed-loop batch judged is the one asked
+    for (a concurrency or a batch), before the engine's limit. Returns them and the count of
+    rows outside."""
+    _, outside = nested_coverage(found)
+    usable = [r for r in rows if skip_reason(r, accelerators) is None]
+    by_id = {r["id"]: r for r in rows}
+    unwarned = []
+    for x, band in outside:
+        if not band.held:
+            continue
+        row = by_id[x.row_id]
+        rest = [r for r in usable if document(r) != x.document]
+        model, deployment, prompt, output = _setup(row, accelerators)
+        traffic = _row_traffic(row, prompt, output)
+        batch = float(row["batch_size"] or row["concurrency"] or 0)
+        if not s.validation_warnings(model, deployment, traffic, batch,
+                                     pairs=calibrated_pairs(rest),
+                                     validated=validated_range(rest)):
+            unwarned.append((x, band))
+    return unwarned, len(outside)
+
+
+def print_band(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> None:
+    """``--band``: the shipped bands as ``serving.SERVING_BAND`` and ``SERVING_WIDE_BAND``
+    hold them, and their coverage: in sample, with each document judged by the raw band
+    fitted without it, and with each document judged by the shipped band (widened too)
+    fitted without it."""
+    found = residuals(rows, accelerators)
+    shipped, wide = widened_bands(found)
+    print("SERVING_BAND = MappingProxyType({")
+    for regime, metrics in shipped.items():
+        print(f"    (Engine.{regime.engine.name}, {regime.moe}, {regime.open_loop}): "
+              "MappingProxyType({")
+        for metric, e in metrics.items():
+            print(f"        {metric!r}: {e!r},")
+        print("    }),")
+    print("})")
+    print("SERVING_WIDE_BAND = MappingProxyType({")
+    for metric, e in wide.items():
+        print(f"    {metric!r}: {e!r},")
+    print("})")
     ins, outs = coverage(found, held_out_bands=False), coverage(found, held_out_bands=True)
-    print("\ncoverage: regime, metric: in sample | each document's band fitted without it")
+    nested, _ = nested_coverage(found)
+    print("\ncoverage: regime, metric: in sample (raw) | each document by the raw band "
+          "without it | each document by the shipped band without it")
     for key in sorted(ins, key=str):
-        (a, n), (b, m) = ins[key], outs.get(key, (0, 0))
+        (a, n), (b, m), (c, k) = ins[key], outs.get(key, (0, 0)), nested.get(key, (0, 0))
         print(f"  {key[0]!s:42s} {key[1]:20s} {a:3d}/{n:<3d} {a / n:6.1%} | "
-              f"{b:3d}/{m:<3d} {b / m if m else 0:6.1%}")
+              f"{b:3d}/{m:<3d} {b / m if m else 0:6.1%} | {c:3d}/{k:<3d} "
+              f"{c / k if k else 0:6.1%}")
+    unwarned, out_count = unwarned_outside(rows, accelerators, found)
+    print(f"\nrows outside the shipped band fitted without their document: {out_count}; "
+          f"without a coded warning: {len(unwarned)}")
+    for x, band in unwarned:
+        print(f"  {x.row_id:44s} {x.metric:20s} ratio {x.ratio:7.3f} band "
+              f"[{band.low:.3f}, {band.high:.3f}]")
 
 
 def load() -> list[Row]:

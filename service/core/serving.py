@@ -233,6 +233,61 @@ class ValidatedRange:
 
 VALIDATED_RANGE = ValidatedRange(prompt_tokens=(1.0, 20000.0), output_tokens=(128.0, 2048.0),
                                  running_batch_max=250.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BandEntry:
+    """One band of the serving answer (issue 40): the measured figure over the model's lies
+    from ``low`` to ``high`` times the model's (already widened by ``factor``). How it held
+    out of sample: ``inside`` of ``rows`` published rows lay in the band computed without
+    their own document and widened by the same factor; ``held`` is whether that reached 80 %
+    at some factor of ``benchmarks.serving_validation.WIDEN_FACTORS`` (1 to 3)."""
+
+    low: float
+    high: float
+    factor: float
+    inside: int
+    rows: int
+    held: bool
+
+
+BAND_METRICS = ("output_tokens_per_s", "ttft_s", "tpot_s")
+"""The figures a band is given for: output tokens/s, and the p50 of TTFT and TPOT."""
+
+SERVING_BAND: Mapping[tuple[Engine, bool, bool], Mapping[str, BandEntry]] = MappingProxyType({
+    (Engine.VLLM, False, False): MappingProxyType({
+        "output_tokens_per_s": BandEntry(low=0.0887, high=1.3668, factor=2.0, inside=45,
+                                         rows=56, held=True),
+        "tpot_s": BandEntry(low=1.4794, high=17.5061, factor=1.25, inside=16, rows=19,
+                            held=True),
+        "ttft_s": BandEntry(low=1.5247, high=11.8484, factor=1.0, inside=19, rows=19,
+                            held=True),
+    }),
+    (Engine.VLLM, True, False): MappingProxyType({
+        "output_tokens_per_s": BandEntry(low=0.1996, high=0.3496, factor=1.0, inside=10,
+                                         rows=12, held=True),
+        "tpot_s": BandEntry(low=2.1418, high=4.682, factor=1.0, inside=12, rows=12,
+                            held=True),
+        "ttft_s": BandEntry(low=9.3354, high=1420.6353, factor=3.0, inside=4, rows=12,
+                            held=False),
+    }),
+})
+"""(engine, mixture of experts, open loop) -> metric -> band, for an engine x accelerator pair
+in ``CALIBRATED_PAIRS``: the 10th-90th percentile of out-of-sample ratios measured / model
+(each row predicted by the table fitted without its document) over that regime's rows of
+calibrated pairs (at least 5), widened until it holds 80 % of rows of documents left out of
+it. Printed by ``python -m benchmarks.serving_validation --band`` (decision 396);
+``tests/core/test_serving_band.py`` checks it equals the benchmark's."""
+
+SERVING_WIDE_BAND: Mapping[str, BandEntry] = MappingProxyType({
+    "output_tokens_per_s": BandEntry(low=0.1879, high=1.3082, factor=1.0, inside=170,
+                                     rows=200, held=True),
+    "tpot_s": BandEntry(low=0.8344, high=9.0737, factor=1.0, inside=150, rows=173, held=True),
+    "ttft_s": BandEntry(low=0.1163, high=290.4635, factor=1.5, inside=139, rows=173,
+                        held=True),
+})
+"""The band of every other answer (an uncalibrated pair, or a regime without its own band):
+the 5th-95th percentile of every out-of-sample ratio pooled, widened the same way."""
 """From ``benchmarks.serving_validation.validated_range`` on benchmarks/data/serving-runs.csv
 (session 23): the smallest and largest mean prompt and output lengths, and the largest batch
 or concurrency, of the evaluated dense rows (every engine) the fit takes. The rows of
@@ -593,6 +648,81 @@ class ServingEstimate:
     queue_growth_requests_per_s: float = 0.0
     """Saturated at a request rate: how fast the queue grows over all replicas (offered load
     less what the replicas complete); 0 otherwise."""
+    band: ServingBand | None = None
+    """Where the measured figures are expected to lie (``serving_band``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingBand:
+    """The answer's band (issue 40): (low, high) of output tokens/s per replica and of the
+    TTFT and TPOT p50, from ``SERVING_BAND`` (a calibrated pair's regime) or
+    ``SERVING_WIDE_BAND``. ``ttft_p50_s`` is None where the TTFT is (pinned and saturated)."""
+
+    output_tokens_per_s: tuple[float, float]
+    ttft_p50_s: tuple[float, float] | None
+    tpot_p50_s: tuple[float, float]
+    entries: Mapping[str, BandEntry]
+    own: bool
+    """Whether the bands are the regime's own (else the wide ones)."""
+
+
+def band_entries(model: ModelSpec, deployment: Deployment,
+                 traffic: Traffic) -> tuple[dict[str, BandEntry], bool]:
+    """The bands an answer carries, per metric, and whether they are its regime's own: the
+    regime (engine, mixture of experts, open loop) of a pair in ``CALIBRATED_PAIRS`` where
+    ``SERVING_BAND`` has it, else the wide band."""
+    open_loop = traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None
+    calibrated = (deployment.engine, deployment.accelerator.id) in CALIBRATED_PAIRS
+    regime = (SERVING_BAND.get((deployment.engine, model.num_experts > 0, open_loop), {})
+              if calibrated else {})
+    entries = {m: regime.get(m, SERVING_WIDE_BAND[m]) for m in BAND_METRICS}
+    return entries, all(m in regime for m in BAND_METRICS)
+
+
+def serving_band(model: ModelSpec, deployment: Deployment, traffic: Traffic, *,
+                 output_tokens_per_s: float, capacity_output_tokens_per_s: float,
+                 ttft_p50_s: float | None, tpot_p50_s: float) -> ServingBand:
+    """The band around an answer's figures: each figure times its band's (low, high) ratio
+    measured / model. At a request rate the replica serves the offered load while it keeps
+    up, so throughput's band is [min(load, capacity x low), min(load, capacity x high)]: the
+    uncertainty is in the capacity, and the slow end is where the load is no longer met."""
+    entries, own = band_entries(model, deployment, traffic)
+    out, ttft, tpot = (entries[m] for m in BAND_METRICS)
+    if traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None:
+        throughput = (min(output_tokens_per_s, capacity_output_tokens_per_s * out.low),
+                      min(output_tokens_per_s, capacity_output_tokens_per_s * out.high))
+    else:
+        throughput = (output_tokens_per_s * out.low, output_tokens_per_s * out.high)
+    return ServingBand(
+        output_tokens_per_s=throughput,
+        ttft_p50_s=None if ttft_p50_s is None else (ttft_p50_s * ttft.low,
+                                                    ttft_p50_s * ttft.high),
+        tpot_p50_s=(tpot_p50_s * tpot.low, tpot_p50_s * tpot.high), entries=entries, own=own)
+
+
+def band_warning(band: ServingBand) -> WarningDetail | None:
+    """``outside_validated_range`` on ``deployment.engine`` when a band the answer carries
+    did not hold 80 % of the rows of documents left out of it, even widened 3 times."""
+    failed = [f"{m} ({e.inside} of {e.rows} rows)" for m, e in band.entries.items()
+              if not e.held]
+    if not failed:
+        return None
+    return WarningDetail(
+        code=OUTSIDE_VALIDATED_RANGE, field="deployment.engine",
+        message=("the band is not validated: widened 3 times it still held under 80 % of "
+                 "published rows of documents left out of it for " + ", ".join(failed)))
+
+
+def band_assumption(band: ServingBand) -> str:
+    """The band's basis, in one sentence for ``assumptions``."""
+    parts = [f"{m} x{e.low:.3g} to x{e.high:.3g} (widened x{e.factor:g}; held {e.inside} of "
+             f"{e.rows})" for m, e in band.entries.items()]
+    which = ("this engine's regime" if band.own else
+             "the wide band (an uncalibrated pair, or a regime with too few rows)")
+    return (f"band: {which}, measured / model from out-of-sample residuals of published "
+            "rows (each predicted by the fit without its document), 10th-90th percentile "
+            "widened until it held 80 % of rows of documents left out of it: "
+            + "; ".join(parts))
 
 
 # -- the model, written once ------------------------------------------------------------------
@@ -1112,6 +1242,15 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         details.append(detail)
         if detail.message not in warnings:
             warnings.append(detail.message)
+    unbounded = saturated and pinned is not None
+    band = serving_band(
+        model, deployment, traffic, output_tokens_per_s=a.served * traffic.output.mean,
+        capacity_output_tokens_per_s=a.capacity * traffic.output.mean,
+        ttft_p50_s=None if unbounded else a.ttft[0], tpot_p50_s=a.tpot[0])
+    assumptions.append(band_assumption(band))
+    if (band_detail := band_warning(band)) is not None:
+        details.append(band_detail)
+        warnings.append(band_detail.message)
     return ServingEstimate(
         memory=memory, prefill_s=Quantiles(p50=r.prefill_s(traffic.prompt.p50),
                                            p99=r.prefill_s(traffic.prompt.p99)),
@@ -1124,7 +1263,7 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         e2e_s=Quantiles(p50=a.e2e[0], p99=a.e2e[1]), replicas=a.count,
         meets_slo=None if a.within is None else bool(a.meets), saturated=saturated,
         warnings=tuple(warnings), assumptions=tuple(assumptions),
-        warning_details=tuple(details), queue_growth_requests_per_s=growth)
+        warning_details=tuple(details), queue_growth_requests_per_s=growth, band=band)
 
 
 def unvalidated_warnings(model: ModelSpec, traffic: Traffic) -> list[str]:

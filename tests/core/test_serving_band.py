@@ -5,6 +5,9 @@ the fit on the committed rows."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+
+import pytest
 
 from benchmarks import serving_validation as v
 from benchmarks.accuracy import seed_accelerators
@@ -136,10 +139,15 @@ def test_held_out_coverage_judges_each_document_by_a_band_fitted_without_it() ->
     assert held <= 12  # none of c's six rows lies in a band fitted on a and b alone
 
 
+@functools.cache
+def _found() -> tuple[v.Residual, ...]:
+    return tuple(v.residuals(ROWS, ACC))
+
+
 def test_every_residual_is_out_of_sample() -> None:
     """Closed-loop residuals come from the fold without the row's document; open-loop ones
     from rows no table was fitted on; none from a saturated answer."""
-    found = v.residuals(ROWS, ACC)
+    found = _found()
     closed = {x.row_id for x in found if not x.regime.open_loop}
     loso = {x.row_id: x for x in v.leave_one_source_out(USABLE, ACC)}
     assert closed == set(loso)
@@ -149,3 +157,97 @@ def test_every_residual_is_out_of_sample() -> None:
     fitted_on = {row_id for eff in s.ENGINE_EFFICIENCY.values()
                  for row_id in eff.basis.replace(",", " ").split()}
     assert not {x.row_id for x in found if x.regime.open_loop} & fitted_on
+
+
+def test_the_shipped_bands_are_the_benchmarks_widened_bands_of_the_committed_rows() -> None:
+    shipped, wide = v.widened_bands(_found())
+    assert {r.key(): dict(m) for r, m in shipped.items()} == {
+        k: dict(m) for k, m in s.SERVING_BAND.items()}
+    assert dict(wide) == dict(s.SERVING_WIDE_BAND)
+
+
+def test_a_band_is_widened_until_it_holds_on_documents_left_out() -> None:
+    # Four documents, each 6 rows clustered at its own ratio: any band computed without a
+    # document misses that document's rows until it is widened enough to reach them.
+    found = [_residual(doc, VLLM_DENSE, centre + 0.001 * i, i)
+             for doc, centre in (("a", 1.0), ("b", 1.2), ("c", 0.9), ("d", 1.1))
+             for i in range(6)]
+    shipped, _ = v.widened_bands(found)
+    entry = shipped[VLLM_DENSE]["output_tokens_per_s"]
+    raw, _ = v.band_table(found)
+    low, high = raw[VLLM_DENSE]["output_tokens_per_s"]
+    assert entry.factor > 1.0  # the raw band misses the extreme documents' rows
+    assert entry.held
+    assert entry.inside >= 0.8 * entry.rows
+    assert (entry.low, entry.high) == (round(low / entry.factor, 4),
+                                       round(high * entry.factor, 4))
+    # At the factor below, fewer than 80 % were inside (the smallest factor that holds).
+    smaller = v.WIDEN_FACTORS[v.WIDEN_FACTORS.index(entry.factor) - 1]
+    inside = 0
+    for x in found:
+        t, w = v.band_table([y for y in found if y.document != x.document])
+        lo, hi = v.band_of(VLLM_DENSE, "output_tokens_per_s", t, w)
+        inside += lo / smaller <= x.ratio <= hi * smaller
+    assert inside < 0.8 * len(found)
+
+
+def test_a_band_that_cannot_hold_is_marked_so() -> None:
+    # Two documents 10x apart: no factor up to 3 brings either into the other's band.
+    found = [_residual(doc, VLLM_DENSE, centre, i)
+             for doc, centre in (("a", 1.0), ("b", 10.0)) for i in range(6)]
+    shipped, _ = v.widened_bands(found)
+    entry = shipped[VLLM_DENSE]["output_tokens_per_s"]
+    assert (entry.factor, entry.held, entry.inside) == (v.WIDEN_FACTORS[-1], False, 0)
+
+
+def _closed(concurrency: int = 8) -> s.Traffic:
+    return traffic(concurrency=concurrency)
+
+
+def test_a_calibrated_dense_answer_carries_its_regimes_band() -> None:
+    e = s.serve(DENSE, deployment(s.Engine.VLLM, "h100-sxm5-80gb"), _closed())
+    own = s.SERVING_BAND[(s.Engine.VLLM, False, False)]
+    assert e.band is not None
+    assert e.band.own
+    out = own["output_tokens_per_s"]
+    assert e.band.output_tokens_per_s == (e.output_tokens_per_s * out.low,
+                                          e.output_tokens_per_s * out.high)
+    assert e.band.tpot_p50_s == (e.tpot_s.p50 * own["tpot_s"].low,
+                                 e.tpot_s.p50 * own["tpot_s"].high)
+    assert e.band.ttft_p50_s == (e.ttft_s.p50 * own["ttft_s"].low,
+                                 e.ttft_s.p50 * own["ttft_s"].high)
+    assert any(a.startswith("band: this engine's regime") for a in e.assumptions)
+    assert not [d for d in e.warning_details if d.field == "deployment.engine"]
+
+
+def test_an_uncalibrated_pair_carries_the_wide_band() -> None:
+    e = s.serve(DENSE, deployment(s.Engine.SGLANG, "h200-sxm-141gb"), _closed())
+    wide = s.SERVING_WIDE_BAND["output_tokens_per_s"]
+    assert e.band is not None
+    assert not e.band.own
+    assert e.band.output_tokens_per_s == (e.output_tokens_per_s * wide.low,
+                                          e.output_tokens_per_s * wide.high)
+    assert s.UNCALIBRATED_ENGINE in codes(e)
+
+
+def test_a_band_that_did_not_hold_is_coded() -> None:
+    e = s.serve(MOE, deployment(s.Engine.VLLM, "h100-sxm5-80gb"), _closed())
+    assert not s.SERVING_BAND[(s.Engine.VLLM, True, False)]["ttft_s"].held
+    [detail] = [d for d in codes(e)[OUTSIDE_VALIDATED_RANGE] if d.field == "deployment.engine"]
+    assert "ttft_s" in detail.message
+    assert "the band is not validated" in detail.message
+
+
+def test_at_a_request_rate_the_throughput_band_is_capped_by_the_load() -> None:
+    d = deployment(s.Engine.VLLM, "h100-sxm5-80gb")
+    light = s.serve(DENSE, d, traffic(requests_per_s=0.1), replicas=1)
+    assert light.band is not None
+    assert light.band.output_tokens_per_s[1] == light.output_tokens_per_s  # the load
+    heavy = s.serve(DENSE, d, traffic(requests_per_s=light.capacity_requests_per_s * 2),
+                    replicas=1)
+    assert heavy.saturated
+    assert heavy.band is not None
+    assert heavy.band.ttft_p50_s is None  # pinned past capacity: no steady state
+    low = s.SERVING_WIDE_BAND["output_tokens_per_s"].low  # open loop: the wide band
+    assert heavy.band.output_tokens_per_s[0] == pytest.approx(
+        heavy.capacity_requests_per_s * 256 * low)

@@ -225,8 +225,21 @@ class DecodeOut(BaseModel):
     batch: float = Field(description="Running batch per replica.")
 
 
+BAND_DESCRIPTION = (
+    "the band: where the measured figure is expected to lie, from out-of-sample residuals "
+    "(measured / model) of published serving rows in the answer's regime (engine, dense or "
+    "mixture of experts, closed or open loop) on a calibrated engine x accelerator pair, "
+    "else the wide band; the 10th-90th percentile, widened until it held 80% of rows of "
+    "documents left out of it (assumptions gives its basis; a band that did not hold carries "
+    "outside_validated_range on deployment.engine). It need not contain the point figure")
+
+
 class ThroughputOut(BaseModel):
     output_tokens_per_s: float = Field(description="Per replica, at the load served.")
+    output_tokens_per_s_low: float = Field(description=(
+        "Low end of " + BAND_DESCRIPTION + ". At a request rate, the smaller of the load and "
+        "the capacity at the band's low ratio."))
+    output_tokens_per_s_high: float = Field(description="High end of the band.")
     output_tokens_per_s_per_gpu: float
     input_tokens_per_s: float = Field(description="Per replica.")
     requests_per_s: float = Field(description="Per replica, served.")
@@ -240,6 +253,11 @@ class LatencyOut(BaseModel):
         "bound, so there is no steady-state time to first token."))
     tpot_s: QuantilesOut
     e2e_s: QuantilesOut | None = Field(description="Null where ttft_s is.")
+    ttft_p50_s_low: float | None = Field(description=(
+        "Low end of the TTFT p50's band (" + BAND_DESCRIPTION + "); null where ttft_s is."))
+    ttft_p50_s_high: float | None = Field(description="High end; null where ttft_s is.")
+    tpot_p50_s_low: float = Field(description="Low end of the TPOT p50's band.")
+    tpot_p50_s_high: float = Field(description="High end of the TPOT p50's band.")
     prefill_s: QuantilesOut = Field(description="Unloaded prefill of the p50 and p99 prompt.")
     queueing_model: str
 
@@ -330,7 +348,8 @@ class ServingResponse(BaseModel):
         "outside_validated_range (field model for a mixture-of-experts model; "
         "traffic.prompt_tokens or traffic.output_tokens for a mean length beyond the "
         "validated serving rows; traffic.concurrency or traffic.batch_size for a closed-loop "
-        "running batch beyond them)."))
+        "running batch beyond them; deployment.engine for a band that did not hold 80% of "
+        "published rows of documents left out of it, even widened 3 times)."))
 
     @classmethod
     def from_core(cls, e: serving.ServingEstimate, deployment: DeploymentIn,
@@ -349,6 +368,8 @@ class ServingResponse(BaseModel):
                                                 total_output_per_s, total_tokens_per_s)
         m = e.memory
         unbounded = e.saturated and deployment.replicas is not None
+        band = e.band
+        assert band is not None  # noqa: S101 - serve() always gives one
         return cls(
             memory=ServingMemoryOut(
                 weights_bytes_per_gpu=m.weights_bytes_per_gpu,
@@ -363,6 +384,8 @@ class ServingResponse(BaseModel):
                              crossover_batch=e.crossover_batch, batch=e.batch),
             throughput=ThroughputOut(
                 output_tokens_per_s=e.output_tokens_per_s,
+                output_tokens_per_s_low=band.output_tokens_per_s[0],
+                output_tokens_per_s_high=band.output_tokens_per_s[1],
                 output_tokens_per_s_per_gpu=e.output_tokens_per_s / gpus,
                 input_tokens_per_s=e.input_tokens_per_s, requests_per_s=e.requests_per_s,
                 capacity_requests_per_s=e.capacity_requests_per_s),
@@ -371,6 +394,11 @@ class ServingResponse(BaseModel):
                 tpot_s=QuantilesOut(p50=e.tpot_s.p50, p99=e.tpot_s.p99),
                 e2e_s=None if unbounded else QuantilesOut(p50=e.e2e_s.p50, p99=e.e2e_s.p99),
                 prefill_s=QuantilesOut(p50=e.prefill_s.p50, p99=e.prefill_s.p99),
+                ttft_p50_s_low=None if unbounded or band.ttft_p50_s is None
+                else band.ttft_p50_s[0],
+                ttft_p50_s_high=None if unbounded or band.ttft_p50_s is None
+                else band.ttft_p50_s[1],
+                tpot_p50_s_low=band.tpot_p50_s[0], tpot_p50_s_high=band.tpot_p50_s[1],
                 queueing_model=QUEUEING_MODEL),
             sizing=SizingOut(replicas=e.replicas, num_gpus=num_gpus, meets_slo=e.meets_slo,
                              saturated=e.saturated,

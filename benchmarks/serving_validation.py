@@ -688,13 +688,16 @@ def _ratios(measured: float | None, predicted: float) -> float | None:
     return measured / predicted if measured and predicted > 0 else None
 
 
-def residuals(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> list[Residual]:
+def residuals(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
+              tables: Mapping[str, Table] | None = None) -> list[Residual]:
     """Every evaluated row's out-of-sample ratios: closed-loop rows from the table fitted
     without their document (``leave_one_source_out``), open-loop rows the model serves (not
     saturated) from their fold or the shipped fit, which never saw them. Held-out documents
-    (``HELD_OUT_DOCUMENTS``) fit nothing, so every fold is out of sample for them too."""
+    (``HELD_OUT_DOCUMENTS``) fit nothing, so every fold is out of sample for them too.
+    ``tables``: the ``fold_tables`` of the usable rows, already fitted (else fitted here)."""
     usable = [r for r in rows if skip_reason(r, accelerators) is None]
-    tables = fold_tables(usable, accelerators)
+    if tables is None:
+        tables = fold_tables(usable, accelerators)
     by_id = {r["id"]: r for r in rows}
     fold_pairs = {doc: calibrated_pairs([r for r in usable if document(r) != doc])
                   for doc in {document(r) for r in rows}}

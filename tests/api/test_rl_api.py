@@ -1,0 +1,78 @@
+"""POST /v1/estimates with training.method rl and training.rl (issue 43)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.test_estimates import assert_problem
+
+RL = {"steps": 50, "prompts_per_step": 64, "samples_per_prompt": 8, "prompt_tokens": 256,
+      "response_tokens": 512}
+
+
+def rl_body(rl: dict[str, Any] | None = None, **training: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {"seq_len": 768, "global_batch_seqs": 128, "method": "rl",
+                              "framework": "fsdp",
+                              "rl": dict(RL) if rl is None else rl}
+    values.update(training)
+    return {
+        "model": {"preset": "llama3.1-8b"},
+        "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8, "gpus_per_node": 8},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "micro_batch": 1,
+                        "zero_stage": 3, "recompute": "full", "sequence_parallel": False},
+        "training": values,
+    }
+
+
+def test_rl_estimate_reports_both_placements_by_phase(client: TestClient) -> None:
+    response = client.post("/v1/estimates", json=rl_body())
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    rl = answer["rl"]
+    assert rl["rollouts_per_step"] == 512
+    assert rl["tokens_per_step"] == 512 * 768
+    colocated, split = rl["colocated"], rl["disaggregated"]
+    assert split is not None
+    assert split["training_gpus"] + split["rollout_gpus"] == 8
+    assert set(colocated["phases_s"]) == {"generation", "old_log_prob", "reference", "reward",
+                                          "policy_update", "weight_sync", "offload"}
+    faster = min((colocated, split), key=lambda f: f["step_s"])["placement"]
+    assert rl["faster_placement"] == faster
+    assert answer["time"]["train_s"] == pytest.approx(colocated["train_s"])
+    assert answer["time"]["num_steps"] == 50
+    assert any(d["code"] == "outside_validated_range" and d["field"] == "training.method"
+               for d in answer["warning_details"])
+
+
+def test_other_methods_answer_without_an_rl_block(client: TestClient) -> None:
+    body = rl_body(method="full_finetune", tokens=1e9)
+    del body["training"]["rl"]
+    response = client.post("/v1/estimates", json=body)
+    assert response.status_code == 200, response.text
+    assert "rl" not in response.json()
+
+
+@pytest.mark.parametrize(("rl", "training", "field"), [
+    ({k: v for k, v in RL.items() if k != "response_tokens"}, {},
+     "training.rl.response_tokens"),
+    (None, {"tokens": 1e9}, "training.tokens"),
+    (None, {"examples": 100, "mean_example_tokens": 300.0}, "training.examples"),
+    (None, {"method": "lora"}, "training.rl"),
+    (None, {"seq_len": 512}, "training.seq_len"),
+    ({**RL, "placement": "elsewhere"}, {}, "training.rl.placement"),
+    ({**RL, "rollout_engine": "nope"}, {}, "training.rl.rollout_engine"),
+])
+def test_bad_rl_input_is_a_422_naming_the_field(
+    client: TestClient, rl: dict[str, Any] | None, training: dict[str, Any], field: str,
+) -> None:
+    response = client.post("/v1/estimates", json=rl_body(rl, **training))
+    assert_problem(response, 422, field)
+
+
+def test_method_rl_without_rollouts_is_a_422(client: TestClient) -> None:
+    body = rl_body()
+    del body["training"]["rl"]
+    assert_problem(client.post("/v1/estimates", json=body), 422, "training.rl")

@@ -359,10 +359,6 @@ def rl_estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
     rl = training.rl
     if rl is None:
         raise InvalidSpecError("training.method rl needs training.rl", field="training.rl")
-    if model.is_moe or model.mla is not None:
-        raise InvalidSpecError(
-            "training.method rl is modelled for dense models only (the rollout's MoE serving "
-            "and the update's expert layout are not combined yet)", field="training.method")
     colocated = _colocated(model, cluster, training, rl, update)
     disaggregated = _disaggregated(model, cluster, plan, training, rl, train)
     if rl.placement == RlPlacement.DISAGGREGATED and disaggregated is None:

@@ -154,9 +154,9 @@ def run(case: Case, response_tokens: int) -> Estimate:
 
 
 def figures(result: Estimate, placement: str) -> dict[str, float]:
-    assert result.rl is not None  # noqa: S101 - method rl
+    assert result.rl is not None
     chosen = result.rl.colocated if placement == "colocated" else result.rl.disaggregated
-    assert chosen is not None  # noqa: S101 - the row's split exists
+    assert chosen is not None
     p = chosen.phases
     return {"step": chosen.step_s, "generation": p.generation_s,
             "old_log_prob": p.old_log_prob_s, "update": p.policy_update_s,

@@ -20,6 +20,8 @@ So the report gives two checks, named for what they use:
    are then predicted and compared. This tests the rest of the step at the tokens the update
    implies.
 
+3. **weight sync** where a row times it (its size does not depend on the length).
+
 Rows the model does not represent (fully async streaming with stale samples and partial
 rollouts) are listed as skipped with a code.
 
@@ -141,7 +143,8 @@ def run(case: Case, response_tokens: int) -> Estimate:
     mini = int(_num(row, "mini_batch_prompts") or prompts)
     rl = RlSpec(steps=1, prompts_per_step=prompts, samples_per_prompt=samples,
                 prompt_tokens=PROMPT_TOKENS, response_tokens=response_tokens,
-                reference_model=False,
+                reference_model=False, max_response_tokens=max(
+                    response_tokens, int(_num(row, "max_response_tokens") or response_tokens)),
                 placement=RlPlacement(row["placement"]), rollout_engine=Engine(
                     row["rollout_engine"]))
     seq = rl.sequence_tokens
@@ -203,6 +206,7 @@ def report() -> str:
     ratio_errors: list[float] = []
     phase_errors: dict[str, list[float]] = {"generation": [], "old_log_prob": [], "step": []}
     phase_lines: list[str] = []
+    sync_lines: list[str] = []
     for row in rows:
         reason = skip_reason(row, accelerators)
         if reason is not None:
@@ -223,6 +227,11 @@ def report() -> str:
             ratio_errors.append(error(predicted, measured))
             ratio_lines.append(f"| {row['id']} | {measured:.3f} | {predicted:.3f} | "
                                f"{error(predicted, measured):+.0%} |")
+        sync_measured = _num(row, "measured_weight_sync_s")
+        if sync_measured:
+            sync_lines.append(f"| {row['id']} | {sync_measured:.1f} | "
+                              f"{nominal['weight_sync']:.1f} | "
+                              f"{error(nominal['weight_sync'], sync_measured):+.0%} |")
         if (row["placement"] == "colocated" and row["prompts_per_step"] and measured_update
                 and row["mode"] == "sync"):
             implied = implied_response(case, measured_update)
@@ -253,6 +262,8 @@ def report() -> str:
     for phase, values in phase_errors.items():
         lines.append(f"- {phase}: median |error| {_median_abs(values):.0%} on {len(values)} "
                      "rows")
+    lines += ["", "## 3. Weight sync (length-independent)", "",
+              "| row | measured s | model s | error |", "|---|---|---|---|", *sync_lines]
     lines += ["", "Skipped: " + (", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
                                  or "none"), ""]
     return "\n".join(lines)

@@ -10,6 +10,8 @@ policy):
   ``rollout_tp`` GPUs takes its share of the sequences in one fixed batch (all prefills, then
   ``response_tokens`` decode steps), in waves of the batch its KV memory and the engine's
   ``max_num_seqs`` admit (``ROLLOUT_MAX_NUM_SEQS``).
+  When ``max_response_tokens`` is given, the step also waits for the longest response, which
+  decodes its tail alone (``_tail_s``).
 - **forward passes**: the policy's log-probabilities of the rollouts (verl's
   ``compute_log_prob``, OpenRLHF's experience maker, both recompute them with the training
   engine), the reference policy's (``reference_model``) and the reward model's score
@@ -204,12 +206,27 @@ def _rollout(model: ModelSpec, cluster: ClusterSpec, rl: RlSpec, gpus: int,
                 answer = first if batch >= share else serve(
                     model, deployment, dataclasses.replace(traffic, batch_size=int(batch)))
                 waves = share / batch
-                seconds = answer.e2e_s.p50 * waves
+                seconds = answer.e2e_s.p50 * waves + _tail_s(model, deployment, rl)
                 if best is None or seconds < best[0]:
                     used = answer.memory.usable_bytes_per_gpu
                     best = (seconds, tp, batch, waves, used)
         tp *= 2
     return best
+
+
+def _tail_s(model: ModelSpec, deployment: Deployment, rl: RlSpec) -> float:
+    """The straggler: after the mean response, the longest decodes its remaining
+    ``max_response_tokens - response_tokens`` tokens at a batch of one (the others have
+    ended; the weights are read every step, so the step barely depends on the batch).
+    Once per step per replica: with several waves, the engine refills the slots until the
+    last."""
+    longest, mean = rl.max_response_tokens, rl.response_tokens or 0
+    if longest is None or longest <= mean:
+        return 0.0
+    traffic = Traffic(mode=TrafficMode.FIXED_BATCH,
+                      prompt=Lengths.of(mean=float(rl.prompt_tokens + (longest + mean) // 2)),
+                      output=Lengths.of(mean=2.0), batch_size=1)
+    return (longest - mean) * serve(model, deployment, traffic).tpot_s.p50
 
 
 def _sync_colocated_s(model: ModelSpec, cluster: ClusterSpec, gpus: int, rollout_tp: int) -> float:

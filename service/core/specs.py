@@ -330,6 +330,11 @@ class RlSpec:
     placement: RlPlacement = RlPlacement.COLOCATED
     rollout_engine: Engine | None = None
     """None: vLLM, the engine verl and OpenRLHF default to."""
+    max_response_tokens: int | None = None
+    """The longest response of a step (the cap, where responses are truncated). A synchronous
+    step waits for it (verl one_step_off docs: "model updates must wait for the longest output
+    in the generation phase to complete"): the straggler decodes alone after the others end.
+    None: every response has ``response_tokens`` (no tail)."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.steps, "training.rl.steps", maximum=MAX_RL_STEPS)
@@ -346,6 +351,15 @@ class RlSpec:
                 field="training.rl.response_tokens")
         _require_positive_int(self.response_tokens, "training.rl.response_tokens",
                               maximum=10_000_000)
+        longest = self.max_response_tokens
+        if longest is not None:
+            _require_positive_int(longest, "training.rl.max_response_tokens",
+                                  maximum=10_000_000)
+            if longest < self.response_tokens:
+                raise InvalidSpecError(
+                    f"training.rl.max_response_tokens ({longest}) must be at least "
+                    f"response_tokens ({self.response_tokens}), the mean",
+                    field="training.rl.max_response_tokens")
         if self.rollouts_per_step > MAX_RL_ROLLOUTS:
             raise InvalidSpecError(
                 f"training.rl.prompts_per_step x samples_per_prompt ({self.rollouts_per_step:,})"

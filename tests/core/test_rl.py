@@ -140,3 +140,26 @@ def test_bad_rl_training_names_the_field(change: dict[str, Any], field: str) -> 
     with pytest.raises(InvalidSpecError) as error:
         dataclasses.replace(rl_training(rl), **change)
     assert error.value.field == field
+
+
+def test_the_longest_response_holds_the_step(base: Any) -> None:
+    tailed = run(rl_spec(max_response_tokens=8192))
+    extra = (tailed.rl.colocated.phases.generation_s
+             - base.rl.colocated.phases.generation_s)
+    # 7,168 more tokens decoded alone: at least a few ms per token, far less than the batch's.
+    assert 7168 * 2e-3 < extra < 7168 * 50e-3
+    assert tailed.rl.colocated.phases.policy_update_s == pytest.approx(
+        base.rl.colocated.phases.policy_update_s)
+    with pytest.raises(InvalidSpecError) as error:
+        rl_spec(max_response_tokens=512)
+    assert error.value.field == "training.rl.max_response_tokens"
+
+
+def test_rl_validation_report_covers_two_documents() -> None:
+    from benchmarks.rl_validation import load_rows
+
+    rows = load_rows()
+    evaluable = [r for r in rows if r["measured_old_log_prob_s"] and r["measured_update_s"]]
+    assert len(evaluable) >= 8
+    assert len({r["url"] for r in evaluable}) >= 2
+    assert all(r["url"].startswith("https://") and r["table"] for r in rows)

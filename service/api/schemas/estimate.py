@@ -269,6 +269,11 @@ class RlIn(RequestModel):
     response_tokens: int = Field(strict=True, ge=1, le=10_000_000, description=(
         "Mean response (rollout) length in tokens: it sets the generation time and the KV "
         "cache. Required."), examples=[2048])
+    max_response_tokens: int | None = Field(default=None, strict=True, ge=1, le=10_000_000,
+                                            description=(
+        "The longest response of a step (the length cap, where responses are truncated): a "
+        "synchronous step waits for it, decoding its tail alone. Not given: every response "
+        "has response_tokens (no straggler)."), examples=[8192])
     reference_model: bool = Field(strict=True, default=True, description=(
         "A frozen reference policy scores the rollouts for the KL term (one more forward "
         "pass of the policy's size)."))
@@ -290,7 +295,8 @@ class RlIn(RequestModel):
                       reference_model=self.reference_model,
                       reward_model=None if self.reward_model is None
                       else self.reward_model.to_core(),
-                      placement=self.placement, rollout_engine=self.rollout_engine)
+                      placement=self.placement, rollout_engine=self.rollout_engine,
+                      max_response_tokens=self.max_response_tokens)
 
 
 class ClusterIn(RequestModel):

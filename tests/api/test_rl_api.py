@@ -76,3 +76,52 @@ def test_method_rl_without_rollouts_is_a_422(client: TestClient) -> None:
     body = rl_body()
     del body["training"]["rl"]
     assert_problem(client.post("/v1/estimates", json=body), 422, "training.rl")
+
+
+def plan_search(**training: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {"seq_len": 768, "global_batch_seqs": 128, "framework": "fsdp"}
+    values.update(training)
+    return {"model": {"preset": "llama3.1-8b"}, "training": values,
+            "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8, "gpus_per_node": 8},
+            "objective": "time", "top_k": 2}
+
+
+def test_the_optimiser_plans_lora_and_the_estimate_agrees(client: TestClient) -> None:
+    body = plan_search(method="lora", lora={"rank": 16}, tokens=1e9)
+    response = client.post("/v1/parallelism-plans", json=body)
+    assert response.status_code == 200, response.text
+    best = response.json()["plans"][0]
+    estimate = client.post("/v1/estimates", json={
+        "model": body["model"], "cluster": body["cluster"], "parallelism": best["parallelism"],
+        "training": body["training"]}).json()
+    assert estimate["params"]["trainable"] < estimate["params"]["total"] / 50
+    assert estimate["time"]["train_s"] == pytest.approx(best["time"]["train_s"], rel=1e-9)
+    assert estimate["memory"] == best["memory"]
+
+
+def test_the_optimiser_plans_rl_as_rl_jobs(client: TestClient) -> None:
+    body = plan_search(method="rl", rl=dict(RL))
+    response = client.post("/v1/parallelism-plans", json=body)
+    assert response.status_code == 200, response.text
+    best = response.json()["plans"][0]
+    estimate = client.post("/v1/estimates", json={
+        "model": body["model"], "cluster": body["cluster"], "parallelism": best["parallelism"],
+        "training": body["training"]}).json()
+    assert estimate["time"]["num_steps"] == RL["steps"]
+    assert estimate["time"]["train_s"] == pytest.approx(best["time"]["train_s"], rel=1e-9)
+    tokens = {**body, "training": {**body["training"], "tokens": 1e9}}
+    assert_problem(client.post("/v1/parallelism-plans", json=tokens), 422, "training.tokens")
+
+
+def test_a_quote_prices_an_rl_job_by_its_steps(client: TestClient, api_key: Any) -> None:
+    headers = {**api_key("quotes:write"), "Idempotency-Key": "rl-quote-1"}
+    body = {"workload": {"estimate": rl_body()}, "providers": ["aws", "onprem"],
+            "terms": ["on_demand"]}
+    response = client.post("/v1/quotes", json=body, headers=headers)
+    assert response.status_code == 201, response.text
+    estimate = client.post("/v1/estimates", json=rl_body()).json()
+    lines = response.json()["lines"]
+    assert lines
+    walls = [line["wall_clock_s"] for line in lines if line.get("wall_clock_s")]
+    assert walls
+    assert min(walls) >= estimate["time"]["train_s"] * 0.999

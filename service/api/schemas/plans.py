@@ -33,6 +33,7 @@ from service.api.schemas.estimate import (
 )
 from service.api.schemas.prices import DecimalString, PricePerGpuHour
 from service.core import pricing
+from service.core.errors import InvalidSpecError
 from service.core.failures import CHECKPOINT_BYTES_SOURCE, JobFailures, Reliability
 from service.core.plausibility import (
     NO_PROGRESS,
@@ -55,7 +56,6 @@ from service.core.specs import (
     TrainingMethod,
     TrainingSpec,
 )
-from service.core.errors import InvalidSpecError
 
 Dimension = Annotated[str, Field(pattern="^(" + "|".join(DIMENSIONS) + ")$")]
 MAX_CLUSTER_OPTIONS = 1024

@@ -125,3 +125,24 @@ def test_a_quote_prices_an_rl_job_by_its_steps(client: TestClient, api_key: Any)
     walls = [line["wall_clock_s"] for line in lines if line.get("wall_clock_s")]
     assert walls
     assert min(walls) >= estimate["time"]["train_s"] * 0.999
+
+
+def test_the_train_tab_estimates_a_lora_job_and_names_a_bad_rank(client: TestClient) -> None:
+    from service.api import presentation as fmt
+    from tests.api.test_ui import ESTIMATE_BODY, FORM, error_of
+
+    lora = {**ESTIMATE_BODY, "training": {**ESTIMATE_BODY["training"], "method": "lora",
+                                          "lora": {"rank": 8}}}
+    api = client.post("/v1/estimates", json=lora).json()
+    plain = client.post("/v1/estimates", json=ESTIMATE_BODY).json()
+    assert api["time"]["train_s"] != plain["time"]["train_s"]
+    page = client.get("/ui").text
+    assert 'name="method"' in page
+    assert 'name="lora_rank"' in page
+    html = client.post("/ui", data={**FORM, "method": "lora", "lora_rank": "8",
+                                    "action": "estimate"}).text
+    assert fmt.duration(api["time"]["train_s"]) in html
+    bad = client.post("/ui", data={**FORM, "method": "lora", "lora_rank": "9000",
+                                   "action": "estimate"})
+    assert bad.status_code == 422
+    assert "9000" in error_of(bad.text, "lora_rank")

@@ -146,3 +146,30 @@ def test_the_train_tab_estimates_a_lora_job_and_names_a_bad_rank(client: TestCli
                                    "action": "estimate"})
     assert bad.status_code == 422
     assert "9000" in error_of(bad.text, "lora_rank")
+
+
+def test_the_contract_documents_the_additions(repo_root: Any) -> None:
+    """openapi/openapi.json (checked against the code by tests/api/test_openapi.py) holds
+    training.rl with the issue's names, method rl, the rl answer, and the plan search's
+    method, lora and rl; the released v1 document is extended, not changed."""
+    import json
+
+    from service.api.contract import breaking_changes
+
+    document = json.loads((repo_root / "openapi" / "openapi.json").read_text())
+    schemas = document["components"]["schemas"]
+    assert "rl" in schemas["TrainingMethod"]["enum"]
+    rl_in = schemas["RlIn"]
+    assert set(rl_in["properties"]) >= {
+        "steps", "prompts_per_step", "samples_per_prompt", "prompt_tokens", "response_tokens",
+        "reference_model", "reward_model", "placement", "rollout_engine"}
+    assert "response_tokens" in rl_in["required"]
+    assert set(schemas["RlPlacement"]["enum"]) == {"colocated", "disaggregated"}
+    assert set(schemas["RlPhasesOut"]["properties"]) == {
+        "generation", "old_log_prob", "reference", "reward", "policy_update", "weight_sync",
+        "offload"}
+    assert "rl" in schemas["EstimateResponse"]["properties"]
+    assert "rl" not in schemas["EstimateResponse"].get("required", [])
+    assert {"method", "lora", "rl"} <= set(schemas["PlanTrainingIn"]["properties"])
+    released = json.loads((repo_root / "openapi" / "released" / "v1.json").read_text())
+    assert breaking_changes(released, document) == []

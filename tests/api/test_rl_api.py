@@ -114,7 +114,7 @@ def test_the_optimiser_plans_rl_as_rl_jobs(client: TestClient) -> None:
 
 
 def test_a_quote_prices_an_rl_job_by_its_steps(client: TestClient, api_key: Any) -> None:
-    headers = {**api_key("quotes:write"), "Idempotency-Key": "rl-quote-1"}
+    headers = {**api_key("quotes:write", "quotes:read"), "Idempotency-Key": "rl-quote-1"}
     body = {"workload": {"estimate": rl_body()}, "providers": ["aws", "onprem"],
             "terms": ["on_demand"]}
     response = client.post("/v1/quotes", json=body, headers=headers)
@@ -125,6 +125,8 @@ def test_a_quote_prices_an_rl_job_by_its_steps(client: TestClient, api_key: Any)
     walls = [line["wall_clock_s"] for line in lines if line.get("wall_clock_s")]
     assert walls
     assert min(walls) >= estimate["time"]["train_s"] * 0.999
+    verified = client.post(f"/v1/quotes/{response.json()['id']}/verify", headers=headers)
+    assert verified.json()["matches"], verified.text[:300]
 
 
 def test_the_train_tab_estimates_a_lora_job_and_names_a_bad_rank(client: TestClient) -> None:

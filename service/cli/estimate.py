@@ -121,8 +121,54 @@ def render_estimate(answer: dict[str, Any], cost: dict[str, Any] | None = None) 
         memory.add_row(label, fmt.gib(size))
     memory.add_row("capacity", fmt.gib(answer["memory"]["capacity_bytes_per_gpu"]))
     out.print(memory)
+    render_rl(answer)
     for warning in answer.get("warnings", []):
         out.print(labelled("warning:", "yellow", warning))
+
+
+def render_rl(answer: dict[str, Any]) -> None:
+    """Method rl: each placement's step, phase by phase, and which is faster."""
+    rl = answer.get("rl")
+    if not rl:
+        return
+    placements = [rl["colocated"], *([rl["disaggregated"]] if rl["disaggregated"] else [])]
+    table = _table(f"RL step by phase (faster: {rl['faster_placement']}; priced: "
+                   f"{rl['placement']})",
+                   [tb.Col("phase", max_width=30),
+                    *(tb.num(p["placement"]) for p in placements)])
+    for key in ("generation", "old_log_prob", "reference", "reward", "policy_update",
+                "weight_sync", "offload"):
+        table.add_row(key.replace("_", " "),
+                      *(fmt.duration(p["phases_s"][key]) for p in placements))
+    table.add_row("step", *(fmt.duration(p["step_s"]) for p in placements))
+    table.add_row("GPUs (train / rollout)",
+                  *(f"{p['training_gpus']} / {p['rollout_gpus']}" for p in placements))
+    table.add_row("rollout tp x replicas",
+                  *(f"{p['rollout_tp']} x {p['rollout_replicas']}" for p in placements))
+    table.add_row("fits", *("yes" if p["fits"] else "no" for p in placements))
+    out.print(table)
+
+
+def rl_request(body: dict[str, Any], method: str | None, lora_rank: int | None,
+               rl: dict[str, Any]) -> None:
+    """--method, --lora-rank and the --rl-* options into the body. For rl, the update's
+    sequence length defaults to prompt + the longest response, and its batch to one update
+    per step (every rollout), before the estimate's own defaults."""
+    _put(body, "training.method", method)
+    _put(body, "training.lora.rank", lora_rank)
+    for key, value in rl.items():
+        _put(body, f"training.rl.{key}", value)
+    given = body.get("training", {}).get("rl")
+    if not given:
+        return
+    training = body["training"]
+    training.setdefault("method", "rl")
+    response = given.get("max_response_tokens") or given.get("response_tokens") or 0
+    if "prompt_tokens" in given and response:
+        training.setdefault("seq_len", given["prompt_tokens"] + response)
+    if "prompts_per_step" in given and "samples_per_prompt" in given:
+        training.setdefault("global_batch_seqs",
+                            given["prompts_per_step"] * given["samples_per_prompt"])
 
 
 def register(app: typer.Typer) -> None:
@@ -150,6 +196,31 @@ def register(app: typer.Typer) -> None:
         sequence_parallel: Annotated[bool | None, typer.Option(
             "--sequence-parallel/--no-sequence-parallel",
             help="Megatron sequence parallelism (the API's default: on).")] = None,
+        method: Annotated[str | None, typer.Option(
+            help="pretrain, full_finetune, lora, qlora or rl.")] = None,
+        lora_rank: Annotated[int | None, typer.Option(
+            help="LoRA rank (method lora or qlora).")] = None,
+        rl_steps: Annotated[int | None, typer.Option(help="RL steps (method rl).")] = None,
+        prompts_per_step: Annotated[int | None, typer.Option(
+            help="RL prompts per step.")] = None,
+        samples_per_prompt: Annotated[int | None, typer.Option(
+            help="RL responses per prompt (GRPO's group).")] = None,
+        prompt_tokens: Annotated[int | None, typer.Option(
+            help="RL mean prompt tokens.")] = None,
+        response_tokens: Annotated[int | None, typer.Option(
+            help="RL mean response tokens.")] = None,
+        max_response_tokens: Annotated[int | None, typer.Option(
+            help="RL longest response (the cap): the step waits for it.")] = None,
+        reference_model: Annotated[bool | None, typer.Option(
+            "--reference-model/--no-reference-model",
+            help="RL: a reference policy's forward pass (the API's default: on).")] = None,
+        reward_model: Annotated[str | None, typer.Option(
+            help="RL: a learned reward model's preset (default: a rule-based reward).")] = None,
+        placement: Annotated[str | None, typer.Option(
+            help="RL: colocated or disaggregated (both are shown; this one is priced).")
+        ] = None,
+        rollout_engine: Annotated[str | None, typer.Option(
+            help="RL: the serving engine of the rollouts (vllm, sglang, trtllm).")] = None,
         price: Annotated[str | None, typer.Option(
             help="USD per GPU-hour, to show a cost (and its 80% band).")] = None,
         provider: Annotated[str | None, typer.Option(
@@ -177,6 +248,13 @@ def register(app: typer.Typer) -> None:
                             ("parallelism.recompute", recompute),
                             ("parallelism.sequence_parallel", sequence_parallel)):
             _put(body, path, value)
+        rl_request(body, method, lora_rank, {
+            "steps": rl_steps, "prompts_per_step": prompts_per_step,
+            "samples_per_prompt": samples_per_prompt, "prompt_tokens": prompt_tokens,
+            "response_tokens": response_tokens, "max_response_tokens": max_response_tokens,
+            "reference_model": reference_model,
+            "reward_model": None if reward_model is None else {"preset": reward_model},
+            "placement": placement, "rollout_engine": rollout_engine})
         _defaults(body)
         with connect(api, api_key, local) as client:
             answer = client.call("POST", "/v1/estimates", json=body).json()

@@ -9,6 +9,7 @@ carbon = kWh x grid intensity (docs/model.md, section 7).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -41,11 +42,13 @@ from service.core.ops import SCALAR, Num
 from service.core.params import ParameterCount, count_parameters, trainable_params
 from service.core.plausibility import (
     DEFAULTED_INPUT,
+    DOES_NOT_FIT,
     OUTSIDE_VALIDATED_RANGE,
     WarningDetail,
     details_of,
 )
 from service.core.presets import default_vocab
+from service.core.rl import RlEstimate, rl_estimate
 from service.core.specs import (
     ClusterSpec,
     EnergySpec,
@@ -142,6 +145,10 @@ class Estimate:
     calibration_version: str
     trainable_params: int = 0
     """Parameters that receive gradients: the total, or the adapters' (lora, qlora)."""
+    rl: RlEstimate | None = None
+    """Method ``rl``: both placements phase by phase (``service/core/rl.py``); the throughput
+    block is then the RL job's (steps x the chosen placement's step) and ``memory`` the
+    update's on the whole cluster's layout."""
     warning_details: tuple[WarningDetail, ...] = ()
     """Every warning as data (``plausibility.WarningDetail``): the coded form of each string
     of ``warnings``, then the ones only coded: inputs outside the calibration's envelope
@@ -180,8 +187,68 @@ def estimate(
     """Estimate a training run. Raises ``InvalidSpecError`` for an impossible layout.
 
     A layout that does not fit in memory is still estimated; ``memory.fits`` is then false and
-    a warning says by how much it overflows.
+    a warning says by how much it overflows. Method ``rl`` adds the rollouts
+    (``with_rl``).
     """
+    result = _estimate_update(model, cluster, plan, training, energy=energy,
+                              calibration=calibration)
+    if training.rl is None:
+        return result
+    return with_rl(result, model, cluster, plan, training, energy or EnergySpec(),
+                   calibration)
+
+
+def with_rl(update: Estimate, model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
+            training: TrainingSpec, energy: EnergySpec, calibration: Calibration) -> Estimate:
+    """The RL job from its update's estimate: the step is the chosen placement's, the job
+    ``training.rl.steps`` of them; tokens/s counts the tokens trained on (prompt and
+    response) per RL step; the band scales the step as it scales the update."""
+    rl = training.rl
+    assert rl is not None  # noqa: S101 - the caller checks
+
+    def train(side: ClusterSpec, side_plan: ParallelismPlan) -> Estimate:
+        return _estimate_update(model, side, side_plan, training, energy=energy,
+                                calibration=calibration)
+
+    figures = rl_estimate(model, cluster, plan, training, update, train)
+    chosen = figures.chosen
+    thr = update.throughput
+    n = cluster.num_gpus
+    tokens_per_s = figures.tokens_per_step / chosen.step_s
+    train_s = rl.steps * chosen.step_s
+    gpu_hours = train_s * n / SECONDS_PER_HOUR
+    ratio = tokens_per_s / thr.tokens_per_s
+    throughput = Throughput(
+        step=thr.step, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / n,
+        mfu_fraction=thr.mfu_fraction * ratio, hfu_fraction=thr.hfu_fraction * ratio,
+        train_s=train_s, gpu_hours=gpu_hours, num_steps=float(rl.steps),
+        tokens_per_s_low=thr.tokens_per_s_low * ratio,
+        tokens_per_s_high=thr.tokens_per_s_high * ratio)
+    power_w = update.energy.average_power_w_per_gpu / energy.pue
+    kwh = gpu_hours * SECONDS_PER_HOUR * power_w * energy.pue / JOULES_PER_KWH
+    warnings = list(update.warnings)
+    for detail in figures.warning_details:
+        if detail.code == DOES_NOT_FIT:
+            warnings.append(detail.message)
+    return dataclasses.replace(
+        update, rl=figures, throughput=throughput,
+        energy=Energy(kwh=kwh, co2e_kg=kwh * energy.grid_gco2e_per_kwh / GRAMS_PER_KG,
+                      average_power_w_per_gpu=update.energy.average_power_w_per_gpu),
+        warnings=tuple(warnings),
+        warning_details=(*update.warning_details, *figures.warning_details),
+        assumptions=(*update.assumptions, *figures.assumptions))
+
+
+def _estimate_update(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    plan: ParallelismPlan,
+    training: TrainingSpec,
+    *,
+    energy: EnergySpec | None = None,
+    calibration: Calibration = DEFAULT_CALIBRATION,
+) -> Estimate:
+    """The training estimate proper (every method's update)."""
     energy = energy or EnergySpec()
     acc = cluster.accelerator
     peak = acc.peak_for(training.precision)
@@ -374,6 +441,10 @@ def method_notes(training: TrainingSpec, zero_stage: int = 0, pp: int = 1) -> li
     ``zero_stage`` and ``pp``: whether the frozen base is sharded (ZeRO-3 without pipeline
     stages, ``memory._adapter_state_bytes``)."""
     notes: list[str] = []
+    if training.method == TrainingMethod.RL:
+        notes.append("rl: the policy update trains every weight (6N FLOPs per token, the "
+                     "same model states as pre-training) on the rollouts, packed into "
+                     "seq_len sequences, global_batch_seqs of them per optimizer update")
     if training.method == TrainingMethod.FULL_FINETUNE:
         notes.append("full_finetune: the same computation as pre-training (every weight "
                      "trained, 6N FLOPs per token, the same model states), on fewer tokens")

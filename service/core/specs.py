@@ -15,8 +15,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from service.core.errors import InvalidSpecError
+
+if TYPE_CHECKING:
+    from service.core.serving import Engine
 
 
 class MlpKind(StrEnum):
@@ -242,6 +246,7 @@ class TrainingMethod(StrEnum):
     FULL_FINETUNE = "full_finetune"
     LORA = "lora"
     QLORA = "qlora"
+    RL = "rl"
 
 
 class LoraTarget(StrEnum):
@@ -288,6 +293,96 @@ class LoraSpec:
         if not self.target_modules:
             raise InvalidSpecError("training.lora.target_modules must name at least one "
                                    "module", field="training.lora.target_modules")
+
+
+class RlPlacement(StrEnum):
+    """Where an RL job's rollouts run (``service/core/rl.py``): ``colocated`` on the training
+    GPUs in turn with the update (verl's hybrid engine, Sheng et al. 2024, HybridFlow, arXiv
+    2409.19256, section 5); ``disaggregated`` on GPUs of their own, overlapped with the update
+    one step off-policy (OpenRLHF, Hu et al. 2024, arXiv 2405.11143, section 3; verl's
+    one_step_off_policy recipe)."""
+
+    COLOCATED = "colocated"
+    DISAGGREGATED = "disaggregated"
+
+
+MAX_RL_STEPS = 10_000_000
+MAX_RL_ROLLOUTS = 1_000_000
+"""Bounds on the input (prompts x samples per step); the real limits are memory and time."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RlSpec:
+    """A GRPO/PPO-style post-training job (issue 43): ``steps`` steps, each generating
+    ``samples_per_prompt`` responses of ``response_tokens`` (mean) to ``prompts_per_step``
+    prompts of ``prompt_tokens`` (a group of G samples per prompt, DeepSeekMath, Shao et al.
+    2024, arXiv 2402.03300, section 4.1), scoring them with a reward model (None: a rule-based
+    reward on the CPU) and the reference policy's log-probabilities for the KL term, then
+    updating the policy on every generated sequence."""
+
+    steps: int
+    prompts_per_step: int
+    samples_per_prompt: int
+    prompt_tokens: int
+    response_tokens: int | None
+    reference_model: bool = True
+    reward_model: ModelSpec | None = None
+    placement: RlPlacement = RlPlacement.COLOCATED
+    rollout_engine: Engine | None = None
+    """None: vLLM, the engine verl and OpenRLHF default to."""
+    max_response_tokens: int | None = None
+    """The longest response of a step (the cap, where responses are truncated). A synchronous
+    step waits for it (verl one_step_off docs: "model updates must wait for the longest output
+    in the generation phase to complete"): the straggler decodes alone after the others end.
+    None: every response has ``response_tokens`` (no tail)."""
+
+    def __post_init__(self) -> None:
+        _require_positive_int(self.steps, "training.rl.steps", maximum=MAX_RL_STEPS)
+        _require_positive_int(self.prompts_per_step, "training.rl.prompts_per_step",
+                              maximum=MAX_RL_ROLLOUTS)
+        _require_positive_int(self.samples_per_prompt, "training.rl.samples_per_prompt",
+                              maximum=1024)
+        _require_positive_int(self.prompt_tokens, "training.rl.prompt_tokens",
+                              maximum=10_000_000)
+        if self.response_tokens is None:
+            raise InvalidSpecError(
+                "training.rl.response_tokens is required: the rollout length sets the "
+                "generation time, the KV cache and the tokens the policy is trained on",
+                field="training.rl.response_tokens")
+        _require_positive_int(self.response_tokens, "training.rl.response_tokens",
+                              maximum=10_000_000)
+        longest = self.max_response_tokens
+        if longest is not None:
+            _require_positive_int(longest, "training.rl.max_response_tokens",
+                                  maximum=10_000_000)
+            if longest < self.response_tokens:
+                raise InvalidSpecError(
+                    f"training.rl.max_response_tokens ({longest}) must be at least "
+                    f"response_tokens ({self.response_tokens}), the mean",
+                    field="training.rl.max_response_tokens")
+        if self.rollouts_per_step > MAX_RL_ROLLOUTS:
+            raise InvalidSpecError(
+                f"training.rl.prompts_per_step x samples_per_prompt ({self.rollouts_per_step:,})"
+                f" must be at most {MAX_RL_ROLLOUTS:,}", field="training.rl.samples_per_prompt")
+
+    @property
+    def rollouts_per_step(self) -> int:
+        """Sequences generated per step: prompts x samples per prompt."""
+        return self.prompts_per_step * self.samples_per_prompt
+
+    @property
+    def sequence_tokens(self) -> int:
+        """One rollout's tokens, prompt and response (``response_tokens`` is set once valid)."""
+        return self.prompt_tokens + (self.response_tokens or 0)
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens the forward passes and the update process per step (packed)."""
+        return self.rollouts_per_step * self.sequence_tokens
+
+    @property
+    def total_tokens(self) -> float:
+        return float(self.steps * self.tokens_per_step)
 
 
 def _require_positive_int(value: int, name: str, *, maximum: int | None = None) -> None:
@@ -686,6 +781,10 @@ class TrainingSpec:
     mean_example_tokens: float | None = None
     packing: bool = True
     """Examples packed into full sequences (no padding), or each padded to ``seq_len``."""
+    rl: RlSpec | None = None
+    """The rollouts and scoring of method ``rl`` (required there, refused elsewhere). The
+    update then runs ``seq_len``-token packed sequences, ``global_batch_seqs`` of them per
+    optimizer update (the PPO mini-batch); ``tokens`` is ``rl.total_tokens``."""
 
     @property
     def adapters(self) -> bool:
@@ -717,6 +816,7 @@ class TrainingSpec:
                 "method lora or qlora", field="training.lora")
         if self.examples is not None:
             _require_positive_int(self.examples, "training.examples", maximum=10**12)
+        self._validate_rl()
         _require_positive_int(self.seq_len, "training.seq_len", maximum=100_000_000)
         _require_positive_int(
             self.global_batch_seqs, "training.global_batch_seqs", maximum=100_000_000
@@ -731,6 +831,35 @@ class TrainingSpec:
                 f"training.fp8_params needs training.precision fp8 (it is {self.precision})",
                 field="training.fp8_params",
             )
+
+
+    def _validate_rl(self) -> None:
+        rl = self.rl
+        if self.method == TrainingMethod.RL and rl is None:
+            raise InvalidSpecError("training.method rl needs training.rl (the rollouts: steps, "
+                                   "prompts, samples, prompt and response tokens)",
+                                   field="training.rl")
+        if rl is None:
+            return
+        if self.method != TrainingMethod.RL:
+            raise InvalidSpecError(f"training.rl is given but training.method is "
+                                   f"{self.method}: rollouts need method rl",
+                                   field="training.rl")
+        if self.examples is not None:
+            raise InvalidSpecError("training.examples cannot size an RL job: its tokens are "
+                                   "training.rl's rollouts", field="training.examples")
+        if isinstance(self.seq_len, int) and self.seq_len < rl.sequence_tokens:
+            raise InvalidSpecError(
+                f"training.seq_len ({self.seq_len}) must be at least training.rl.prompt_tokens "
+                f"+ response_tokens ({rl.sequence_tokens}): the update packs whole rollouts "
+                "into sequences of seq_len", field="training.seq_len")
+        if (isinstance(self.global_batch_seqs, int) and isinstance(self.seq_len, int)
+                and self.global_batch_seqs * self.seq_len > rl.tokens_per_step):
+            raise InvalidSpecError(
+                f"training.global_batch_seqs x seq_len ({self.global_batch_seqs} x "
+                f"{self.seq_len}) must be at most the tokens a step generates "
+                f"({rl.tokens_per_step:,} = prompts x samples x (prompt + response)): it is "
+                "the update's mini-batch", field="training.global_batch_seqs")
 
 
 def dataset_tokens(*, examples: int, mean_example_tokens: float, seq_len: int,

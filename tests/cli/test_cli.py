@@ -1007,3 +1007,48 @@ def test_estimate_states_hybrid_sharding(local: str, api: TestClient) -> None:
     refused = cq("estimate", "--local", "--json", *flags[:-1], "3")
     assert refused.exit_code == 1
     assert "parallelism.dp_shard" in refused.stdout
+
+
+# cq estimate --method lora --lora-rank and --method rl (issue 43); here, not in a module of
+# their own, to share this module's local server (about 5 s to start).
+FINETUNE_LAYOUT = ["--model", "llama3.1-8b", "--accelerator", "h100-sxm5-80gb", "--gpus",
+                   "8", "--dp", "8", "--tp", "1", "--pp", "1", "--zero-stage", "3",
+                   "--recompute", "full"]
+
+
+def test_lora_rank_reaches_the_estimate(local: str, api: TestClient) -> None:
+    result = cq("estimate", "--local", "--json", *FINETUNE_LAYOUT, "--tokens", "1e9",
+                "--seq-len", "2048", "--global-batch", "64", "--method", "lora",
+                "--lora-rank", "16")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    expected = api.post("/v1/estimates", json={
+        "model": {"preset": "llama3.1-8b"},
+        "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "recompute": "full"},
+        "training": {"seq_len": 2048, "global_batch_seqs": 64, "tokens": 1e9,
+                     "method": "lora", "lora": {"rank": 16}}}).json()
+    assert answer == expected
+    assert answer["params"]["trainable"] < answer["params"]["total"] / 50
+
+
+def test_rl_shows_both_placements_by_phase(local: str) -> None:
+    flags = [*FINETUNE_LAYOUT, "--method", "rl", "--rl-steps", "20", "--prompts-per-step", "64",
+             "--samples-per-prompt", "8", "--prompt-tokens", "256", "--response-tokens", "512"]
+    answer = json.loads(cq("estimate", "--local", "--json", *flags).stdout)
+    assert answer["rl"]["rollouts_per_step"] == 512
+    assert answer["time"]["num_steps"] == 20
+    table = cq("estimate", "--local", *flags, columns=160)
+    assert table.exit_code == 0, table.output
+    text = flat(table.stdout)
+    assert f"faster: {answer['rl']['faster_placement']}" in text
+    for word in ("generation", "weight sync", "disaggregated"):
+        assert word in text
+
+
+def test_rl_without_a_response_length_names_the_field(local: str) -> None:
+    result = cq("estimate", "--local", "--json", *FINETUNE_LAYOUT, "--method", "rl",
+                "--rl-steps", "20", "--prompts-per-step", "64", "--samples-per-prompt", "8",
+                "--prompt-tokens", "256")
+    assert result.exit_code != 0
+    assert "training.rl.response_tokens" in result.stdout

@@ -70,7 +70,10 @@ def _estimate_response(request: EstimateRequest, accelerators: AcceleratorCache,
     declared ``response_model`` still documents the contract; nothing validates it twice).
     ``stored``: the user calibration the request names (``calibrating.resolve``)."""
     body = estimate_answer(request, accelerators, max_reasonable_train_s, stored)
-    return Response(content=body.model_dump_json(), media_type="application/json")
+    # ``rl`` is left out unless method rl, so every other answer keeps its bytes.
+    return Response(content=body.model_dump_json(exclude=None if body.rl is not None
+                                                 else {"rl"}),
+                    media_type="application/json")
 
 
 def estimate_answer(request: EstimateRequest, accelerators: AcceleratorCache,

@@ -20,6 +20,7 @@ from service.core.plausibility import (
     detail_of,
 )
 from service.core.presets import default_vocab, get_preset
+from service.core.serving import Engine
 from service.core.specs import (
     FABRIC_LATENCY_RANGE_S,
     FABRIC_MAX_LOSS_FRACTION,
@@ -27,6 +28,8 @@ from service.core.specs import (
     FABRIC_OVERSUBSCRIPTION_RANGE,
     MAX_LORA_RANK,
     MAX_POWERSGD_RANK,
+    MAX_RL_ROLLOUTS,
+    MAX_RL_STEPS,
     AcceleratorSpec,
     AttentionKernel,
     BasePrecision,
@@ -47,6 +50,8 @@ from service.core.specs import (
     ParallelismPlan,
     Precision,
     RecomputeMode,
+    RlPlacement,
+    RlSpec,
     ShardUnit,
     StatePrecision,
     TrainingMethod,
@@ -247,6 +252,51 @@ class LoraIn(RequestModel):
     def to_core(self) -> LoraSpec:
         return LoraSpec(rank=self.rank, target_modules=frozenset(self.target_modules),
                         base_precision=self.base_precision)
+
+
+class RlIn(RequestModel):
+    """An RL post-training job's rollouts and scoring (issue 43; GRPO, Shao et al. 2024;
+    docs/model.md, "RL post-training")."""
+
+    steps: int = Field(strict=True, ge=1, le=MAX_RL_STEPS, description=(
+        "RL steps (generate, score, update) in the job."), examples=[500])
+    prompts_per_step: int = Field(strict=True, ge=1, le=MAX_RL_ROLLOUTS, description=(
+        "Prompts per step (verl data.train_batch_size)."), examples=[128])
+    samples_per_prompt: int = Field(strict=True, ge=1, le=1024, description=(
+        "Responses sampled per prompt: GRPO's group size G (verl rollout.n)."), examples=[8])
+    prompt_tokens: int = Field(strict=True, ge=1, le=10_000_000, description=(
+        "Mean prompt length in tokens."), examples=[512])
+    response_tokens: int = Field(strict=True, ge=1, le=10_000_000, description=(
+        "Mean response (rollout) length in tokens: it sets the generation time and the KV "
+        "cache. Required."), examples=[2048])
+    max_response_tokens: int | None = Field(default=None, strict=True, ge=1, le=10_000_000,
+                                            description=(
+        "The longest response of a step (the length cap, where responses are truncated): a "
+        "synchronous step waits for it, decoding its tail alone. Not given: every response "
+        "has response_tokens (no straggler)."), examples=[8192])
+    reference_model: bool = Field(strict=True, default=True, description=(
+        "A frozen reference policy scores the rollouts for the KL term (one more forward "
+        "pass of the policy's size)."))
+    reward_model: ModelIn | None = Field(default=None, description=(
+        "A learned reward model (a forward pass over every rollout); null: a rule-based "
+        "reward on the CPU, not timed."), examples=[{"preset": "llama3.1-8b"}])
+    placement: RlPlacement = Field(default=RlPlacement.COLOCATED, description=(
+        "colocated: rollouts, forward passes and update in turn on every GPU (verl's hybrid "
+        "engine); disaggregated: rollouts on GPUs of their own, overlapped one step "
+        "off-policy (OpenRLHF, verl one_step_off_policy), the split searched. Both are "
+        "estimated; rl.faster_placement says which is faster, and this one is priced."))
+    rollout_engine: Engine = Field(default=Engine.VLLM, description=(
+        "The serving engine that generates the rollouts (the serving model's efficiencies)."))
+
+    def to_core(self) -> RlSpec:
+        return RlSpec(steps=self.steps, prompts_per_step=self.prompts_per_step,
+                      samples_per_prompt=self.samples_per_prompt,
+                      prompt_tokens=self.prompt_tokens, response_tokens=self.response_tokens,
+                      reference_model=self.reference_model,
+                      reward_model=None if self.reward_model is None
+                      else self.reward_model.to_core(),
+                      placement=self.placement, rollout_engine=self.rollout_engine,
+                      max_response_tokens=self.max_response_tokens)
 
 
 class ClusterIn(RequestModel):
@@ -463,7 +513,16 @@ class TrainingIn(RequestModel):
     method: TrainingMethod = Field(default=TrainingMethod.PRETRAIN, description=(
         "pretrain (the default) or full_finetune: every weight trained (the same computation; "
         "a fine-tune runs on fewer tokens); lora or qlora: the base frozen, low-rank "
-        "adapters trained (docs/model.md, \"Fine-tuning\")."), examples=["qlora"])
+        "adapters trained (docs/model.md, \"Fine-tuning\"); rl: rollouts from a serving "
+        "engine and a full-weight policy update on them, described by rl (docs/model.md, "
+        "\"RL post-training\")."), examples=["qlora"])
+    rl: RlIn | None = Field(default=None, description=(
+        "The rollouts of method rl (required there, a 422 otherwise). tokens and examples "
+        "are then not given: the job trains on steps x prompts x samples x (prompt + "
+        "response) tokens, packed into seq_len sequences (at least prompt + response), "
+        "global_batch_seqs per optimizer update."),
+        examples=[{"steps": 500, "prompts_per_step": 128, "samples_per_prompt": 8,
+                   "prompt_tokens": 512, "response_tokens": 2048}])
     lora: LoraIn | None = Field(default=None, description=(
         "The adapters of method lora or qlora (not given: LoraIn's defaults). A 422 when "
         "method is pretrain or full_finetune."),
@@ -506,7 +565,17 @@ class TrainingIn(RequestModel):
         examples=[{"method": "powersgd", "rank": 4}])
 
     def to_core(self) -> TrainingSpec:
-        if self.examples is not None:
+        rl = None if self.rl is None else self.rl.to_core()
+        if self.method == TrainingMethod.RL and rl is None:
+            raise InvalidSpecError("training.method rl needs training.rl (steps, prompts, "
+                                   "samples, prompt and response tokens)", field="training.rl")
+        if rl is not None and self.tokens is not None:
+            raise InvalidSpecError("training.tokens cannot be given with training.rl: an RL "
+                                   "job's tokens are its rollouts (steps x prompts x samples "
+                                   "x (prompt + response))", field="training.tokens")
+        if rl is not None and self.examples is None:
+            tokens = rl.total_tokens
+        elif self.examples is not None:
             if self.tokens is not None:
                 raise InvalidSpecError("give either training.tokens or training.examples, "
                                        "not both", field="training.examples")
@@ -527,6 +596,7 @@ class TrainingIn(RequestModel):
             tokens=tokens,
             method=self.method,
             lora=None if self.lora is None else self.lora.to_core(),
+            rl=rl,
             examples=self.examples,
             mean_example_tokens=self.mean_example_tokens,
             packing=self.packing,
@@ -835,6 +905,95 @@ def plan_dict(plan: ParallelismPlan) -> dict[str, int | bool | str]:
     return out
 
 
+class RlPhasesOut(BaseModel):
+    """Seconds per RL step, by phase (docs/model.md, "RL post-training")."""
+
+    generation: float = Field(description=(
+        "Rollouts from the serving model at the batch they make (prefill and decode)."))
+    old_log_prob: float = Field(description="The policy's forward pass over the rollouts.")
+    reference: float = Field(description="The reference policy's forward pass (0 without).")
+    reward: float = Field(description="The reward model's forward pass (0: rule-based).")
+    policy_update: float = Field(description="The training step(s) on the rollouts' tokens.")
+    weight_sync: float = Field(description=(
+        "Resharding the new weights into the engine (colocated) or broadcasting them to it "
+        "(disaggregated)."))
+    offload: float = Field(description=(
+        "Training state to host and back around the rollout (colocated, when that is "
+        "faster than keeping it; 0 otherwise)."))
+
+
+class RlPlacementOut(BaseModel):
+    placement: RlPlacement
+    step_s: float = Field(description=(
+        "colocated: the phases' sum; disaggregated: max(generation, forward passes + "
+        "update) + weight_sync."))
+    phases_s: RlPhasesOut
+    training_gpus: int
+    rollout_gpus: int
+    rollout_tp: int = Field(description="Tensor parallelism of each rollout replica.")
+    rollout_replicas: int
+    rollout_batch: float = Field(description="Sequences decoding together per replica.")
+    rollout_waves: float = Field(description="Batches of rollout_batch per replica per step.")
+    training_state_offloaded: bool
+    training_peak_bytes_per_gpu: float = Field(description=(
+        "During the update: its peak plus the reference and reward weights."))
+    rollout_memory_bytes_per_gpu: float = Field(description=(
+        "During generation: resident training state plus the engine's share."))
+    fits: bool
+    train_s: float = Field(description="steps x step_s.")
+    gpu_hours: float
+
+
+class RlOut(BaseModel):
+    """Method rl: both placements phase by phase; the time block is the placement asked
+    for."""
+
+    placement: RlPlacement
+    faster_placement: RlPlacement
+    rollouts_per_step: int
+    tokens_per_step: int = Field(description="Rollouts x (prompt + response) tokens.")
+    response_tokens_per_step: int
+    updates_per_step: float = Field(description=(
+        "Optimizer updates per RL step: tokens_per_step / (global_batch_seqs x seq_len)."))
+    colocated: RlPlacementOut
+    disaggregated: RlPlacementOut | None = Field(description=(
+        "null where the layout's data parallelism cannot be split."))
+
+
+def _placement_out(figures: Any, steps: int, num_gpus: int) -> dict[str, Any]:
+    phases = figures.phases
+    train_s = steps * figures.step_s
+    return {
+        "placement": figures.placement, "step_s": figures.step_s,
+        "phases_s": {"generation": phases.generation_s, "old_log_prob": phases.old_log_prob_s,
+                     "reference": phases.reference_s, "reward": phases.reward_s,
+                     "policy_update": phases.policy_update_s,
+                     "weight_sync": phases.weight_sync_s, "offload": phases.offload_s},
+        "training_gpus": figures.training_gpus, "rollout_gpus": figures.rollout_gpus,
+        "rollout_tp": figures.rollout_tp, "rollout_replicas": figures.rollout_replicas,
+        "rollout_batch": figures.rollout_batch, "rollout_waves": figures.rollout_waves,
+        "training_state_offloaded": figures.training_state_offloaded,
+        "training_peak_bytes_per_gpu": figures.training_peak_bytes,
+        "rollout_memory_bytes_per_gpu": figures.rollout_memory_bytes,
+        "fits": figures.fits, "train_s": train_s,
+        "gpu_hours": train_s * num_gpus / 3600.0}
+
+
+def rl_out(result: Estimate, steps: int, num_gpus: int) -> dict[str, Any] | None:
+    """The ``rl`` block of an estimate (None unless method rl)."""
+    rl = result.rl
+    if rl is None:
+        return None
+    return {
+        "placement": rl.placement, "faster_placement": rl.faster_placement,
+        "rollouts_per_step": rl.rollouts_per_step, "tokens_per_step": rl.tokens_per_step,
+        "response_tokens_per_step": rl.response_tokens_per_step,
+        "updates_per_step": rl.updates_per_step,
+        "colocated": _placement_out(rl.colocated, steps, num_gpus),
+        "disaggregated": None if rl.disaggregated is None
+        else _placement_out(rl.disaggregated, steps, num_gpus)}
+
+
 class EstimateResponse(BaseModel):
     params: ParamsOut
     flops: FlopsOut
@@ -847,6 +1006,9 @@ class EstimateResponse(BaseModel):
     calibration_version: str
     warning_details: list[WarningDetailOut] = Field(
         default_factory=list, description=WARNING_DETAILS_DESCRIPTION)
+    rl: RlOut | None = Field(default=None, description=(
+        "Method rl only: the RL step phase by phase in both placements, and which is faster "
+        "(time then describes the RL job: steps x the placement's step)."))
 
     @classmethod
     def from_core(
@@ -933,4 +1095,5 @@ class EstimateResponse(BaseModel):
             "assumptions": list(result.assumptions),
             "calibration_version": result.calibration_version,
             "warning_details": details_out(result.warning_details, result.warnings),
+            "rl": rl_out(result, int(result.throughput.num_steps), cluster.num_gpus),
         })

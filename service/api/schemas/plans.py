@@ -21,9 +21,11 @@ from service.api.schemas.estimate import (
     EnergyOut,
     EstimateResponse,
     FabricIn,
+    LoraIn,
     MemoryOut,
     ModelIn,
     ParallelismIn,
+    RlIn,
     TimeOut,
     TrainingIn,
     WarningDetailOut,
@@ -31,6 +33,7 @@ from service.api.schemas.estimate import (
 )
 from service.api.schemas.prices import DecimalString, PricePerGpuHour
 from service.core import pricing
+from service.core.errors import InvalidSpecError
 from service.core.failures import CHECKPOINT_BYTES_SOURCE, JobFailures, Reliability
 from service.core.plausibility import (
     NO_PROGRESS,
@@ -50,6 +53,7 @@ from service.core.specs import (
     Optimizer,
     Precision,
     StatePrecision,
+    TrainingMethod,
     TrainingSpec,
 )
 
@@ -181,7 +185,18 @@ class PlanTrainingIn(RequestModel):
         default=None, max_length=MAX_BATCH_OPTIONS, description="Allowed global batches.")
     global_batch_range: IntRange | None = Field(default=None,
                                                 description="Allowed global batches.")
-    tokens: float = Field(strict=True, gt=0, le=1e18, examples=[300e9])
+    tokens: float | None = Field(strict=True, default=None, gt=0, le=1e18, examples=[300e9],
+                                 description=(
+        "Training tokens. Required, except with method rl, whose tokens are its rollouts "
+        "(then a 422 if given)."))
+    method: TrainingMethod = Field(default=TrainingMethod.PRETRAIN,
+                                   description=TrainingIn.model_fields["method"].description)
+    lora: LoraIn | None = Field(default=None,
+                                description=TrainingIn.model_fields["lora"].description)
+    rl: RlIn | None = Field(default=None, description=(
+        TrainingIn.model_fields["rl"].description or "") + (
+        " The search ranks layouts by the update's step; the returned plans are then "
+        "estimated as RL jobs (rollouts, forward passes, update, weight sync)."))
     precision: Precision = Precision.BF16
     flash_attention: bool = Field(strict=True, default=True)
     framework: Framework = Field(default=Framework.UNKNOWN, description=FRAMEWORK_DESCRIPTION)
@@ -216,8 +231,22 @@ class PlanTrainingIn(RequestModel):
         return self
 
     def to_core(self, global_batch_seqs: int) -> TrainingSpec:
+        rl = None if self.rl is None else self.rl.to_core()
+        if self.method == TrainingMethod.RL and rl is None:
+            raise InvalidSpecError("training.method rl needs training.rl", field="training.rl")
+        if rl is not None and self.tokens is not None:
+            raise InvalidSpecError("training.tokens cannot be given with training.rl: an RL "
+                                   "job's tokens are its rollouts", field="training.tokens")
+        if rl is not None:
+            tokens = rl.total_tokens
+        elif self.tokens is None:
+            raise InvalidSpecError("training.tokens is required", field="training.tokens")
+        else:
+            tokens = self.tokens
         return TrainingSpec(seq_len=self.seq_len, global_batch_seqs=global_batch_seqs,
-                            tokens=self.tokens, precision=self.precision,
+                            tokens=tokens, method=self.method,
+                            lora=None if self.lora is None else self.lora.to_core(), rl=rl,
+                            precision=self.precision,
                             flash_attention=self.flash_attention, framework=self.framework,
                             master_weights=self.master_weights,
                             gradient_precision=self.gradient_precision,

@@ -310,7 +310,7 @@ class BudgetPlanTrainingIn(PlanTrainingIn):
     """The plan's training, with ``tokens`` optional: objective 'largest_model' trains each
     size on tokens_per_param × its parameters (issue 39: it needed a dummy tokens)."""
 
-    tokens: float | None = Field(  # type: ignore[assignment]
+    tokens: float | None = Field(
         strict=True, default=None, gt=0, le=1e18, examples=[300e9],
         description="Training tokens; required for objective 'soonest'. 'largest_model' "
                     "ignores it (tokens = tokens_per_param × each size's parameters).")

@@ -53,6 +53,7 @@ DEFAULTS: dict[str, str] = {
     "recompute": "none", "budget": "", "currency": "USD", "deadline_days": "",
     "providers": "", "price_per_gpu_hour": "", "tokens_per_param": "20",
     "candidate_models": "", "api_key": "", "nonce": "", "objective": "time",
+    "method": "pretrain", "lora_rank": "",
 }
 FIELD_LABELS: dict[str, str] = {
     "model": "Model preset", "tokens": "Training tokens", "seq_len": "Sequence length",
@@ -64,6 +65,7 @@ FIELD_LABELS: dict[str, str] = {
     "deadline_days": "Deadline (days)", "price_per_gpu_hour": "Price per GPU-hour (USD)",
     "providers": "Providers (Quote, budget plans)", "api_key": "API key (Quote)",
     "tokens_per_param": "Tokens per parameter", "candidate_models": "Candidate presets",
+    "method": "Training method", "lora_rank": "LoRA rank",
 }
 """Each form field's label, written once: the form and the error summary both use it."""
 SUMMARY_LABELS: dict[str, str] = {"gpus_max": "GPU range: to", "gpus_step": "GPU range: step"}
@@ -93,8 +95,14 @@ FIELD_OF: dict[str, str] = {
     "providers": "providers", "providers.0": "providers",
     "constraints.price_per_gpu_hour_usd": "price_per_gpu_hour", "authorization": "api_key",
     "tokens_per_param": "tokens_per_param", "candidate_models": "candidate_models",
-    "objective": "objective",
+    "objective": "objective", "training.method": "method", "training.lora": "lora_rank",
+    "training.lora.rank": "lora_rank",
 }
+METHODS: dict[str, str] = {
+    "pretrain": "Pre-training (every weight)", "full_finetune": "Full fine-tuning",
+    "lora": "LoRA (frozen bf16 base)", "qlora": "QLoRA (frozen 4-bit base)"}
+"""The Train tab's methods (issue 43). RL needs its rollouts described (training.rl), which
+this form does not hold: ``cq estimate --method rl`` and the API take it."""
 
 
 @dataclass
@@ -111,8 +119,16 @@ def _values(form: dict[str, str]) -> dict[str, str]:
 
 
 def _training(v: dict[str, str]) -> dict[str, Any]:
-    return {"seq_len": _number(v["seq_len"]), "global_batch_seqs": _number(v["global_batch"]),
-            "tokens": _number(v["tokens"])}
+    """The form's training; method and LoRA rank only where they differ from the API's
+    defaults (pretrain; rank 16 for lora and qlora), so a pre-training body is as before."""
+    body: dict[str, Any] = {"seq_len": _number(v["seq_len"]),
+                            "global_batch_seqs": _number(v["global_batch"]),
+                            "tokens": _number(v["tokens"])}
+    if v["method"] and v["method"] != "pretrain":
+        body["method"] = v["method"]
+    if v["lora_rank"]:
+        body["lora"] = {"rank": _integer_or_text(v["lora_rank"])}
+    return body
 
 
 def estimate_body(v: dict[str, str]) -> dict[str, Any]:
@@ -222,8 +238,15 @@ def _place_errors(outcome: Outcome, problem: dict[str, Any], prefix: str = "") -
             placed = True
     if not placed:
         detail = str(problem.get("detail") or problem.get("title") or "the request failed")
+        domain = str(problem.get("field") or "")
+        if prefix and domain.startswith(prefix):
+            domain = domain[len(prefix):]
         if problem.get("status") in (401, 403):
             outcome.errors.setdefault("api_key", []).append(detail)
+        elif domain in ("training.lora.rank", "training.method"):
+            # A domain error (InvalidSpecError) names one field: the LoRA rank or the
+            # method (issue 43) sit next to theirs; the others stay in the summary as before.
+            outcome.errors.setdefault(FIELD_OF[domain], []).append(detail)
         else:
             outcome.general_errors.append(detail)
 
@@ -394,7 +417,7 @@ async def _page(request: Request, outcome: Outcome, status: int = 200) -> HTMLRe
     outcome.values["nonce"] = uuid.uuid4().hex  # a fresh page is a fresh quote
     return await _rendered(
         request, "portal.html", status, outcome, choices=await _choices(request),
-        actions=ACTION_LABELS, labels=FIELD_LABELS, objectives=OBJECTIVES,
+        actions=ACTION_LABELS, labels=FIELD_LABELS, objectives=OBJECTIVES, methods=METHODS,
         default_deadline_days=DEFAULT_DEADLINE_DAYS)
 
 

@@ -1,0 +1,165 @@
+"""RL post-training (issue 43): the phases of one step, both placements, and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from service.core.errors import InvalidSpecError
+from service.core.estimate import estimate
+from service.core.rl import RlEstimate
+from service.core.specs import (
+    Framework,
+    RecomputeMode,
+    RlPlacement,
+    RlSpec,
+    TrainingMethod,
+    TrainingSpec,
+)
+from tests.factories import cluster, model, plan
+
+
+def rl_spec(**overrides: Any) -> RlSpec:
+    values: dict[str, Any] = {"steps": 100, "prompts_per_step": 256, "samples_per_prompt": 8,
+                              "prompt_tokens": 512, "response_tokens": 1024}
+    values.update(overrides)
+    return RlSpec(**values)
+
+
+def rl_training(rl: RlSpec, **overrides: Any) -> TrainingSpec:
+    values: dict[str, Any] = {"seq_len": rl.sequence_tokens, "global_batch_seqs": 512,
+                              "tokens": rl.total_tokens, "method": TrainingMethod.RL,
+                              "rl": rl, "framework": Framework.FSDP}
+    values.update(overrides)
+    return TrainingSpec(**values)
+
+
+def run(rl: RlSpec, num_gpus: int = 16, preset: str = "llama3.1-8b") -> Any:
+    layout = plan(tp=1, pp=1, dp=num_gpus, cp=1, ep=1, vp=1, micro_batch=1, zero_stage=3,
+                  recompute=RecomputeMode.FULL, sequence_parallel=False)
+    return estimate(model(preset), cluster(num_gpus), layout, rl_training(rl))
+
+
+@pytest.fixture(scope="module")
+def base() -> Any:
+    return run(rl_spec())
+
+
+def test_colocated_step_is_the_sum_of_its_phases(base: Any) -> None:
+    figures: RlEstimate = base.rl
+    c = figures.colocated
+    p = c.phases
+    assert min(p.generation_s, p.old_log_prob_s, p.reference_s, p.policy_update_s,
+               p.weight_sync_s) > 0
+    assert p.reward_s == 0.0  # rule-based reward
+    assert c.step_s == pytest.approx(p.generation_s + p.training_side_s + p.weight_sync_s
+                                     + p.offload_s)
+    assert c.training_gpus == c.rollout_gpus == 16
+
+
+def test_disaggregated_overlaps_and_splits_the_gpus(base: Any) -> None:
+    d = base.rl.disaggregated
+    assert d is not None
+    assert d.training_gpus + d.rollout_gpus == 16
+    assert d.step_s == pytest.approx(max(d.phases.generation_s, d.phases.training_side_s)
+                                     + d.phases.weight_sync_s)
+    faster = min((base.rl.colocated, d), key=lambda f: f.step_s)
+    assert base.rl.faster_placement == faster.placement
+
+
+def test_the_job_is_steps_times_the_chosen_step(base: Any) -> None:
+    step = base.rl.colocated.step_s
+    assert base.throughput.train_s == pytest.approx(100 * step)
+    assert base.throughput.gpu_hours == pytest.approx(100 * step * 16 / 3600)
+    assert base.throughput.tokens_per_s == pytest.approx(256 * 8 * 1536 / step)
+    assert base.throughput.num_steps == 100
+    assert any(d.code == "outside_validated_range" and d.field == "training.method"
+               for d in base.warning_details)
+
+
+def test_the_update_trains_on_every_generated_token(base: Any) -> None:
+    p = base.rl.colocated.phases
+    assert p.policy_update_s == pytest.approx(
+        base.rl.tokens_per_step / base.rl.colocated.update_tokens_per_s)
+    # The forward passes cost about a third of a non-recomputed update's work, well under it.
+    assert p.old_log_prob_s == pytest.approx(p.reference_s)
+    assert p.old_log_prob_s < p.policy_update_s / 2
+
+
+def test_reference_and_reward_models_add_their_passes(base: Any) -> None:
+    without = run(rl_spec(reference_model=False))
+    assert without.rl.colocated.phases.reference_s == 0.0
+    assert without.rl.colocated.step_s < base.rl.colocated.step_s
+    scored = run(rl_spec(reward_model=model("llama3.1-8b")))
+    reward = scored.rl.colocated.phases.reward_s
+    assert reward == pytest.approx(scored.rl.colocated.phases.old_log_prob_s, rel=0.02)
+    assert scored.rl.colocated.training_peak_bytes > base.rl.colocated.training_peak_bytes
+
+
+def test_longer_responses_take_longer_to_generate(base: Any) -> None:
+    longer = run(rl_spec(response_tokens=4096))
+    assert (longer.rl.colocated.phases.generation_s
+            > 3 * base.rl.colocated.phases.generation_s)
+
+
+def test_asked_placement_is_priced() -> None:
+    split = run(rl_spec(placement=RlPlacement.DISAGGREGATED))
+    assert split.rl.placement == RlPlacement.DISAGGREGATED
+    assert split.rl.disaggregated is not None
+    assert split.throughput.train_s == pytest.approx(100 * split.rl.disaggregated.step_s)
+
+
+def test_disaggregated_needs_a_split() -> None:
+    with pytest.raises(InvalidSpecError) as error:
+        run(rl_spec(placement=RlPlacement.DISAGGREGATED), num_gpus=1)
+    assert error.value.field == "training.rl.placement"
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"response_tokens": None}, "training.rl.response_tokens"),
+    ({"samples_per_prompt": 0}, "training.rl.samples_per_prompt"),
+    ({"steps": 0}, "training.rl.steps"),
+])
+def test_bad_rl_input_names_the_field(change: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidSpecError) as error:
+        rl_spec(**change)
+    assert error.value.field == field
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"method": TrainingMethod.FULL_FINETUNE}, "training.rl"),
+    ({"rl": None}, "training.rl"),
+    ({"seq_len": 1000}, "training.seq_len"),
+    ({"examples": 10, "mean_example_tokens": 100.0}, "training.examples"),
+    ({"global_batch_seqs": 4096}, "training.global_batch_seqs"),
+])
+def test_bad_rl_training_names_the_field(change: dict[str, Any], field: str) -> None:
+    rl = rl_spec()
+    with pytest.raises(InvalidSpecError) as error:
+        dataclasses.replace(rl_training(rl), **change)
+    assert error.value.field == field
+
+
+def test_the_longest_response_holds_the_step(base: Any) -> None:
+    tailed = run(rl_spec(max_response_tokens=8192))
+    extra = (tailed.rl.colocated.phases.generation_s
+             - base.rl.colocated.phases.generation_s)
+    # 7,168 more tokens decoded alone: at least a few ms per token, far less than the batch's.
+    assert 7168 * 2e-3 < extra < 7168 * 50e-3
+    assert tailed.rl.colocated.phases.policy_update_s == pytest.approx(
+        base.rl.colocated.phases.policy_update_s)
+    with pytest.raises(InvalidSpecError) as error:
+        rl_spec(max_response_tokens=512)
+    assert error.value.field == "training.rl.max_response_tokens"
+
+
+def test_rl_validation_report_covers_two_documents() -> None:
+    from benchmarks.rl_validation import load_rows
+
+    rows = load_rows()
+    evaluable = [r for r in rows if r["measured_old_log_prob_s"] and r["measured_update_s"]]
+    assert len(evaluable) >= 8
+    assert len({r["url"] for r in evaluable}) >= 2
+    assert all(r["url"].startswith("https://") and r["table"] for r in rows)

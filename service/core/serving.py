@@ -51,6 +51,7 @@ Everything is in SI units; money is not computed here (the API prices GPU-hours)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -650,6 +651,24 @@ class ServingEstimate:
     less what the replicas complete); 0 otherwise."""
     band: ServingBand | None = None
     """Where the measured figures are expected to lie (``serving_band``)."""
+    slow_end: SlowEnd | None = None
+    """Sizing at the band's slow end (``slow_end_factor``); None without a request rate."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlowEnd:
+    """The same deployment judged at its band's slow end (issue 40): every time on the
+    replica ``factor`` times longer. A replica whose every service time is k times longer,
+    at a rate lambda, is the model's replica at k x lambda with every time k times longer
+    (the queue and Little's law only see time in units of service), so this is the model
+    at ``factor`` x the load with each SLO divided by ``factor``: exact under a uniform
+    slow-down, not a second model."""
+
+    factor: float
+    replicas: int
+    """What sizing gives at the slow end (the pinned count when pinned)."""
+    meets_slo: bool | None
+    saturated: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -698,6 +717,22 @@ def serving_band(model: ModelSpec, deployment: Deployment, traffic: Traffic, *,
         ttft_p50_s=None if ttft_p50_s is None else (ttft_p50_s * ttft.low,
                                                     ttft_p50_s * ttft.high),
         tpot_p50_s=(tpot_p50_s * tpot.low, tpot_p50_s * tpot.high), entries=entries, own=own)
+
+
+def slow_end_factor(band: ServingBand) -> float:
+    """How much slower than the model the band's slow end is: 1 / the throughput band's low
+    ratio (at least 1). The TTFT and TPOT bands are not used: their out-of-sample spread
+    (0.1-290x pooled) comes from per-request overhead and queueing the model lacks, which a
+    uniform slow-down of the replica does not represent (decision 412)."""
+    return max(1.0, 1.0 / band.entries["output_tokens_per_s"].low)
+
+
+def _slower(slo: Slo, factor: float) -> Slo:
+    """Each SLO given divided by ``factor``."""
+    def scaled(limit: float | None) -> float | None:
+        return None if limit is None else limit / factor
+    return Slo(ttft_p50_s=scaled(slo.ttft_p50_s), ttft_p99_s=scaled(slo.ttft_p99_s),
+               tpot_p50_s=scaled(slo.tpot_p50_s), tpot_p99_s=scaled(slo.tpot_p99_s))
 
 
 def band_warning(band: ServingBand) -> WarningDetail | None:
@@ -1251,6 +1286,26 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
     if (band_detail := band_warning(band)) is not None:
         details.append(band_detail)
         warnings.append(band_detail.message)
+    slow_end = None
+    if traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None:
+        factor = slow_end_factor(band)
+        slow = dataclasses.replace(traffic, requests_per_s=traffic.requests_per_s * factor,
+                                   slo=_slower(traffic.slo, factor))
+        b = _answer(r, slow, largest=largest, fits=memory.fits, prefill_mean=prefill_mean,
+                    replicas=pinned,
+                    size=lambda capacity: pinned or _size(r, slow, largest, capacity,
+                                                          prefill_mean),
+                    online_load=lambda rps, _: _online_load(r, slow, rps, largest))
+        slow_end = SlowEnd(factor=factor, replicas=int(b.count),
+                           meets_slo=None if b.within is None else bool(b.meets),
+                           saturated=bool(b.load.saturated))
+        verdict = ("" if slow_end.meets_slo is None else
+                   ", meeting the SLOs" if slow_end.meets_slo else ", missing the SLOs")
+        assumptions.append(
+            f"band slow end: every time on the replica x{factor:.3g} (1 / the throughput "
+            f"band's low ratio) needs {slow_end.replicas} "
+            f"replica(s){verdict}{' (saturated)' if slow_end.saturated else ''}; the "
+            "replicas and meets_slo above are the model's own figures")
     return ServingEstimate(
         memory=memory, prefill_s=Quantiles(p50=r.prefill_s(traffic.prompt.p50),
                                            p99=r.prefill_s(traffic.prompt.p99)),
@@ -1263,7 +1318,8 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         e2e_s=Quantiles(p50=a.e2e[0], p99=a.e2e[1]), replicas=a.count,
         meets_slo=None if a.within is None else bool(a.meets), saturated=saturated,
         warnings=tuple(warnings), assumptions=tuple(assumptions),
-        warning_details=tuple(details), queue_growth_requests_per_s=growth, band=band)
+        warning_details=tuple(details), queue_growth_requests_per_s=growth, band=band,
+        slow_end=slow_end)
 
 
 def unvalidated_warnings(model: ModelSpec, traffic: Traffic) -> list[str]:

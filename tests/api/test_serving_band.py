@@ -64,3 +64,21 @@ def test_every_serving_warning_code_and_field_is_documented(client: TestClient) 
     assert {"deployment.engine", "deployment.engine_version", "model"} <= fields
     for field in fields:
         assert field in text, field
+
+
+def test_the_band_and_its_slow_end_are_in_every_answer(client: TestClient) -> None:
+    e = client.post("/v1/serving-estimates", json=body()).json()
+    throughput, latency, sizing = e["throughput"], e["latency"], e["sizing"]
+    assert throughput["output_tokens_per_s_low"] <= throughput["output_tokens_per_s"]
+    assert throughput["output_tokens_per_s_low"] <= throughput["output_tokens_per_s_high"]
+    assert 0 < latency["tpot_p50_s_low"] <= latency["tpot_p50_s_high"]
+    assert latency["ttft_p50_s_low"] <= latency["ttft_p50_s_high"]
+    assert any(a.startswith("band: ") for a in e["assumptions"])
+    # The example is online at a rate: sizing at the slow end needs at least as many.
+    assert sizing["band_slow_end_factor"] >= 1
+    assert sizing["replicas_at_band_slow_end"] >= sizing["replicas"]
+    offline = {**body(), "traffic": {"mode": "offline", "prompt_tokens": {"mean": 512},
+                                     "output_tokens": {"mean": 256}}}
+    closed = client.post("/v1/serving-estimates", json=offline).json()
+    assert closed["sizing"]["replicas_at_band_slow_end"] is None
+    assert closed["throughput"]["output_tokens_per_s_low"] > 0

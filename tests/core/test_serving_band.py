@@ -256,3 +256,44 @@ def test_at_a_request_rate_the_throughput_band_is_capped_by_the_load() -> None:
     low = s.SERVING_WIDE_BAND["output_tokens_per_s"].low  # open loop: the wide band
     assert heavy.band.output_tokens_per_s[0] == pytest.approx(
         heavy.capacity_requests_per_s * 256 * low)
+
+
+def _online(rate: float, **slo: float) -> s.Traffic:
+    return traffic(requests_per_s=rate, slo=s.Slo(**slo))
+
+
+def test_the_slow_end_is_the_throughput_bands_low_ratio_and_sizes_for_it() -> None:
+    d = deployment(s.Engine.VLLM, "h100-sxm5-80gb")
+    e = s.serve(DENSE, d, _online(20.0, ttft_p99_s=2.0, tpot_p99_s=0.1))
+    assert e.band is not None
+    assert e.slow_end is not None
+    assert e.slow_end.factor == pytest.approx(1 / e.band.entries["output_tokens_per_s"].low)
+    # Uniform slow-down by k: the model at k x the load with every SLO divided by k.
+    k = e.slow_end.factor
+    same = s.serve(DENSE, d, _online(20.0 * k, ttft_p99_s=2.0 / k, tpot_p99_s=0.1 / k))
+    assert e.slow_end.replicas == same.replicas
+    assert e.slow_end.meets_slo == same.meets_slo
+    assert e.slow_end.replicas > e.replicas  # slower replicas: more of them
+    assert any(a.startswith("band slow end:") for a in e.assumptions)
+
+
+def test_a_pinned_replica_saturates_at_the_slow_end_once_the_load_passes_capacity_over_k() -> (
+        None):
+    d = deployment(s.Engine.VLLM, "h100-sxm5-80gb")
+    probe = s.serve(DENSE, d, _online(0.01), replicas=1)
+    assert probe.slow_end is not None
+    k, capacity = probe.slow_end.factor, probe.capacity_requests_per_s
+    below = s.serve(DENSE, d, _online(0.9 * capacity / k), replicas=1)
+    above = s.serve(DENSE, d, _online(1.1 * capacity / k), replicas=1)
+    assert below.slow_end is not None
+    assert above.slow_end is not None
+    assert not below.saturated
+    assert not above.saturated  # the model's own replica keeps up ...
+    assert not below.slow_end.saturated
+    assert above.slow_end.saturated  # ... the slow end's does not
+    assert above.slow_end.replicas == 1  # pinned
+
+
+def test_closed_loop_answers_have_no_slow_end_sizing() -> None:
+    e = s.serve(DENSE, deployment(s.Engine.VLLM, "h100-sxm5-80gb"), _closed())
+    assert e.slow_end is None

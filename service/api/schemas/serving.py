@@ -271,6 +271,17 @@ class SizingOut(BaseModel):
         "Saturated at a request rate: how fast the queue grows over all replicas (the "
         "offered load less what the replicas complete), requests per second; null "
         "otherwise."))
+    band_slow_end_factor: float | None = Field(default=None, description=(
+        "At a request rate: how much slower than the model the band's slow end is (1 / the "
+        "throughput band's low ratio); null otherwise."))
+    replicas_at_band_slow_end: int | None = Field(default=None, description=(
+        "At a request rate: the replicas sizing gives when every time on the replica is "
+        "band_slow_end_factor times longer (the model at that factor times the load, each "
+        "SLO divided by it; the pinned count when deployment.replicas is given); null "
+        "otherwise. replicas is the model's own figure."))
+    meets_slo_at_band_slow_end: bool | None = Field(default=None, description=(
+        "Whether the SLOs hold at the band's slow end on replicas_at_band_slow_end "
+        "replicas; null without an SLO or a request rate."))
 
 
 class ServingCostOut(BaseModel):
@@ -403,7 +414,13 @@ class ServingResponse(BaseModel):
             sizing=SizingOut(replicas=e.replicas, num_gpus=num_gpus, meets_slo=e.meets_slo,
                              saturated=e.saturated,
                              queue_growth_requests_per_s=(e.queue_growth_requests_per_s
-                                                          if e.saturated else None)),
+                                                          if e.saturated else None),
+                             band_slow_end_factor=(None if e.slow_end is None
+                                                   else e.slow_end.factor),
+                             replicas_at_band_slow_end=(None if e.slow_end is None
+                                                        else e.slow_end.replicas),
+                             meets_slo_at_band_slow_end=(None if e.slow_end is None
+                                                         else e.slow_end.meets_slo)),
             cost=cost,
             energy=ServingEnergyOut(
                 average_power_w=power_w, kwh_per_million_output_tokens=kwh_per_million,

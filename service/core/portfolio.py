@@ -1,0 +1,696 @@
+"""A commitment portfolio as a mixed-integer programme (issue 44; docs/portfolio.md).
+
+Pure: plain frozen dataclasses in (pools of one instance type in one region, their priced
+terms, jobs resolved to instances and billed hours per pool the way a quote resolves them,
+serving fleets resolved to replicas per month), numpy arrays out (``formulate``: c, a sparse
+A as COO triplets, row bounds, variable bounds, integrality), and a solution vector decoded
+back into decisions (``decode``) and priced again in ``Decimal`` (``price_decisions``). The
+solver call itself (HiGHS through ``scipy.optimize.milp``) lives outside the core, in
+``service/api/portfolio_solver.py``: scipy is no dependency of the core.
+
+Time is in whole months of ``HOURS_PER_MONTH`` (730 h = 8,760 h / 12) each. Within a month
+the instance-hours of one pool are fungible: jobs that share a pool in a month share its
+committed instances (a monthly bucket, the granularity procurement plans in).
+
+Variables, in column order:
+- ``y[c]``: integer count of commitments ``c`` = (a committed offer: reserved_1y, reserved_3y or
+  capacity_block, a start month); a commitment holds one instance for ``TERM_MONTHS`` months;
+- ``x[a]``: binary placement ``a`` = (job, option: pool and mode base or spot, start month);
+- ``n[b]``: integer instances ``b`` = (fleet, option, month) of a serving fleet;
+- ``z[p, m]``: continuous on-demand instance-hours of pool ``p`` in month ``m``.
+
+Money: float inside the programme (USD per instance-hour from the offers' ``Decimal`` rates);
+every figure a plan reports is priced again from the decoded integers in ``Decimal``
+(``price_decisions``), so a plan's cents never depend on the solver's floating point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+from enum import StrEnum
+from types import MappingProxyType
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.core.errors import InvalidSpecError
+from service.core.units import HOURS_PER_YEAR
+
+HOURS_PER_MONTH = Decimal(HOURS_PER_YEAR) / 12
+"""730 hours: one month of continuous use (8,760 h / 12), as ``core.quote.HOURS_PER_MONTH``."""
+HOURS_PER_MONTH_FLOAT = float(HOURS_PER_MONTH)
+CENT = Decimal("0.01")
+
+TERM_MONTHS = MappingProxyType({"reserved_1y": 12, "reserved_3y": 36, "capacity_block": 1})
+"""Months one commitment of each committed term holds an instance: a 1- or 3-year
+reservation or committed-use discount (AWS, Azure and Google Cloud sell 1 and 3 years), and a
+capacity block bought a month at a time (AWS sells blocks of 1-14 days, then 7-day steps up to
+182 days: ``core.quote.CAPACITY_BLOCK_MAX_DAYS``; a month of 730 h is this service's bucket,
+an approximation of a 28- or 35-day block)."""
+COMMITTED_TERMS = frozenset(TERM_MONTHS)
+FLEXIBLE_TERMS = frozenset({"on_demand", "spot"})
+PORTFOLIO_TERMS = tuple(sorted(COMMITTED_TERMS | FLEXIBLE_TERMS))
+
+
+class Accounting(StrEnum):
+    """What the objective and the budget count: ``commitment`` (default) every cent signed
+    for, beyond the horizon included; ``amortised`` each commitment's monthly share inside the
+    horizon only (what is committed beyond it is reported apart)."""
+
+    COMMITMENT = "commitment"
+    AMORTISED = "amortised"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pool:
+    """One instance type in one region (and zone, for zonal spot offers) of one provider."""
+
+    pool_id: str
+    provider: str
+    region: str
+    zone: str | None
+    instance_type: str
+    accelerator: str
+    gpus_per_instance: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolOffer:
+    """A priced term on a pool: the catalogue offer, its effective rate and how it is paid."""
+
+    offer_id: str
+    pool: int
+    """Index into ``Problem.pools``."""
+    term: str
+    rate_usd_per_instance_hour: Decimal
+    upfront: bool = False
+    """Paid in full in the commitment's first month (``all_upfront``); else monthly."""
+
+    def __post_init__(self) -> None:
+        if self.term not in PORTFOLIO_TERMS:
+            raise InvalidSpecError(f"unknown term {self.term!r}", field="terms")
+        if self.rate_usd_per_instance_hour < 0:
+            raise InvalidSpecError("a rate is never negative", field="offers")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOption:
+    """A job on one pool: ``instances`` for ``billed_hours`` each (goodput loss included, as
+    the quote's line on that offer bills them); ``spot`` runs it on the pool's spot offer."""
+
+    pool: int
+    spot: bool
+    instances: int
+    billed_hours: Decimal
+    spot_offer: int | None = None
+    """Index into ``Problem.offers`` of the spot offer (spot options only)."""
+
+    def months(self) -> int:
+        return int((self.billed_hours / HOURS_PER_MONTH).to_integral_value(ROUND_CEILING)) or 1
+
+    def hours_in(self, k: int) -> Decimal:
+        """Billed hours per instance in the ``k``-th month of the run (0-based)."""
+        left = self.billed_hours - HOURS_PER_MONTH * k
+        return max(Decimal(0), min(HOURS_PER_MONTH, left))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    job_id: str
+    earliest_month: int
+    deadline_month: int
+    """The last month the job may run in (inclusive)."""
+    must_run: bool
+    options: tuple[JobOption, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetOption:
+    """A serving fleet on one pool: ``replicas_per_instance`` of the fleet's deployment per
+    instance (below 1 when a replica spans instances); on spot divided by 1 + the interrupted
+    fraction (``core.quote.interruption_fraction``: spare replicas for instances restarting)."""
+
+    pool: int
+    spot: bool
+    replicas_per_instance: float
+    spot_offer: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fleet:
+    fleet_id: str
+    replicas_per_month: tuple[int, ...]
+    """Replicas the serving estimate sizes for each month's requests per second."""
+    options: tuple[FleetOption, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """The policy's capacity limits (``core.capacity``; ``None``: not limited), per pool."""
+
+    max_on_demand_gpus_per_region: int | None = None
+    max_reserved_gpus_per_region: int | None = None
+    max_capacity_block_instances: int | None = None
+    max_spot_gpus_per_zone: int | None = None
+    """``policy.SPOT_CAPACITY_UNVERIFIED_GPUS`` when the policy forbids unverified spot."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetPeriod:
+    label: str
+    months: tuple[int, ...]
+    includes_beyond: bool = False
+    """The whole-horizon period under commitment accounting also counts what is committed
+    beyond the horizon (the budget is then the commitment's)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    amount_usd: Decimal
+    periods: tuple[BudgetPeriod, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    months: int
+    pools: tuple[Pool, ...]
+    offers: tuple[PoolOffer, ...]
+    jobs: tuple[Job, ...]
+    fleets: tuple[Fleet, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    budget: Budget | None = None
+    accounting: Accounting = Accounting.COMMITMENT
+    only_terms: frozenset[str] | None = None
+    """Restrict the commitments to these terms (a baseline's restriction); None: all."""
+
+    def __post_init__(self) -> None:
+        if self.months < 1:
+            raise InvalidSpecError("a horizon has at least one month", field="horizon.months")
+        for job in self.jobs:
+            if job.deadline_month < job.earliest_month:
+                raise InvalidSpecError(f"job {job.job_id}: deadline before earliest_start",
+                                       field="jobs.deadline")
+        for fleet in self.fleets:
+            if len(fleet.replicas_per_month) != self.months:
+                raise InvalidSpecError(
+                    f"fleet {fleet.fleet_id}: {len(fleet.replicas_per_month)} months of "
+                    f"demand for a {self.months}-month horizon",
+                    field="fleets.monthly_requests_per_s")
+
+
+# --- decisions and their price --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decisions:
+    """What a solution decides: every other figure follows from these integers."""
+
+    commitments: Mapping[tuple[int, int], int]
+    """(offer index, start month) -> count."""
+    placements: Mapping[int, tuple[int, int]]
+    """job index -> (option index, start month); a job absent is not run."""
+    fleet_instances: Mapping[tuple[int, int, int], int]
+    """(fleet index, option index, month) -> instances."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Charge:
+    """One priced line of a plan: what it buys, and its cash and amortised cost per month."""
+
+    kind: str
+    """``commitment``, ``on_demand``, ``spot_job`` or ``spot_fleet``."""
+    offer: int
+    start_month: int
+    count: int
+    """Instances (commitments, spot fleets) or instances of the job (spot jobs)."""
+    hours: Decimal
+    """Instance-hours bought (on-demand, spot) or held (commitments, term included)."""
+    billed_usd: tuple[Decimal, ...]
+    """Cash paid in each month of the horizon (up-front fees in the month paid)."""
+    effective_usd: tuple[Decimal, ...]
+    """Amortised cost in each month of the horizon."""
+    billed_beyond_usd: Decimal
+    effective_beyond_usd: Decimal
+    job: int | None = None
+    fleet: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Priced:
+    charges: tuple[Charge, ...]
+    billed_usd: tuple[Decimal, ...]
+    effective_usd: tuple[Decimal, ...]
+    billed_beyond_usd: Decimal
+    effective_beyond_usd: Decimal
+    objective_usd: Decimal
+    """What the programme minimises under the problem's accounting, in Decimal."""
+    on_demand_hours: Mapping[tuple[int, int], Decimal]
+    committed_instances: Mapping[tuple[int, int], int]
+    """(pool, month) -> committed instances active."""
+    base_demand_hours: Mapping[tuple[int, int], Decimal]
+    within_limits: bool
+    limit_breaches: tuple[str, ...]
+
+    @property
+    def total_billed_usd(self) -> Decimal:
+        return sum(self.billed_usd, Decimal(0))
+
+    @property
+    def total_commitment_usd(self) -> Decimal:
+        return self.total_billed_usd + self.billed_beyond_usd
+
+
+def _cents(amount: Decimal) -> Decimal:
+    return amount.quantize(CENT, rounding=ROUND_HALF_EVEN)
+
+
+def _spread(amount_per_month: Decimal, months: range, horizon: int,
+            ) -> tuple[tuple[Decimal, ...], Decimal]:
+    """(per month inside the horizon, beyond it) of ``amount_per_month`` over ``months``."""
+    inside = [Decimal(0)] * horizon
+    beyond = Decimal(0)
+    for m in months:
+        if m < horizon:
+            inside[m] += amount_per_month
+        else:
+            beyond += amount_per_month
+    return tuple(inside), beyond
+
+
+def _commitment_charge(problem: Problem, offer_index: int, start: int, count: int) -> Charge:
+    offer = problem.offers[offer_index]
+    length = TERM_MONTHS[offer.term]
+    monthly = _cents(count * offer.rate_usd_per_instance_hour * HOURS_PER_MONTH)
+    held = range(start, start + length)
+    effective, effective_beyond = _spread(monthly, held, problem.months)
+    if offer.upfront:
+        billed = [Decimal(0)] * problem.months
+        billed[start] = monthly * length
+        billed_t, billed_beyond = tuple(billed), Decimal(0)
+    else:
+        billed_t, billed_beyond = effective, effective_beyond
+    return Charge(kind="commitment", offer=offer_index, start_month=start, count=count,
+                  hours=count * HOURS_PER_MONTH * length, billed_usd=billed_t,
+                  effective_usd=effective, billed_beyond_usd=billed_beyond,
+                  effective_beyond_usd=effective_beyond)
+
+
+def _flat_charge(problem: Problem, kind: str, offer_index: int, start: int, count: int,
+                 hours_by_month: Mapping[int, Decimal], job: int | None = None,
+                 fleet: int | None = None) -> Charge:
+    rate = problem.offers[offer_index].rate_usd_per_instance_hour
+    cash = [Decimal(0)] * problem.months
+    for m, hours in hours_by_month.items():
+        cash[m] += _cents(hours * rate)
+    t = tuple(cash)
+    return Charge(kind=kind, offer=offer_index, start_month=start, count=count,
+                  hours=sum(hours_by_month.values(), Decimal(0)), billed_usd=t,
+                  effective_usd=t, billed_beyond_usd=Decimal(0),
+                  effective_beyond_usd=Decimal(0), job=job, fleet=fleet)
+
+
+def on_demand_offers(problem: Problem) -> dict[int, int]:
+    """pool -> its on-demand offer (the cheapest, then the lowest index)."""
+    found: dict[int, int] = {}
+    for i, offer in enumerate(problem.offers):
+        if offer.term != "on_demand":
+            continue
+        j = found.get(offer.pool)
+        if j is None or (offer.rate_usd_per_instance_hour
+                         < problem.offers[j].rate_usd_per_instance_hour):
+            found[offer.pool] = i
+    return found
+
+
+def committed_offers(problem: Problem) -> list[int]:
+    return [i for i, o in enumerate(problem.offers) if o.term in COMMITTED_TERMS
+            and (problem.only_terms is None or o.term in problem.only_terms)]
+
+
+def price_decisions(problem: Problem, decisions: Decisions) -> Priced:
+    """Every charge of ``decisions`` in ``Decimal``, rounded half-even to the cent per charge
+    and month: commitments as bought, spot as the placed jobs and fleets bill it, and the
+    on-demand instance-hours that fill each pool's base demand above its committed hours."""
+    months = problem.months
+    charges: list[Charge] = []
+    committed: dict[tuple[int, int], int] = {}
+    for (o, start), count in sorted(decisions.commitments.items()):
+        if count <= 0:
+            continue
+        charges.append(_commitment_charge(problem, o, start, count))
+        pool = problem.offers[o].pool
+        for m in range(start, min(months, start + TERM_MONTHS[problem.offers[o].term])):
+            committed[(pool, m)] = committed.get((pool, m), 0) + count
+    demand: dict[tuple[int, int], Decimal] = {}
+    spot_gpus: dict[tuple[int, int], float] = {}
+    for j, (i, start) in sorted(decisions.placements.items()):
+        option = problem.jobs[j].options[i]
+        hours = {start + k: option.instances * option.hours_in(k)
+                 for k in range(option.months())}
+        if option.spot:
+            assert option.spot_offer is not None  # noqa: S101 - spot options carry one
+            charges.append(_flat_charge(problem, "spot_job", option.spot_offer, start,
+                                        option.instances, hours, job=j))
+            gpus = option.instances * problem.pools[option.pool].gpus_per_instance
+            for m in hours:
+                spot_gpus[(option.pool, m)] = spot_gpus.get((option.pool, m), 0.0) + gpus
+        else:
+            for m, h in hours.items():
+                demand[(option.pool, m)] = demand.get((option.pool, m), Decimal(0)) + h
+    for (f, i, m), count in sorted(decisions.fleet_instances.items()):
+        if count <= 0:
+            continue
+        option = problem.fleets[f].options[i]
+        hours_m = count * HOURS_PER_MONTH
+        if option.spot:
+            assert option.spot_offer is not None  # noqa: S101 - spot options carry one
+            charges.append(_flat_charge(problem, "spot_fleet", option.spot_offer, m, count,
+                                        {m: hours_m}, fleet=f))
+            gpus = count * problem.pools[option.pool].gpus_per_instance
+            spot_gpus[(option.pool, m)] = spot_gpus.get((option.pool, m), 0.0) + gpus
+        else:
+            demand[(option.pool, m)] = demand.get((option.pool, m), Decimal(0)) + hours_m
+    od = on_demand_offers(problem)
+    on_demand: dict[tuple[int, int], Decimal] = {}
+    breaches: list[str] = []
+    for (pool, m), hours in sorted(demand.items()):
+        need = hours - committed.get((pool, m), 0) * HOURS_PER_MONTH
+        if need <= 0:
+            continue
+        on_demand[(pool, m)] = need
+        if pool not in od:
+            breaches.append(f"{problem.pools[pool].pool_id} month {m}: {need} instance-hours "
+                            "beyond its commitments and no on-demand offer")
+    by_pool: dict[int, dict[int, Decimal]] = {}
+    for (pool, m), need in on_demand.items():
+        by_pool.setdefault(pool, {})[m] = need
+    for pool, hours_by_month in sorted(by_pool.items()):
+        if pool in od:
+            charges.append(_flat_charge(problem, "on_demand", od[pool],
+                                        min(hours_by_month), 0, hours_by_month))
+    breaches.extend(_limit_breaches(problem, committed, on_demand, spot_gpus, decisions))
+    billed = tuple(sum((c.billed_usd[m] for c in charges), Decimal(0)) for m in range(months))
+    effective = tuple(sum((c.effective_usd[m] for c in charges), Decimal(0))
+                      for m in range(months))
+    billed_beyond = sum((c.billed_beyond_usd for c in charges), Decimal(0))
+    effective_beyond = sum((c.effective_beyond_usd for c in charges), Decimal(0))
+    objective = (sum(effective, Decimal(0)) if problem.accounting is Accounting.AMORTISED
+                 else sum(billed, Decimal(0)) + billed_beyond)
+    return Priced(charges=tuple(charges), billed_usd=billed, effective_usd=effective,
+                  billed_beyond_usd=billed_beyond, effective_beyond_usd=effective_beyond,
+                  objective_usd=objective, on_demand_hours=on_demand,
+                  committed_instances=committed, base_demand_hours=demand,
+                  within_limits=not breaches, limit_breaches=tuple(breaches))
+
+
+def _limit_breaches(problem: Problem, committed: Mapping[tuple[int, int], int],
+                    on_demand: Mapping[tuple[int, int], Decimal],
+                    spot_gpus: Mapping[tuple[int, int], float],
+                    decisions: Decisions) -> list[str]:
+    lim = problem.limits
+    out: list[str] = []
+    for (pool, m), count in committed.items():
+        gpus = count * problem.pools[pool].gpus_per_instance
+        if lim.max_reserved_gpus_per_region is not None and gpus > lim.max_reserved_gpus_per_region:
+            out.append(f"{problem.pools[pool].pool_id} month {m}: {gpus:g} committed GPUs > "
+                       f"max_reserved_gpus_per_region {lim.max_reserved_gpus_per_region}")
+    for (pool, m), hours in on_demand.items():
+        cap = lim.max_on_demand_gpus_per_region
+        if cap is not None:
+            gpus = float(hours / HOURS_PER_MONTH) * problem.pools[pool].gpus_per_instance
+            if gpus > cap + 1e-9:
+                out.append(f"{problem.pools[pool].pool_id} month {m}: {gpus:g} on-demand GPUs "
+                           f"> max_on_demand_gpus_per_region {cap}")
+    for (o, _start), count in decisions.commitments.items():
+        cap_cb = lim.max_capacity_block_instances
+        if problem.offers[o].term == "capacity_block" and cap_cb is not None and count > cap_cb:
+            out.append(f"{problem.offers[o].offer_id}: {count} capacity-block instances > "
+                       f"max_capacity_block_instances {cap_cb}")
+    for (pool, m), gpus in spot_gpus.items():
+        cap_spot = lim.max_spot_gpus_per_zone
+        if cap_spot is not None and gpus > cap_spot:
+            out.append(f"{problem.pools[pool].pool_id} month {m}: {gpus:g} spot GPUs > "
+                       f"{cap_spot} (forbid_unverified_spot_capacity)")
+    return out
+
+
+# --- the programme --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Column:
+    kind: str
+    """``y`` (commitment), ``x`` (job placement), ``n`` (fleet instances), ``z`` (on-demand)."""
+    key: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Formulation:
+    """``min c·v`` subject to ``row_lower <= A v <= row_upper``, ``lower <= v <= upper`` and
+    ``v[i]`` integral where ``integrality[i]`` is 1 (``scipy.optimize.milp``'s form)."""
+
+    columns: tuple[Column, ...]
+    c: NDArray[np.float64]
+    rows: NDArray[np.int64]
+    cols: NDArray[np.int64]
+    vals: NDArray[np.float64]
+    num_rows: int
+    row_lower: NDArray[np.float64]
+    row_upper: NDArray[np.float64]
+    lower: NDArray[np.float64]
+    upper: NDArray[np.float64]
+    integrality: NDArray[np.int64]
+    optional_weight_usd: float
+    """The objective's reward per optional job run: larger than any job's cost, so the
+    programme runs every optional job it can within the budget and limits, then minimises
+    cost (a lexicographic objective as one weighted sum)."""
+    row_names: tuple[str, ...]
+
+    @property
+    def num_columns(self) -> int:
+        return len(self.columns)
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.columns: list[Column] = []
+        self.c: list[float] = []
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.integral: list[int] = []
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.row_lower: list[float] = []
+        self.row_upper: list[float] = []
+        self.row_names: list[str] = []
+
+    def column(self, kind: str, key: tuple[int, ...], cost: float, lower: float, upper: float,
+               integral: bool) -> int:
+        self.columns.append(Column(kind=kind, key=key))
+        self.c.append(cost)
+        self.lower.append(lower)
+        self.upper.append(upper)
+        self.integral.append(1 if integral else 0)
+        return len(self.columns) - 1
+
+    def row(self, name: str, terms: Sequence[tuple[int, float]], lower: float,
+            upper: float) -> None:
+        index = len(self.row_lower)
+        for col, val in terms:
+            if val != 0:
+                self.rows.append(index)
+                self.cols.append(col)
+                self.vals.append(val)
+        self.row_lower.append(lower)
+        self.row_upper.append(upper)
+        self.row_names.append(name)
+
+
+def _rate(problem: Problem, offer: int) -> float:
+    return float(problem.offers[offer].rate_usd_per_instance_hour)
+
+
+def job_starts(problem: Problem, job: Job, option: JobOption) -> range:
+    """Start months at which the option ends by the job's deadline inside the horizon."""
+    last = min(job.deadline_month, problem.months - 1) - option.months() + 1
+    return range(max(0, job.earliest_month), last + 1)
+
+
+def formulate(problem: Problem) -> Formulation:  # noqa: C901 - one programme, written out
+    """The programme of docs/portfolio.md, built column by column and row by row."""
+    b = _Builder()
+    months = problem.months
+    hpm = HOURS_PER_MONTH_FLOAT
+    amortised = problem.accounting is Accounting.AMORTISED
+    lim = problem.limits
+    # cost of each column per month, for the budget rows: column -> {month: usd}, beyond
+    cash: dict[int, dict[int, float]] = {}
+    beyond: dict[int, float] = {}
+    # coverage terms per (pool, month): demand (+) and supply (-)
+    cover: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    reserved_active: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    spot_use: dict[tuple[int, int], list[tuple[int, float]]] = {}
+
+    for o in committed_offers(problem):
+        offer = problem.offers[o]
+        length = TERM_MONTHS[offer.term]
+        monthly = _rate(problem, o) * hpm
+        gpi = problem.pools[offer.pool].gpus_per_instance
+        upper = np.inf
+        if offer.term == "capacity_block" and lim.max_capacity_block_instances is not None:
+            upper = float(lim.max_capacity_block_instances)
+        if offer.term != "capacity_block" and lim.max_reserved_gpus_per_region is not None:
+            upper = float(int(lim.max_reserved_gpus_per_region // gpi))
+        for start in range(months):
+            inside = min(months, start + length) - start
+            cost = monthly * (inside if amortised else length)
+            col = b.column("y", (o, start), cost, 0.0, upper, True)
+            per: dict[int, float] = {}
+            if offer.upfront and not amortised:
+                per[start] = monthly * length
+            else:
+                for m in range(start, start + inside):
+                    per[m] = monthly
+                if not amortised:
+                    beyond[col] = monthly * (length - inside)
+            cash[col] = per
+            for m in range(start, start + inside):
+                cover.setdefault((offer.pool, m), []).append((col, -hpm))
+                if offer.term != "capacity_block":
+                    reserved_active.setdefault((offer.pool, m), []).append((col, 1.0))
+
+    weight = 1.0
+    for job in problem.jobs:
+        worst = 0.0
+        for option in job.options:
+            rate = max((float(o.rate_usd_per_instance_hour) for o in problem.offers
+                        if o.pool == option.pool), default=0.0)
+            worst = max(worst, rate * option.instances * float(option.billed_hours))
+        weight += 2.0 * worst
+
+    for j, job in enumerate(problem.jobs):
+        choice: list[tuple[int, float]] = []
+        for i, option in enumerate(job.options):
+            spot_rate = _rate(problem, option.spot_offer) if option.spot_offer is not None else 0.0
+            gpus = option.instances * problem.pools[option.pool].gpus_per_instance
+            for start in job_starts(problem, job, option):
+                hours = {start + k: option.instances * float(option.hours_in(k))
+                         for k in range(option.months())}
+                cost = spot_rate * sum(hours.values()) if option.spot else 0.0
+                if not job.must_run:
+                    cost -= weight
+                col = b.column("x", (j, i, start), cost, 0.0, 1.0, True)
+                choice.append((col, 1.0))
+                if option.spot:
+                    cash[col] = {m: spot_rate * h for m, h in hours.items()}
+                    for m in hours:
+                        spot_use.setdefault((option.pool, m), []).append((col, gpus))
+                else:
+                    for m, h in hours.items():
+                        cover.setdefault((option.pool, m), []).append((col, h))
+        if not choice and job.must_run:
+            raise InvalidSpecError(f"job {job.job_id} fits no offer within its window",
+                                   field="jobs")
+        b.row(f"job {job.job_id}", choice, 1.0 if job.must_run else 0.0, 1.0)
+
+    for f, fleet in enumerate(problem.fleets):
+        for m in range(months):
+            need = fleet.replicas_per_month[m]
+            supply: list[tuple[int, float]] = []
+            for i, option in enumerate(fleet.options):
+                gpi = problem.pools[option.pool].gpus_per_instance
+                if option.spot:
+                    assert option.spot_offer is not None  # noqa: S101 - spot options carry one
+                    cost = _rate(problem, option.spot_offer) * hpm
+                    col = b.column("n", (f, i, m), cost, 0.0, np.inf, True)
+                    cash[col] = {m: cost}
+                    spot_use.setdefault((option.pool, m), []).append((col, gpi))
+                else:
+                    col = b.column("n", (f, i, m), 0.0, 0.0, np.inf, True)
+                    cover.setdefault((option.pool, m), []).append((col, hpm))
+                supply.append((col, option.replicas_per_instance))
+            if need > 0:
+                b.row(f"fleet {fleet.fleet_id} month {m}", supply, float(need), np.inf)
+
+    od = on_demand_offers(problem)
+    for (pool, m), terms in sorted(cover.items()):
+        if not any(v > 0 for _, v in terms):
+            continue
+        gpi = problem.pools[pool].gpus_per_instance
+        if pool in od:
+            upper = np.inf
+            if lim.max_on_demand_gpus_per_region is not None:
+                upper = float(int(lim.max_on_demand_gpus_per_region // gpi)) * hpm
+            cost = _rate(problem, od[pool])
+            col = b.column("z", (pool, m), cost, 0.0, upper, False)
+            cash[col] = {m: cost}
+            terms = [*terms, (col, -1.0)]
+        b.row(f"cover {problem.pools[pool].pool_id} month {m}", terms, -np.inf, 0.0)
+    if lim.max_reserved_gpus_per_region is not None:
+        for (pool, m), terms in sorted(reserved_active.items()):
+            cap = float(int(lim.max_reserved_gpus_per_region
+                            // problem.pools[pool].gpus_per_instance))
+            b.row(f"reserved cap {problem.pools[pool].pool_id} month {m}", terms, -np.inf, cap)
+    if lim.max_spot_gpus_per_zone is not None:
+        for (pool, m), terms in sorted(spot_use.items()):
+            b.row(f"spot cap {problem.pools[pool].pool_id} month {m}", terms, -np.inf,
+                  float(lim.max_spot_gpus_per_zone))
+
+    if problem.budget is not None:
+        amount = float(problem.budget.amount_usd)
+        for period in problem.budget.periods:
+            inside = set(period.months)
+            terms_b: list[tuple[int, float]] = []
+            for col, per in cash.items():
+                total = sum(v for m, v in per.items() if m in inside)
+                if period.includes_beyond:
+                    total += beyond.get(col, 0.0)
+                if total:
+                    terms_b.append((col, total))
+            b.row(f"budget {period.label}", terms_b, -np.inf, amount)
+
+    return Formulation(
+        columns=tuple(b.columns), c=np.array(b.c, dtype=np.float64),
+        rows=np.array(b.rows, dtype=np.int64), cols=np.array(b.cols, dtype=np.int64),
+        vals=np.array(b.vals, dtype=np.float64), num_rows=len(b.row_lower),
+        row_lower=np.array(b.row_lower, dtype=np.float64),
+        row_upper=np.array(b.row_upper, dtype=np.float64),
+        lower=np.array(b.lower, dtype=np.float64), upper=np.array(b.upper, dtype=np.float64),
+        integrality=np.array(b.integral, dtype=np.int64), optional_weight_usd=weight,
+        row_names=tuple(b.row_names))
+
+
+def decode(problem: Problem, formulation: Formulation, values: Sequence[float]) -> Decisions:
+    """The integers of a solution vector (rounded: HiGHS's integral values are within its
+    integrality tolerance of an integer)."""
+    commitments: dict[tuple[int, int], int] = {}
+    placements: dict[int, tuple[int, int]] = {}
+    fleet: dict[tuple[int, int, int], int] = {}
+    for column, value in zip(formulation.columns, values, strict=True):
+        count = int(round(float(value)))
+        if count <= 0:
+            continue
+        if column.kind == "y":
+            commitments[(column.key[0], column.key[1])] = count
+        elif column.kind == "x":
+            placements[column.key[0]] = (column.key[1], column.key[2])
+        elif column.kind == "n":
+            fleet[(column.key[0], column.key[1], column.key[2])] = count
+    return Decisions(commitments=commitments, placements=placements, fleet_instances=fleet)
+
+
+def encode(formulation: Formulation, decisions: Decisions) -> NDArray[np.float64]:
+    """A decision's integer columns as a vector (on-demand columns left 0): a warm start, and
+    the check that a baseline is a point of the programme."""
+    out = np.zeros(formulation.num_columns)
+    for k, column in enumerate(formulation.columns):
+        if column.kind == "y":
+            out[k] = decisions.commitments.get((column.key[0], column.key[1]), 0)
+        elif column.kind == "x":
+            out[k] = 1.0 if decisions.placements.get(column.key[0]) == column.key[1:] else 0.0
+        elif column.kind == "n":
+            out[k] = decisions.fleet_instances.get(column.key, 0)  # type: ignore[call-overload]
+    return out

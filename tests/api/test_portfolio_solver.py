@@ -1,0 +1,210 @@
+"""The portfolio programme (issue 44): HiGHS's plan costs what a brute-force enumeration of
+every purchase and placement finds, on small portfolios; it is never dearer than a baseline;
+a budget a cent below the optimum rejects; the money adds up."""
+
+from __future__ import annotations
+
+import itertools
+from decimal import Decimal
+
+import numpy as np
+import pytest
+
+from service.api.portfolio_solver import baselines, solve
+from service.core import portfolio as pf
+
+H = pf.HOURS_PER_MONTH
+
+
+def _problem(seed: int, *, months: int = 4, accounting: pf.Accounting = pf.Accounting.COMMITMENT,
+             budget: pf.Budget | None = None, optional: bool = False,
+             upfront: bool = False, capacity_block: bool = False) -> pf.Problem:
+    """A random small portfolio on one pool: on-demand, one committed term, spot (3 offers);
+    3 jobs of 1-2 instances. Rates are whole cents and hours whole, so no rounding enters."""
+    rng = np.random.default_rng(seed)
+    pools = (pf.Pool(pool_id="p0", provider="aws", region="r", zone=None, instance_type="i",
+                     accelerator="h100", gpus_per_instance=8.0),)
+    od = Decimal(int(rng.integers(800, 1200))) / 100
+    committed = Decimal(int(rng.integers(300, 700))) / 100
+    spot = Decimal(int(rng.integers(200, 600))) / 100
+    offers = (
+        pf.PoolOffer(offer_id="od", pool=0, term="on_demand", rate_usd_per_instance_hour=od),
+        pf.PoolOffer(offer_id="c", pool=0,
+                     term="capacity_block" if capacity_block else "reserved_1y",
+                     rate_usd_per_instance_hour=committed, upfront=upfront),
+        pf.PoolOffer(offer_id="sp", pool=0, term="spot", rate_usd_per_instance_hour=spot),
+    )
+    jobs = []
+    for j in range(3):
+        instances = int(rng.integers(1, 3))
+        hours = Decimal(int(rng.integers(200, 1400)))
+        spot_hours = hours * Decimal(int(rng.integers(110, 150))) / 100
+        runs = -(-int(hours) // 730)
+        earliest = int(rng.integers(0, months - runs + 1))
+        deadline = int(rng.integers(earliest + runs - 1, months))
+        options = [pf.JobOption(pool=0, spot=False, instances=instances, billed_hours=hours)]
+        if j != 1:  # one job has no spot option
+            options.append(pf.JobOption(pool=0, spot=True, instances=instances,
+                                        billed_hours=spot_hours.to_integral_value(),
+                                        spot_offer=2))
+        jobs.append(pf.Job(job_id=f"j{j}", earliest_month=earliest, deadline_month=deadline,
+                           must_run=not (optional and j == 2), options=tuple(options)))
+    return pf.Problem(months=months, pools=pools, offers=offers, jobs=tuple(jobs),
+                      accounting=accounting, budget=budget)
+
+
+def _brute_force(problem: pf.Problem) -> tuple[int, Decimal]:
+    """(optional jobs run, cheapest cost) over every placement of every job (each option and
+    start, or not run when optional) and every commitment vector whose active count never
+    exceeds the peak instances of all jobs together (more can only add cost: every rate is
+    positive). Written apart from ``price_decisions``: its own arithmetic, unrounded."""
+    months = problem.months
+    od = problem.offers[0].rate_usd_per_instance_hour
+    com = problem.offers[1]
+    length = pf.TERM_MONTHS[com.term]
+    spot = problem.offers[2].rate_usd_per_instance_hour
+    amortised = problem.accounting is pf.Accounting.AMORTISED
+    peak = sum(max(o.instances for o in j.options) for j in problem.jobs)
+    choices = []
+    for job in problem.jobs:
+        per = [None] if not job.must_run else []
+        for option in job.options:
+            runs = -(-int(option.billed_hours) // 730)
+            for start in range(job.earliest_month, job.deadline_month - int(runs) + 2):
+                if start + runs <= months:
+                    per.append((option, start))
+        choices.append(per)
+    best: tuple[int, Decimal] | None = None
+    for counts in itertools.product(range(peak + 1), repeat=months):
+        active = [0] * months
+        for s, count in enumerate(counts):
+            for m in range(s, min(months, s + length)):
+                active[m] += count
+        if max(active) > peak:
+            continue
+        commit = Decimal(0)
+        budget_cash = [Decimal(0)] * months
+        beyond = Decimal(0)
+        for s, count in enumerate(counts):
+            inside = min(months, s + length) - s
+            commit += count * com.rate_usd_per_instance_hour * H * (inside if amortised
+                                                                    else length)
+            for m in range(s, s + inside):
+                budget_cash[m] += count * com.rate_usd_per_instance_hour * H
+            if not amortised:
+                beyond += count * com.rate_usd_per_instance_hour * H * (length - inside)
+        for placed in itertools.product(*choices):
+            demand = [Decimal(0)] * months
+            cash = list(budget_cash)
+            for item in placed:
+                if item is None:
+                    continue
+                option, start = item
+                left = option.billed_hours
+                m = start
+                while left > 0:
+                    used = min(H, left)
+                    if option.spot:
+                        cash[m] += spot * option.instances * used
+                    else:
+                        demand[m] += option.instances * used
+                    left -= used
+                    m += 1
+            for m in range(months):
+                cash[m] += od * max(Decimal(0), demand[m] - active[m] * H)
+            total = sum(cash, Decimal(0)) + beyond
+            if problem.budget is not None and total > problem.budget.amount_usd:
+                continue
+            run = sum(1 for item in placed if item is not None)
+            key = (run, total)
+            if best is None or (key[0], -key[1]) > (best[0], -best[1]):
+                best = key
+    assert best is not None  # noqa: S101
+    return best
+
+
+@pytest.mark.parametrize(("seed", "accounting", "optional", "upfront", "block"), [
+    (1, pf.Accounting.COMMITMENT, False, False, False),
+    (2, pf.Accounting.COMMITMENT, True, True, False),
+    (3, pf.Accounting.AMORTISED, False, False, False),
+    (4, pf.Accounting.COMMITMENT, False, False, True),
+    (5, pf.Accounting.AMORTISED, True, True, True),
+])
+def test_plan_costs_what_brute_force_finds(seed: int, accounting: pf.Accounting,
+                                           optional: bool, upfront: bool, block: bool) -> None:
+    problem = _problem(seed, accounting=accounting, optional=optional, upfront=upfront,
+                       capacity_block=block)
+    solution = solve(problem)
+    assert solution.optimal and solution.priced is not None
+    assert solution.decisions is not None
+    run, cost = _brute_force(problem)
+    assert len(solution.decisions.placements) == run
+    assert solution.priced.objective_usd == cost
+    # ... and no baseline is cheaper
+    for baseline in baselines(problem, set(solution.decisions.placements), spot_allowed=True):
+        assert solution.priced.objective_usd <= baseline.priced.objective_usd, baseline.name
+
+
+def test_a_budget_a_cent_below_the_optimum_rejects_the_period() -> None:
+    problem = _problem(1)
+    best = solve(problem)
+    assert best.priced is not None and best.optimal
+    horizon = pf.BudgetPeriod(label="horizon", months=tuple(range(problem.months)),
+                              includes_beyond=True)
+    at = pf.Problem(**{**_fields(problem), "budget": pf.Budget(
+        amount_usd=best.priced.objective_usd, periods=(horizon,))})
+    assert solve(at).status == "optimal"
+    below = pf.Problem(**{**_fields(problem), "budget": pf.Budget(
+        amount_usd=best.priced.objective_usd - Decimal("0.01"), periods=(horizon,))})
+    refused = solve(below)
+    assert refused.status == "infeasible"
+    assert any(name == "budget horizon" for name in pf.formulate(below).row_names)
+
+
+def _fields(problem: pf.Problem) -> dict[str, object]:
+    return {name: getattr(problem, name) for name in problem.__dataclass_fields__}
+
+
+def test_money_adds_up() -> None:
+    problem = _problem(2, months=6, upfront=False)
+    solution = solve(problem)
+    priced = solution.priced
+    assert priced is not None and solution.optimal
+    # monthly billed cash sums to the total (commitment accounting) to the cent
+    assert sum(priced.billed_usd, Decimal(0)) + priced.billed_beyond_usd == priced.objective_usd
+    per_charge = sum((sum(c.billed_usd, Decimal(0)) for c in priced.charges), Decimal(0))
+    assert per_charge == sum(priced.billed_usd, Decimal(0))
+    # effective (amortised) cost = billed over the horizon + what is committed beyond it
+    assert (sum(priced.effective_usd, Decimal(0)) + priced.effective_beyond_usd
+            == priced.total_commitment_usd)
+    for charge in priced.charges:
+        assert (sum(charge.billed_usd, Decimal(0)) + charge.billed_beyond_usd
+                == sum(charge.effective_usd, Decimal(0)) + charge.effective_beyond_usd)
+
+
+def test_upfront_fees_are_billed_in_the_month_paid() -> None:
+    problem = _problem(2, upfront=True)
+    priced = pf.price_decisions(problem, pf.Decisions(
+        commitments={(1, 1): 2}, placements={}, fleet_instances={}))
+    fee = 2 * problem.offers[1].rate_usd_per_instance_hour * H * 12
+    assert priced.billed_usd[1] == fee and priced.billed_usd[0] == 0
+    assert priced.effective_usd[1] == fee / 12 and priced.effective_beyond_usd == fee * 9 / 12
+
+
+def test_capacity_limits_bind() -> None:
+    """A reserved limit of 8 GPUs (one 8-GPU instance) caps the commitments."""
+    problem = _problem(1)
+    capped = pf.Problem(**{**_fields(problem), "limits": pf.Limits(
+        max_reserved_gpus_per_region=8)})
+    solution = solve(capped)
+    assert solution.priced is not None
+    assert max(solution.priced.committed_instances.values(), default=0) <= 1
+    assert solution.priced.within_limits
+
+
+def test_deadline_before_earliest_start_names_the_field() -> None:
+    with pytest.raises(pf.InvalidSpecError) as raised:
+        pf.Job(job_id="j", earliest_month=3, deadline_month=2, must_run=True, options=())
+        pf.Problem(months=4, pools=(), offers=(), jobs=(pf.Job(
+            job_id="j", earliest_month=3, deadline_month=2, must_run=True, options=()),))
+    assert raised.value.field == "jobs.deadline"

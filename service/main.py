@@ -41,6 +41,7 @@ from service.api.routes import (
     health,
     plans,
     policies,
+    portfolios,
     prices,
     quotes,
     refreshes,
@@ -244,7 +245,7 @@ def create_app(settings: Settings | None = None, *,
         body_timeout_s=settings.body_timeout_s,
     )
     for module in (estimates, plans, quotes, policies, catalog, prices, fx, discounts, refreshes,
-                   serving, calibrations, health, docs, whatifs):
+                   serving, calibrations, health, docs, whatifs, portfolios):
         app.include_router(module.router)
     app.include_router(ui_router)
     app.mount("/static", docs.static_files(), name="static")

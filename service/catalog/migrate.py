@@ -24,7 +24,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from alembic.config import Config
 
-SCHEMA_HEAD = "0014"
+SCHEMA_HEAD = "0015"
 """The Alembic revision this code expects; a test checks it equals the migrations' head."""
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

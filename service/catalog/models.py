@@ -365,3 +365,30 @@ class UserCalibration(Base):
     response: Mapped[str] = mapped_column(Text)
     runs_zstd: Mapped[bytes] = mapped_column(LargeBinary)
     """The runs as sent (canonical JSON), zstd-compressed: what the fit was made from."""
+
+
+class Portfolio(Base):
+    """An immutable commitment portfolio plan (issue 44, docs/portfolio.md): ``response``
+    holds the exact JSON body first answered; ``request`` the canonical request, which
+    ``verify`` solves again on the stored catalogue version and policy revision."""
+
+    __tablename__ = "portfolios"
+    __table_args__ = (
+        UniqueConstraint("principal", "idempotency_key",
+                         name="uq_portfolios_principal_idempotency"),
+        Index("ix_portfolios_created_at_id", "created_at", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(128), index=True)
+    team: Mapped[str | None] = mapped_column(String(128))
+    idempotency_key: Mapped[str] = mapped_column(String(255))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    catalog_version_id: Mapped[str] = mapped_column(ForeignKey("catalog_versions.id"))
+    estimator_version: Mapped[str] = mapped_column(String(128))
+    policy_name: Mapped[str | None] = mapped_column(String(64))
+    policy_revision: Mapped[int | None] = mapped_column(Integer)
+    verdict: Mapped[str] = mapped_column(String(16))
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    response: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,156 @@
+"""Request and response bodies of ``/v1/portfolios`` (issue 44; docs/portfolio.md)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, Field, StringConstraints, model_validator
+
+from service.api.schemas.common import RequestModel
+from service.api.schemas.quotes import MoneyIn, PolicyField, ServingWorkload, Slug, WorkloadIn
+
+Month = Annotated[str, StringConstraints(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]
+PortfolioTerm = Literal["on_demand", "spot", "reserved_1y", "reserved_3y", "capacity_block"]
+PORTFOLIO_TERMS: tuple[str, ...] = ("on_demand", "spot", "reserved_1y", "reserved_3y",
+                                    "capacity_block")
+Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+
+MAX_JOBS = 64
+MAX_FLEETS = 8
+MAX_MONTHS = 60
+
+
+def month_index(month: str) -> int:
+    """``YYYY-MM`` as months since year 0."""
+    match = re.fullmatch(r"(\d{4})-(\d{2})", month)
+    assert match is not None  # noqa: S101 - the pattern checked it
+    return int(match[1]) * 12 + int(match[2]) - 1
+
+
+def month_label(index: int) -> str:
+    return f"{index // 12:04d}-{index % 12 + 1:02d}"
+
+
+class HorizonIn(RequestModel):
+    start: Month = Field(description="First month, YYYY-MM.", examples=["2027-01"])
+    months: int = Field(strict=True, ge=1, le=MAX_MONTHS, examples=[12],
+                        description="Months planned (1-60).")
+
+
+class PortfolioJobIn(RequestModel):
+    id: Ident = Field(description="The job's name, unique in the portfolio.",
+                      examples=["pretrain-8b"])
+    workload: WorkloadIn = Field(description="Any quote workload.")
+    earliest_start: Month = Field(description="First month the job may run.",
+                                  examples=["2027-01"])
+    deadline: Month = Field(description="Last month the job may run in (inclusive).",
+                            examples=["2027-06"])
+    must_run: bool = Field(default=True, description="Optional jobs may be dropped, with a "
+                                                     "coded reason.")
+
+
+class FleetIn(RequestModel):
+    id: Ident = Field(description="The fleet's name, unique in the portfolio.",
+                      examples=["chat"])
+    workload: FleetWorkloadIn
+    monthly_requests_per_s: list[Annotated[float, Field(strict=True, ge=0, le=1e7)]] = Field(
+        min_length=1, max_length=MAX_MONTHS, examples=[[10.0, 12.0, 20.0]],
+        description="Requests per second in each month of the horizon.")
+
+
+class FleetWorkloadIn(RequestModel):
+    serving: ServingWorkload
+
+
+class BudgetIn(MoneyIn):
+    per: Literal["month", "quarter", "year", "horizon"] = Field(
+        default="horizon", description="The period the amount limits.")
+
+
+class PortfolioRequest(RequestModel):
+    name: str = Field(min_length=1, max_length=128, examples=["FY27 training and serving"])
+    horizon: HorizonIn
+    jobs: list[PortfolioJobIn] = Field(default_factory=list, max_length=MAX_JOBS)
+    fleets: list[FleetIn] = Field(default_factory=list, max_length=MAX_FLEETS)
+    budget: BudgetIn | None = None
+    policy: PolicyField = None
+    providers: list[Slug] = Field(default_factory=list, max_length=32)
+    regions: list[Slug] = Field(default_factory=list, max_length=64)
+    terms: list[str] = Field(default_factory=lambda: list(PORTFOLIO_TERMS), min_length=1,
+                             max_length=5, description="Terms the plan may buy.")
+    accounting: Literal["commitment", "amortised"] = "commitment"
+    catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$")
+    max_offers: int = Field(strict=True, default=400, ge=1, le=2000,
+                            description="Most candidate offers the programme may consider.")
+    time_limit_s: float = Field(strict=True, default=10.0, gt=0, le=30,
+                                description="The solver's time budget, seconds.")
+    on_limit: Literal["refuse", "best"] = Field(
+        default="refuse", description="Past the time budget: 503 search-deadline with nothing "
+                                      "stored, or the best plan found with its gap.")
+
+    @model_validator(mode="after")
+    def _checks(self) -> Self:
+        start = month_index(self.horizon.start)
+        end = start + self.horizon.months - 1
+        for index, job in enumerate(self.jobs):
+            first, last = month_index(job.earliest_start), month_index(job.deadline)
+            if last < first:
+                raise ValueError(f"jobs.{index}.deadline is before jobs.{index}.earliest_start")
+            if first < start or last > end:
+                raise ValueError(f"jobs.{index}: months beyond the horizon "
+                                 f"{self.horizon.start} + {self.horizon.months}")
+        for index, fleet in enumerate(self.fleets):
+            if len(fleet.monthly_requests_per_s) != self.horizon.months:
+                raise ValueError(f"fleets.{index}.monthly_requests_per_s has "
+                                 f"{len(fleet.monthly_requests_per_s)} months, the horizon "
+                                 f"{self.horizon.months}")
+        for term in self.terms:
+            if term not in PORTFOLIO_TERMS:
+                raise ValueError(f"terms: unknown term {term!r} (one of "
+                                 f"{', '.join(PORTFOLIO_TERMS)})")
+        ids = [j.id for j in self.jobs] + [f.id for f in self.fleets]
+        if len(set(ids)) != len(ids):
+            raise ValueError("jobs and fleets need distinct ids")
+        if not ids:
+            raise ValueError("jobs: a portfolio plans at least one job or fleet")
+        return self
+
+
+class PortfolioOut(BaseModel):
+    """The stored plan (docs/portfolio.md)."""
+
+    id: str = Field(examples=["pf_" + "0" * 32])
+    name: str
+    created_at: str
+    principal: str
+    catalog_version: str
+    estimator_version: str
+    policy: dict[str, Any]
+    horizon: dict[str, Any]
+    accounting: str
+    solver: dict[str, Any] = Field(description="status, optimal, gap_usd, gap_fraction, "
+                                               "nodes, solve_s, columns, rows.")
+    purchases: list[dict[str, Any]] = Field(description="Commitments bought: term, provider, "
+                                                        "instance, region, count, start, end.")
+    jobs: list[dict[str, Any]]
+    fleets: list[dict[str, Any]]
+    months: list[dict[str, Any]] = Field(description="Per month: billed cash, effective "
+                                                     "cost, committed and demanded capacity.")
+    utilisation: list[dict[str, Any]]
+    totals: dict[str, Any]
+    baselines: list[dict[str, Any]]
+    budget: dict[str, Any] | None
+    verdict: str
+    reasons: list[dict[str, Any]]
+
+
+class PortfolioVerifyOut(BaseModel):
+    matches: bool
+    differences: list[dict[str, Any]]
+    catalog_version: str
+    estimator_version: str
+    stored_estimator_version: str
+
+
+FleetIn.model_rebuild()

@@ -1,0 +1,90 @@
+"""POST /v1/portfolios (issue 44): a stored, immutable plan that verifies; the quote's
+ownership rules; 422s naming the field. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from tests.factories import auth_headers
+
+JOB = {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 20000, "num_gpus": 16}}
+BODY: dict[str, Any] = {
+    "name": "test portfolio",
+    "horizon": {"start": "2027-01", "months": 3},
+    "jobs": [{"id": "a", "workload": JOB, "earliest_start": "2027-01", "deadline": "2027-03"},
+             {"id": "b", "workload": JOB, "earliest_start": "2027-02", "deadline": "2027-03",
+              "must_run": False}],
+    "providers": ["aws"], "regions": ["us-east-1"],
+}
+KEYS = {"owner": (("quotes:write",), "alpha"), "stranger": (("quotes:write",), "beta"),
+        "teammate": (("quotes:read",), "alpha")}
+
+
+@pytest.fixture
+def keys(db_session: Session) -> dict[str, dict[str, str]]:
+    return auth_headers(db_session, KEYS)
+
+
+def _post(client: TestClient, headers: dict[str, str], body: dict[str, Any],
+          key: str | None = None) -> Any:
+    return client.post("/v1/portfolios", json=body,
+                       headers={**headers, "Idempotency-Key": key or uuid.uuid4().hex})
+
+
+def test_a_plan_is_stored_replayed_read_and_verified(
+        client: TestClient, keys: dict[str, dict[str, str]]) -> None:
+    key = uuid.uuid4().hex
+    made = _post(client, keys["owner"], BODY, key)
+    assert made.status_code == 201, made.text
+    plan = made.json()
+    assert plan["solver"]["optimal"] is True and plan["solver"]["gap_usd"] is not None
+    assert plan["verdict"] == "approve"
+    assert all(j["run"] for j in plan["jobs"])
+    totals = plan["totals"]
+    billed = sum(Decimal(m["billed_cost_usd"]) for m in plan["months"])
+    assert billed == Decimal(totals["billed_in_horizon_usd"])
+    assert (Decimal(totals["effective_in_horizon_usd"])
+            + Decimal(totals["effective_beyond_horizon_usd"])
+            == Decimal(totals["committed_total_usd"]))
+    assert plan["baselines"] and all(
+        Decimal(totals["objective_usd"]) <= Decimal(b["total_usd"]) for b in plan["baselines"])
+    again = _post(client, keys["owner"], BODY, key)
+    assert again.status_code == 201 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.content == made.content
+    url = f"/v1/portfolios/{plan['id']}"
+    assert client.get(url, headers=keys["teammate"]).content == made.content
+    assert client.get(url, headers=keys["stranger"]).status_code == 404
+    verified = client.post(f"{url}/verify", headers=keys["owner"])
+    assert verified.status_code == 200 and verified.json()["matches"], verified.text
+
+    # A horizon budget a cent below the optimum rejects, naming the period.
+    cent_below = Decimal(totals["objective_usd"]) - Decimal("0.01")
+    tight = {**BODY, "jobs": BODY["jobs"][:1], "budget": {
+        "amount": str(cent_below), "currency": "USD", "per": "horizon"}}
+    solo = _post(client, keys["owner"], {**BODY, "jobs": BODY["jobs"][:1]}).json()
+    tight["budget"]["amount"] = str(Decimal(solo["totals"]["objective_usd"]) - Decimal("0.01"))
+    refused = _post(client, keys["owner"], tight)
+    assert refused.status_code == 201, refused.text
+    assert refused.json()["verdict"] == "reject"
+    assert [r["period"] for r in refused.json()["reasons"]] == ["horizon"]
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"jobs": [{**BODY["jobs"][0], "deadline": "2026-12"}]}, "deadline"),
+    ({"jobs": [{**BODY["jobs"][0], "deadline": "2027-09"}]}, "horizon"),
+    ({"terms": ["reserved_5y"]}, "terms"),
+    ({"jobs": [{**BODY["jobs"][0], "deadline": "2027-01", "workload": {"gpu_hours": {
+        "accelerator": "h100-sxm5-80gb", "gpu_hours": 2000000, "num_gpus": 16}}}]}, "jobs.0"),
+])
+def test_bad_input_is_422_naming_the_field(client: TestClient,
+                                           keys: dict[str, dict[str, str]],
+                                           change: dict[str, Any], field: str) -> None:
+    response = _post(client, keys["owner"], {**BODY, **change})
+    assert response.status_code == 422, response.text
+    assert field in response.text

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
+from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
+from scipy.sparse import coo_matrix  # type: ignore[import-untyped]
 
 from service.core import portfolio as pf
 
@@ -234,10 +234,10 @@ def spot_baseline(problem: pf.Problem, run: set[int]) -> pf.Decisions | None:
     fleets = dict(base.fleet_instances)
     for f, fleet in enumerate(problem.fleets):
         choice: tuple[Decimal, int] | None = None
-        for i, option in enumerate(fleet.options):
-            if option.spot and option.spot_offer is not None:
-                rate = problem.offers[option.spot_offer].rate_usd_per_instance_hour
-                per = rate / Decimal(repr(option.replicas_per_instance))
+        for i, held in enumerate(fleet.options):
+            if held.spot and held.spot_offer is not None:
+                rate = problem.offers[held.spot_offer].rate_usd_per_instance_hour
+                per = rate / Decimal(repr(held.replicas_per_instance))
                 if choice is None or per < choice[0]:
                     choice = (per, i)
         if choice is not None:

@@ -55,7 +55,8 @@ class _Pools:
         return found
 
     def offer(self, line: QuoteLine, pool: int) -> int:
-        assert line.offer_id is not None and line.unit_price is not None  # noqa: S101
+        assert line.offer_id is not None  # noqa: S101 - candidates are priced offers
+        assert line.unit_price is not None  # noqa: S101
         found = self.offer_index.get(line.offer_id)
         if found is None:
             found = len(self.offers)
@@ -81,7 +82,7 @@ def _candidates(lines: Sequence[QuoteLine], terms: set[str]) -> list[QuoteLine]:
 
 
 def _quote_request(body: PortfolioRequest, workload: Any) -> QuoteRequest:
-    terms = [t for t in body.terms]
+    terms = list(body.terms)
     return QuoteRequest.model_validate({
         "workload": workload, "terms": terms, "providers": body.providers,
         "regions": body.regions, "catalog_version": body.catalog_version})

@@ -362,21 +362,21 @@ def price_decisions(problem: Problem, decisions: Decisions) -> Priced:
     for (f, i, m), count in sorted(decisions.fleet_instances.items()):
         if count <= 0:
             continue
-        option = problem.fleets[f].options[i]
+        held = problem.fleets[f].options[i]
         hours_m = count * HOURS_PER_MONTH
-        if option.spot:
-            assert option.spot_offer is not None  # noqa: S101 - spot options carry one
-            charges.append(_flat_charge(problem, "spot_fleet", option.spot_offer, m, count,
+        if held.spot:
+            assert held.spot_offer is not None  # noqa: S101 - spot options carry one
+            charges.append(_flat_charge(problem, "spot_fleet", held.spot_offer, m, count,
                                         {m: hours_m}, fleet=f))
-            gpus = count * problem.pools[option.pool].gpus_per_instance
-            spot_gpus[(option.pool, m)] = spot_gpus.get((option.pool, m), 0.0) + gpus
+            gpus = count * problem.pools[held.pool].gpus_per_instance
+            spot_gpus[(held.pool, m)] = spot_gpus.get((held.pool, m), 0.0) + gpus
         else:
-            demand[(option.pool, m)] = demand.get((option.pool, m), Decimal(0)) + hours_m
+            demand[(held.pool, m)] = demand.get((held.pool, m), Decimal(0)) + hours_m
     od = on_demand_offers(problem)
     on_demand: dict[tuple[int, int], Decimal] = {}
     breaches: list[str] = []
-    for (pool, m), hours in sorted(demand.items()):
-        need = hours - committed.get((pool, m), 0) * HOURS_PER_MONTH
+    for (pool, m), wanted in sorted(demand.items()):
+        need = wanted - committed.get((pool, m), 0) * HOURS_PER_MONTH
         if need <= 0:
             continue
         on_demand[(pool, m)] = need
@@ -519,7 +519,7 @@ def job_starts(problem: Problem, job: Job, option: JobOption) -> range:
     return range(max(0, job.earliest_month), last + 1)
 
 
-def formulate(problem: Problem) -> Formulation:  # noqa: C901 - one programme, written out
+def formulate(problem: Problem) -> Formulation:
     """The programme of docs/portfolio.md, built column by column and row by row."""
     b = _Builder()
     months = problem.months
@@ -600,18 +600,18 @@ def formulate(problem: Problem) -> Formulation:  # noqa: C901 - one programme, w
         for m in range(months):
             need = fleet.replicas_per_month[m]
             supply: list[tuple[int, float]] = []
-            for i, option in enumerate(fleet.options):
-                gpi = problem.pools[option.pool].gpus_per_instance
-                if option.spot:
-                    assert option.spot_offer is not None  # noqa: S101 - spot options carry one
-                    cost = _rate(problem, option.spot_offer) * hpm
+            for i, held in enumerate(fleet.options):
+                gpi = problem.pools[held.pool].gpus_per_instance
+                if held.spot:
+                    assert held.spot_offer is not None  # noqa: S101 - spot options carry one
+                    cost = _rate(problem, held.spot_offer) * hpm
                     col = b.column("n", (f, i, m), cost, 0.0, np.inf, True)
                     cash[col] = {m: cost}
-                    spot_use.setdefault((option.pool, m), []).append((col, gpi))
+                    spot_use.setdefault((held.pool, m), []).append((col, gpi))
                 else:
                     col = b.column("n", (f, i, m), 0.0, 0.0, np.inf, True)
-                    cover.setdefault((option.pool, m), []).append((col, hpm))
-                supply.append((col, option.replicas_per_instance))
+                    cover.setdefault((held.pool, m), []).append((col, hpm))
+                supply.append((col, held.replicas_per_instance))
             if need > 0:
                 b.row(f"fleet {fleet.fleet_id} month {m}", supply, float(need), np.inf)
 
@@ -642,14 +642,14 @@ def formulate(problem: Problem) -> Formulation:  # noqa: C901 - one programme, w
     if problem.budget is not None:
         amount = float(problem.budget.amount_usd)
         for period in problem.budget.periods:
-            inside = set(period.months)
+            within = set(period.months)
             terms_b: list[tuple[int, float]] = []
             for col, per in cash.items():
-                total = sum(v for m, v in per.items() if m in inside)
+                spent = sum(v for m, v in per.items() if m in within)
                 if period.includes_beyond:
-                    total += beyond.get(col, 0.0)
-                if total:
-                    terms_b.append((col, total))
+                    spent += beyond.get(col, 0.0)
+                if spent:
+                    terms_b.append((col, spent))
             b.row(f"budget {period.label}", terms_b, -np.inf, amount)
 
     return Formulation(
@@ -670,7 +670,7 @@ def decode(problem: Problem, formulation: Formulation, values: Sequence[float]) 
     placements: dict[int, tuple[int, int]] = {}
     fleet: dict[tuple[int, int, int], int] = {}
     for column, value in zip(formulation.columns, values, strict=True):
-        count = int(round(float(value)))
+        count = round(float(value))
         if count <= 0:
             continue
         if column.kind == "y":
@@ -692,5 +692,6 @@ def encode(formulation: Formulation, decisions: Decisions) -> NDArray[np.float64
         elif column.kind == "x":
             out[k] = 1.0 if decisions.placements.get(column.key[0]) == column.key[1:] else 0.0
         elif column.kind == "n":
-            out[k] = decisions.fleet_instances.get(column.key, 0)  # type: ignore[call-overload]
+            f, i, m = column.key
+            out[k] = decisions.fleet_instances.get((f, i, m), 0)
     return out

@@ -119,7 +119,7 @@ def _brute_force(problem: pf.Problem) -> tuple[int, Decimal]:
             key = (run, total)
             if best is None or (key[0], -key[1]) > (best[0], -best[1]):
                 best = key
-    assert best is not None  # noqa: S101
+    assert best is not None
     return best
 
 
@@ -135,7 +135,8 @@ def test_plan_costs_what_brute_force_finds(seed: int, accounting: pf.Accounting,
     problem = _problem(seed, accounting=accounting, optional=optional, upfront=upfront,
                        capacity_block=block)
     solution = solve(problem)
-    assert solution.optimal and solution.priced is not None
+    assert solution.optimal
+    assert solution.priced is not None
     assert solution.decisions is not None
     run, cost = _brute_force(problem)
     assert len(solution.decisions.placements) == run
@@ -148,7 +149,8 @@ def test_plan_costs_what_brute_force_finds(seed: int, accounting: pf.Accounting,
 def test_a_budget_a_cent_below_the_optimum_rejects_the_period() -> None:
     problem = _problem(1)
     best = solve(problem)
-    assert best.priced is not None and best.optimal
+    assert best.priced is not None
+    assert best.optimal
     horizon = pf.BudgetPeriod(label="horizon", months=tuple(range(problem.months)),
                               includes_beyond=True)
     at = pf.Problem(**{**_fields(problem), "budget": pf.Budget(
@@ -169,7 +171,8 @@ def test_money_adds_up() -> None:
     problem = _problem(2, months=6, upfront=False)
     solution = solve(problem)
     priced = solution.priced
-    assert priced is not None and solution.optimal
+    assert priced is not None
+    assert solution.optimal
     # monthly billed cash sums to the total (commitment accounting) to the cent
     assert sum(priced.billed_usd, Decimal(0)) + priced.billed_beyond_usd == priced.objective_usd
     per_charge = sum((sum(c.billed_usd, Decimal(0)) for c in priced.charges), Decimal(0))
@@ -187,8 +190,10 @@ def test_upfront_fees_are_billed_in_the_month_paid() -> None:
     priced = pf.price_decisions(problem, pf.Decisions(
         commitments={(1, 1): 2}, placements={}, fleet_instances={}))
     fee = 2 * problem.offers[1].rate_usd_per_instance_hour * H * 12
-    assert priced.billed_usd[1] == fee and priced.billed_usd[0] == 0
-    assert priced.effective_usd[1] == fee / 12 and priced.effective_beyond_usd == fee * 9 / 12
+    assert priced.billed_usd[1] == fee
+    assert priced.billed_usd[0] == 0
+    assert priced.effective_usd[1] == fee / 12
+    assert priced.effective_beyond_usd == fee * 9 / 12
 
 
 def test_capacity_limits_bind() -> None:
@@ -203,8 +208,7 @@ def test_capacity_limits_bind() -> None:
 
 
 def test_deadline_before_earliest_start_names_the_field() -> None:
+    late = pf.Job(job_id="j", earliest_month=3, deadline_month=2, must_run=True, options=())
     with pytest.raises(pf.InvalidSpecError) as raised:
-        pf.Job(job_id="j", earliest_month=3, deadline_month=2, must_run=True, options=())
-        pf.Problem(months=4, pools=(), offers=(), jobs=(pf.Job(
-            job_id="j", earliest_month=3, deadline_month=2, must_run=True, options=()),))
+        pf.Problem(months=4, pools=(), offers=(), jobs=(late,))
     assert raised.value.field == "jobs.deadline"

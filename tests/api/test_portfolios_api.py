@@ -43,7 +43,8 @@ def test_a_plan_is_stored_replayed_read_and_verified(
     made = _post(client, keys["owner"], BODY, key)
     assert made.status_code == 201, made.text
     plan = made.json()
-    assert plan["solver"]["optimal"] is True and plan["solver"]["gap_usd"] is not None
+    assert plan["solver"]["optimal"] is True
+    assert plan["solver"]["gap_usd"] is not None
     assert plan["verdict"] == "approve"
     assert all(j["run"] for j in plan["jobs"])
     totals = plan["totals"]
@@ -52,16 +53,19 @@ def test_a_plan_is_stored_replayed_read_and_verified(
     assert (Decimal(totals["effective_in_horizon_usd"])
             + Decimal(totals["effective_beyond_horizon_usd"])
             == Decimal(totals["committed_total_usd"]))
-    assert plan["baselines"] and all(
+    assert plan["baselines"]
+    assert all(
         Decimal(totals["objective_usd"]) <= Decimal(b["total_usd"]) for b in plan["baselines"])
     again = _post(client, keys["owner"], BODY, key)
-    assert again.status_code == 201 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.status_code == 201
+    assert again.headers["Idempotent-Replayed"] == "true"
     assert again.content == made.content
     url = f"/v1/portfolios/{plan['id']}"
     assert client.get(url, headers=keys["teammate"]).content == made.content
     assert client.get(url, headers=keys["stranger"]).status_code == 404
     verified = client.post(f"{url}/verify", headers=keys["owner"])
-    assert verified.status_code == 200 and verified.json()["matches"], verified.text
+    assert verified.status_code == 200, verified.text
+    assert verified.json()["matches"], verified.text
 
     # A horizon budget a cent below the optimum rejects, naming the period.
     cent_below = Decimal(totals["objective_usd"]) - Decimal("0.01")

@@ -64,6 +64,7 @@ def collect() -> dict[str, dict[str, Any]]:
     from service.api.schemas.estimate import ESTIMATE_EXAMPLE
     from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
     from service.api.schemas.policies import POLICY_EXAMPLE
+    from service.api.schemas.portfolios import PORTFOLIO_EXAMPLE
     from service.api.schemas.quotes import BUDGET_PLAN_EXAMPLE, QUOTE_EXAMPLE
     from service.api.schemas.serving import SERVING_EXAMPLE, SERVING_PLAN_EXAMPLE
     from service.api.schemas.whatifs import WHAT_IF_EXAMPLE
@@ -173,6 +174,10 @@ def collect() -> dict[str, dict[str, Any]]:
         call("requote_quote", "POST", f"/v1/quotes/{quote_id}/requote",
              headers={"Idempotency-Key": uuid.uuid4().hex})
         call("plan_budget", "POST", "/v1/budget-plans", json=BUDGET_PLAN_EXAMPLE)
+        portfolio = call("create_portfolio", "POST", "/v1/portfolios",
+                         headers={"Idempotency-Key": uuid.uuid4().hex}, json=PORTFOLIO_EXAMPLE)
+        call("get_portfolio", "GET", f"/v1/portfolios/{portfolio['id']}")
+        call("verify_portfolio", "POST", f"/v1/portfolios/{portfolio['id']}/verify")
     dispose(app)
     return found
 

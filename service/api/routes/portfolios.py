@@ -17,7 +17,12 @@ from service.api.portfolios import plan_body, resolve, solve_request
 from service.api.problems import SEARCH_UNAVAILABLE, problem_responses
 from service.api.quoting import ESTIMATOR_VERSION
 from service.api.routes.quotes import _policy, _version_in_body
-from service.api.schemas.portfolios import PortfolioOut, PortfolioRequest, PortfolioVerifyOut
+from service.api.schemas.portfolios import (
+    PORTFOLIO_EXAMPLE,
+    PortfolioOut,
+    PortfolioRequest,
+    PortfolioVerifyOut,
+)
 from service.api.schemas.prices import as_utc
 from service.api.work import ClientGoneDep, request_budget
 from service.catalog import quotes as store
@@ -28,16 +33,6 @@ from service.core.policy import Policy
 router = APIRouter(tags=["portfolios"])
 
 PORTFOLIO_ID_PATTERN = r"^pf_[0-9a-f]{32}$"
-
-PORTFOLIO_EXAMPLE: dict[str, Any] = {
-    "name": "FY27 pretraining",
-    "horizon": {"start": "2027-01", "months": 6},
-    "jobs": [{"id": "pretrain", "workload": {"gpu_hours": {
-        "accelerator": "h100-sxm5-80gb", "gpu_hours": 400000, "num_gpus": 256}},
-        "earliest_start": "2027-01", "deadline": "2027-04", "must_run": True}],
-    "budget": {"amount": "5000000.00", "currency": "USD", "per": "horizon"},
-}
-
 
 class PortfolioNotFoundError(NotFoundError):
     def __init__(self, portfolio_id: str) -> None:

@@ -6,12 +6,17 @@ import re
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, Field, StringConstraints, model_validator
+from typing_extensions import TypeAliasType
 
 from service.api.schemas.common import RequestModel
 from service.api.schemas.quotes import MoneyIn, PolicyField, ServingWorkload, Slug, WorkloadIn
 
 Month = Annotated[str, StringConstraints(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]
-PortfolioTerm = Literal["on_demand", "spot", "reserved_1y", "reserved_3y", "capacity_block"]
+PortfolioTerm = TypeAliasType("PortfolioTerm", Literal[
+    "on_demand", "spot", "reserved_1y", "reserved_3y", "capacity_block"])
+BudgetPer = TypeAliasType("BudgetPer", Literal["month", "quarter", "year", "horizon"])
+PortfolioAccounting = TypeAliasType("PortfolioAccounting", Literal["commitment", "amortised"])
+OnLimit = TypeAliasType("OnLimit", Literal["refuse", "best"])
 PORTFOLIO_TERMS: tuple[str, ...] = ("on_demand", "spot", "reserved_1y", "reserved_3y",
                                     "capacity_block")
 Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
@@ -30,6 +35,16 @@ def month_index(month: str) -> int:
 
 def month_label(index: int) -> str:
     return f"{index // 12:04d}-{index % 12 + 1:02d}"
+
+
+PORTFOLIO_EXAMPLE: dict[str, Any] = {
+    "name": "FY27 pretraining",
+    "horizon": {"start": "2027-01", "months": 6},
+    "jobs": [{"id": "pretrain", "workload": {"gpu_hours": {
+        "accelerator": "h100-sxm5-80gb", "gpu_hours": 400000, "num_gpus": 256}},
+        "earliest_start": "2027-01", "deadline": "2027-04", "must_run": True}],
+    "budget": {"amount": "5000000.00", "currency": "USD", "per": "horizon"},
+}
 
 
 class HorizonIn(RequestModel):
@@ -63,8 +78,8 @@ class FleetWorkloadIn(RequestModel):
     serving: ServingWorkload
 
 
-class BudgetIn(MoneyIn):
-    per: Literal["month", "quarter", "year", "horizon"] = Field(
+class PortfolioBudgetIn(MoneyIn):
+    per: BudgetPer = Field(
         default="horizon", description="The period the amount limits.")
 
 
@@ -73,19 +88,22 @@ class PortfolioRequest(RequestModel):
     horizon: HorizonIn
     jobs: list[PortfolioJobIn] = Field(default_factory=list, max_length=MAX_JOBS)
     fleets: list[FleetIn] = Field(default_factory=list, max_length=MAX_FLEETS)
-    budget: BudgetIn | None = None
+    budget: PortfolioBudgetIn | None = None
     policy: PolicyField = None
     providers: list[Slug] = Field(default_factory=list, max_length=32)
     regions: list[Slug] = Field(default_factory=list, max_length=64)
-    terms: list[str] = Field(default_factory=lambda: list(PORTFOLIO_TERMS), min_length=1,
-                             max_length=5, description="Terms the plan may buy.")
-    accounting: Literal["commitment", "amortised"] = "commitment"
+    terms: list[PortfolioTerm] = Field(
+        default_factory=lambda: list(PORTFOLIO_TERMS), min_length=1, max_length=5,
+        description="Terms the plan may buy.")
+    accounting: PortfolioAccounting = Field(
+        default="commitment", description="commitment: minimise everything signed for; "
+                                          "amortised: the in-horizon monthly shares.")
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$")
     max_offers: int = Field(strict=True, default=400, ge=1, le=2000,
                             description="Most candidate offers the programme may consider.")
     time_limit_s: float = Field(strict=True, default=10.0, gt=0, le=30,
                                 description="The solver's time budget, seconds.")
-    on_limit: Literal["refuse", "best"] = Field(
+    on_limit: OnLimit = Field(
         default="refuse", description="Past the time budget: 503 search-deadline with nothing "
                                       "stored, or the best plan found with its gap.")
 
@@ -105,10 +123,8 @@ class PortfolioRequest(RequestModel):
                 raise ValueError(f"fleets.{index}.monthly_requests_per_s has "
                                  f"{len(fleet.monthly_requests_per_s)} months, the horizon "
                                  f"{self.horizon.months}")
-        for term in self.terms:
-            if term not in PORTFOLIO_TERMS:
-                raise ValueError(f"terms: unknown term {term!r} (one of "
-                                 f"{', '.join(PORTFOLIO_TERMS)})")
+        if len(set(self.terms)) != len(self.terms):
+            raise ValueError("terms lists a term twice")
         ids = [j.id for j in self.jobs] + [f.id for f in self.fleets]
         if len(set(ids)) != len(ids):
             raise ValueError("jobs and fleets need distinct ids")

@@ -101,7 +101,7 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
     start = month_index(body.horizon.start)
     months = body.horizon.months
     labels = tuple(month_label(start + m) for m in range(months))
-    terms = set(body.terms)
+    terms: set[str] = set(body.terms)
     pools = _Pools()
     jobs: list[pf.Job] = []
     seen = 0

@@ -17,7 +17,7 @@ PortfolioTerm = TypeAliasType("PortfolioTerm", Literal[
 BudgetPer = TypeAliasType("BudgetPer", Literal["month", "quarter", "year", "horizon"])
 PortfolioAccounting = TypeAliasType("PortfolioAccounting", Literal["commitment", "amortised"])
 OnLimit = TypeAliasType("OnLimit", Literal["refuse", "best"])
-PORTFOLIO_TERMS: tuple[str, ...] = ("on_demand", "spot", "reserved_1y", "reserved_3y",
+PORTFOLIO_TERMS: tuple[PortfolioTerm, ...] = ("on_demand", "spot", "reserved_1y", "reserved_3y",
                                     "capacity_block")
 Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 

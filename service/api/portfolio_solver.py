@@ -49,12 +49,22 @@ class Solution:
     num_rows: int
     num_integer: int
     message: str
+    options_dropped: int = 0
+    source: str = "highs"
+    """Where the plan came from: HiGHS's incumbent, or ``baseline:<name>`` when a baseline
+    that is a point of the programme beat the incumbent of a solve stopped by a limit."""
+
+
+POLISH_SHARE = 0.6
+"""Of a solve's time, the share the whole programme gets; the rest goes to the polish: a
+solve stopped by its limit fixes each job's placement in the best plan found and solves the
+rest (commitments, fleets, on-demand) again, a much smaller programme (fix-and-optimise)."""
 
 
 def solve(problem: pf.Problem, *, time_limit_s: float = 10.0, node_limit: int | None = None,
-          mip_rel_gap: float = DEFAULT_MIP_REL_GAP) -> Solution:
-    form = pf.formulate(problem)
+          mip_rel_gap: float = DEFAULT_MIP_REL_GAP, polish: bool = True) -> Solution:
     started = time.perf_counter()
+    form = pf.formulate(problem)
     n = form.num_columns
     if n == 0:
         decisions = pf.Decisions(commitments={}, placements={}, fleet_instances={})
@@ -67,7 +77,10 @@ def solve(problem: pf.Problem, *, time_limit_s: float = 10.0, node_limit: int | 
     if form.num_rows:
         a = coo_matrix((form.vals, (form.rows, form.cols)), shape=(form.num_rows, n)).tocsr()
         constraints.append(LinearConstraint(a, form.row_lower, form.row_upper))
-    options: dict[str, object] = {"time_limit": float(time_limit_s), "presolve": True,
+    left_s = max(0.1, time_limit_s - (time.perf_counter() - started))
+    if polish:
+        left_s *= POLISH_SHARE
+    options: dict[str, object] = {"time_limit": left_s, "presolve": True,
                                   "mip_rel_gap": float(mip_rel_gap), "disp": False}
     if node_limit is not None:
         options["node_limit"] = int(node_limit)
@@ -79,7 +92,47 @@ def solve(problem: pf.Problem, *, time_limit_s: float = 10.0, node_limit: int | 
     nodes = getattr(result, "mip_node_count", None)
     common = {"solve_s": elapsed, "num_columns": n, "num_rows": form.num_rows,
               "num_integer": int(np.sum(form.integrality)), "nodes": nodes,
+              "options_dropped": form.options_dropped,
               "message": str(result.message)}
+    dual_f = None if dual is None or not np.isfinite(dual) else float(dual)
+    if result.status != 0 and result.status != 2:
+        # Stopped by a limit: a baseline that is a point of the programme and beats HiGHS's
+        # incumbent (or stands in for none) is the best plan found (what a warm start
+        # would give); the dual bound still bounds it.
+        found = None if x is None else pf.decode(problem, form, x)
+        better = _best_point(problem, found)
+        if polish:
+            left = time_limit_s - (time.perf_counter() - started)
+            tries = [(_split(problem, left / 2, mip_rel_gap), "split")]
+            if better is not None:
+                left = time_limit_s - (time.perf_counter() - started)
+                tries.append((_polish(problem, better[0], left, mip_rel_gap),
+                              better[1] + "+polish"))
+            for polished, name in tries:
+                if polished is None:
+                    continue
+                priced_p = pf.price_decisions(problem, polished)
+                if not _is_point(problem, polished, priced_p):
+                    continue
+                weighted = _weighted(problem, polished, priced_p)
+                old = (None if better is None else
+                       _weighted(problem, better[0], pf.price_decisions(problem, better[0])))
+                if old is None or weighted < old - OPTIMAL_WITHIN_USD:
+                    better = (polished, name)
+        if better is not None:
+            decisions, source = better
+            common["solve_s"] = time.perf_counter() - started
+            priced = pf.price_decisions(problem, decisions)
+            weighted = _weighted(problem, decisions, priced)
+            gap = None if dual_f is None else max(0.0, weighted - dual_f)
+            cost = float(priced.objective_usd)
+            status = "node_limit" if "node" in str(result.message).lower() else "time_limit"
+            return Solution(status=status, decisions=decisions, priced=priced,
+                            optimal=gap is not None and gap <= OPTIMAL_WITHIN_USD,
+                            objective_usd=cost,
+                            dual_bound_usd=None if gap is None else cost - gap,
+                            gap_usd=gap, gap_fraction=None if gap is None else gap / max(
+                                cost, 1e-9), source=source, **common)  # type: ignore[arg-type]
     if x is None:
         status = "infeasible" if result.status == 2 else "no_solution"
         return Solution(status=status, decisions=None, priced=None, optimal=False,
@@ -99,6 +152,124 @@ def solve(problem: pf.Problem, *, time_limit_s: float = 10.0, node_limit: int | 
                     objective_usd=cost, dual_bound_usd=None if gap is None else cost - gap,
                     gap_usd=gap, gap_fraction=None if gap is None else gap / max(cost, 1e-9),
                     **common)  # type: ignore[arg-type]
+
+
+def _split(problem: pf.Problem, time_limit_s: float, mip_rel_gap: float,
+           ) -> pf.Decisions | None:
+    """A plan in two smaller programmes (each fast where the whole is not: the spot limits'
+    knapsacks and the commitments' coverage together make the relaxation weak): first
+    without commitments, which places the jobs on spot within the spot limits; then with
+    those spot placements fixed and every other job off spot, with the commitments."""
+    if time_limit_s < 0.4:
+        return None
+    started = time.perf_counter()
+    first = solve(replace(problem, only_terms=frozenset()), time_limit_s=time_limit_s / 2,
+                  mip_rel_gap=mip_rel_gap, polish=False)
+    if first.decisions is None:
+        return None
+    jobs = []
+    index: dict[int, list[int]] = {}
+    for j, job in enumerate(problem.jobs):
+        placed = first.decisions.placements.get(j)
+        if placed is not None and job.options[placed[0]].spot:
+            option = job.options[placed[0]]
+            index[j] = [placed[0]]
+            jobs.append(replace(job, options=(option,), earliest_month=placed[1],
+                                deadline_month=placed[1] + option.months() - 1,
+                                must_run=True))
+            continue
+        keep = [i for i, o in enumerate(job.options) if not o.spot]
+        index[j] = keep
+        jobs.append(replace(job, options=tuple(job.options[i] for i in keep)))
+    left = time_limit_s - (time.perf_counter() - started)
+    second = solve(replace(problem, jobs=tuple(jobs)), time_limit_s=max(0.1, left),
+                   mip_rel_gap=mip_rel_gap, polish=False)
+    if second.decisions is None:
+        return None
+    return pf.Decisions(
+        commitments=second.decisions.commitments,
+        placements={j: (index[j][i], start)
+                    for j, (i, start) in second.decisions.placements.items()},
+        fleet_instances=second.decisions.fleet_instances)
+
+
+def _polish(problem: pf.Problem, decisions: pf.Decisions, time_limit_s: float,
+            mip_rel_gap: float) -> pf.Decisions | None:
+    """``decisions``' job placements fixed, everything else solved again (None when no time
+    is left or the smaller programme finds nothing)."""
+    if time_limit_s < 0.2:
+        return None
+    jobs = []
+    index: dict[int, int] = {}
+    for j, job in enumerate(problem.jobs):
+        placed = decisions.placements.get(j)
+        if placed is None:
+            jobs.append(replace(job, options=(), must_run=False))
+            continue
+        option = job.options[placed[0]]
+        index[j] = placed[0]
+        jobs.append(replace(job, options=(option,), earliest_month=placed[1],
+                            deadline_month=placed[1] + option.months() - 1, must_run=True))
+    fixed = replace(problem, jobs=tuple(jobs))
+    got = solve(fixed, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, polish=False)
+    if got.decisions is None:
+        return None
+    return pf.Decisions(
+        commitments=got.decisions.commitments,
+        placements={j: (index[j], start) for j, (_, start) in got.decisions.placements.items()},
+        fleet_instances=got.decisions.fleet_instances)
+
+
+def _weighted(problem: pf.Problem, decisions: pf.Decisions, priced: pf.Priced) -> float:
+    """The programme's objective of ``decisions``: the cost less each optional job's reward."""
+    reward = sum(pf.optional_weight(problem, problem.jobs[j]) for j in decisions.placements
+                 if not problem.jobs[j].must_run)
+    return float(priced.objective_usd) - reward
+
+
+def _is_point(problem: pf.Problem, decisions: pf.Decisions, priced: pf.Priced) -> bool:
+    """Whether ``decisions`` satisfy the programme: every must-run job placed, every limit
+    and every budget period held (in Decimal)."""
+    if any(job.must_run and j not in decisions.placements
+           for j, job in enumerate(problem.jobs)):
+        return False
+    return priced.within_limits and not pf.budget_breaches(problem, priced)
+
+
+def _best_point(problem: pf.Problem, found: pf.Decisions | None,
+                ) -> tuple[pf.Decisions, str] | None:
+    """The better of HiGHS's incumbent and the baselines that are points of the programme,
+    by the programme's own objective (None when neither is one)."""
+    best: tuple[float, pf.Decisions, str] | None = None
+    if found is not None:
+        priced = pf.price_decisions(problem, found)
+        best = (_weighted(problem, found, priced), found, "highs")
+    runs = [set(range(len(problem.jobs)))]
+    if found is not None:
+        runs.append(set(found.placements))
+    for run in runs:
+        for name, decided in _baseline_decisions(problem, run):
+            priced = pf.price_decisions(problem, decided)
+            if not _is_point(problem, decided, priced):
+                continue
+            weighted = _weighted(problem, decided, priced)
+            if best is None or weighted < best[0] - OPTIMAL_WITHIN_USD:
+                best = (weighted, decided, f"baseline:{name}")
+    return None if best is None else (best[1], best[2])
+
+
+def _baseline_decisions(problem: pf.Problem, run: set[int],
+                        ) -> list[tuple[str, pf.Decisions]]:
+    out: list[tuple[str, pf.Decisions]] = []
+    for name, decided in (("all_on_demand", on_demand_baseline(problem, run)),
+                          ("spot_where_allowed", spot_baseline(problem, run))):
+        if decided is not None:
+            out.append((name, decided))
+    for term in sorted({problem.offers[i].term for i in pf.committed_offers(problem)}):
+        decided = term_baseline(problem, term, run)
+        if decided is not None:
+            out.append((f"cheapest_single_term:{term}", decided))
+    return out
 
 
 # --- baselines -----------------------------------------------------------------------------
@@ -208,16 +379,29 @@ def term_baseline(problem: pf.Problem, term: str, run: set[int]) -> pf.Decisions
 
 
 def spot_baseline(problem: pf.Problem, run: set[int]) -> pf.Decisions | None:
-    """Every job on its cheapest spot option where it has one, else on-demand; every fleet on
-    its cheapest spot option, else on-demand."""
+    """Every job on its cheapest spot option where it has one and the zone's spot capacity
+    limit (``Limits.max_spot_gpus_per_zone``) still holds, else on-demand; every fleet on its
+    cheapest spot option where its instances fit the limit in every month, else on-demand.
+    Jobs are taken in order (a greedy fill of the limit, not an optimisation)."""
     base = on_demand_baseline(problem, run)
     if base is None:
         return None
+    cap = problem.limits.max_spot_gpus_per_zone
+    used: dict[tuple[int, int], float] = {}
+
+    def fits(pool: int, gpus_by_month: dict[int, float]) -> bool:
+        return cap is None or all(used.get((pool, m), 0.0) + g <= cap
+                                  for m, g in gpus_by_month.items())
+
+    def take(pool: int, gpus_by_month: dict[int, float]) -> None:
+        for m, g in gpus_by_month.items():
+            used[(pool, m)] = used.get((pool, m), 0.0) + g
+
     placements = dict(base.placements)
     any_spot = False
     for j in sorted(run):
         job = problem.jobs[j]
-        best: tuple[Decimal, int, int] | None = None
+        ranked: list[tuple[Decimal, int, int]] = []
         for i, option in enumerate(job.options):
             if not option.spot or option.spot_offer is None:
                 continue
@@ -225,27 +409,35 @@ def spot_baseline(problem: pf.Problem, run: set[int]) -> pf.Decisions | None:
             if not starts:
                 continue
             rate = problem.offers[option.spot_offer].rate_usd_per_instance_hour
-            cost = rate * option.instances * option.billed_hours
-            if best is None or cost < best[0]:
-                best = (cost, i, starts[0])
-        if best is not None:
-            placements[j] = (best[1], best[2])
-            any_spot = True
+            ranked.append((rate * option.instances * option.billed_hours, i, starts[0]))
+        for _cost, i, start in sorted(ranked):
+            option = job.options[i]
+            gpus = option.instances * problem.pools[option.pool].gpus_per_instance
+            wanted = {start + k: gpus for k in range(option.months())}
+            if fits(option.pool, wanted):
+                take(option.pool, wanted)
+                placements[j] = (i, start)
+                any_spot = True
+                break
     fleets = dict(base.fleet_instances)
     for f, fleet in enumerate(problem.fleets):
-        choice: tuple[Decimal, int] | None = None
+        choices: list[tuple[Decimal, int]] = []
         for i, held in enumerate(fleet.options):
             if held.spot and held.spot_offer is not None:
                 rate = problem.offers[held.spot_offer].rate_usd_per_instance_hour
-                per = rate / Decimal(repr(held.replicas_per_instance))
-                if choice is None or per < choice[0]:
-                    choice = (per, i)
-        if choice is not None:
-            any_spot = True
-            fleets = {k: v for k, v in fleets.items() if k[0] != f}
-            per_instance = fleet.options[choice[1]].replicas_per_instance
-            fleets.update({(f, choice[1], m): _instances(r, per_instance)
-                           for m, r in enumerate(fleet.replicas_per_month) if r > 0})
+                choices.append((rate / Decimal(repr(held.replicas_per_instance)), i))
+        for _per, i in sorted(choices):
+            held = fleet.options[i]
+            counts = {m: _instances(r, held.replicas_per_instance)
+                      for m, r in enumerate(fleet.replicas_per_month) if r > 0}
+            gpi = problem.pools[held.pool].gpus_per_instance
+            wanted = {m: n * gpi for m, n in counts.items()}
+            if fits(held.pool, wanted):
+                take(held.pool, wanted)
+                any_spot = True
+                fleets = {k: v for k, v in fleets.items() if k[0] != f}
+                fleets.update({(f, i, m): n for m, n in counts.items()})
+                break
     if not any_spot:
         return None
     return pf.Decisions(commitments={}, placements=placements, fleet_instances=fleets)

@@ -158,6 +158,8 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
             max_spot_gpus_per_zone=(SPOT_CAPACITY_UNVERIFIED_GPUS
                                     if policy.forbid_unverified_spot_capacity else None)),
         budget=_budget(body, labels), accounting=pf.Accounting(body.accounting))
+    if body.pools_per_job is not None:
+        problem = pf.restrict(problem, body.pools_per_job)
     return Resolved(problem=problem, labels=labels, num_lines=seen)
 
 
@@ -348,12 +350,7 @@ def plan_body(body: PortfolioRequest, resolved: Resolved, solution: Solution,
     periods = []
     if problem.budget is not None:
         amount = problem.budget.amount_usd
-        for period in problem.budget.periods:
-            series = (priced.effective_usd if problem.accounting is pf.Accounting.AMORTISED
-                      else priced.billed_usd)
-            spent = sum((series[m] for m in period.months), Decimal(0))
-            if period.includes_beyond:
-                spent += priced.billed_beyond_usd
+        for period, spent in pf.budget_spent(problem, priced):
             ok = spent <= amount
             periods.append({"period": period.label, "spent_usd": _usd(spent),
                             "budget_usd": _usd(amount), "within": ok})
@@ -391,4 +388,5 @@ def _solver(solution: Solution) -> dict[str, Any]:
             "gap_fraction": (None if solution.gap_fraction is None
                              else round(solution.gap_fraction, 9)),
             "nodes": solution.nodes, "columns": solution.num_columns,
-            "rows": solution.num_rows, "integer_columns": solution.num_integer}
+            "rows": solution.num_rows, "integer_columns": solution.num_integer,
+            "options_dropped": solution.options_dropped, "source": solution.source}

@@ -27,7 +27,7 @@ every figure a plan reports is priced again from the decoded integers in ``Decim
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
 from enum import StrEnum
 from types import MappingProxyType
@@ -184,6 +184,8 @@ class Problem:
     accounting: Accounting = Accounting.COMMITMENT
     only_terms: frozenset[str] | None = None
     """Restrict the commitments to these terms (a baseline's restriction); None: all."""
+    options_dropped: int = 0
+    """Candidate options ``restrict`` left out."""
 
     def __post_init__(self) -> None:
         if self.months < 1:
@@ -405,6 +407,31 @@ def price_decisions(problem: Problem, decisions: Decisions) -> Priced:
                   within_limits=not breaches, limit_breaches=tuple(breaches))
 
 
+def budget_spent(problem: Problem, priced: Priced) -> list[tuple[BudgetPeriod, Decimal]]:
+    """What each budget period spends of ``priced``: billed cash in its months (under
+    amortised accounting the effective cost), plus what is committed beyond the horizon for
+    the whole-horizon period under commitment accounting."""
+    if problem.budget is None:
+        return []
+    series = (priced.effective_usd if problem.accounting is Accounting.AMORTISED
+              else priced.billed_usd)
+    out = []
+    for period in problem.budget.periods:
+        spent = sum((series[m] for m in period.months), Decimal(0))
+        if period.includes_beyond:
+            spent += priced.billed_beyond_usd
+        out.append((period, spent))
+    return out
+
+
+def budget_breaches(problem: Problem, priced: Priced) -> list[str]:
+    """The labels of the budget periods ``priced`` spends more than the budget in."""
+    if problem.budget is None:
+        return []
+    amount = problem.budget.amount_usd
+    return [p.label for p, spent in budget_spent(problem, priced) if spent > amount]
+
+
 def _limit_breaches(problem: Problem, committed: Mapping[tuple[int, int], int],
                     on_demand: Mapping[tuple[int, int], Decimal],
                     spot_gpus: Mapping[tuple[int, int], float],
@@ -463,9 +490,9 @@ class Formulation:
     upper: NDArray[np.float64]
     integrality: NDArray[np.int64]
     optional_weight_usd: float
-    """The objective's reward per optional job run: larger than any job's cost, so the
-    programme runs every optional job it can within the budget and limits, then minimises
-    cost (a lexicographic objective as one weighted sum)."""
+    """The largest reward of an optional job run (``optional_weight``)."""
+    options_dropped: int = 0
+    """Candidate options left out by ``restrict`` (``Problem.options_dropped``)."""
     row_names: tuple[str, ...]
 
     @property
@@ -519,6 +546,161 @@ def job_starts(problem: Problem, job: Job, option: JobOption) -> range:
     return range(max(0, job.earliest_month), last + 1)
 
 
+def optional_weight(problem: Problem, job: Job) -> float:
+    """The objective's reward for running optional ``job``: 1 + twice its dearest option's
+    cost at the dearest rate of the option's pool, more than running it can add to any plan
+    (it can always run on its own capacity at that rate), so the programme runs every
+    optional job it can within the budget and limits and then minimises cost. Where the
+    budget cannot hold them all, it keeps the most optional work, weighted by cost."""
+    worst = 0.0
+    for option in job.options:
+        rate = max((float(o.rate_usd_per_instance_hour) for o in problem.offers
+                    if o.pool == option.pool), default=0.0)
+        worst = max(worst, rate * option.instances * float(option.billed_hours))
+    return 1.0 + 2.0 * worst
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kept:
+    jobs: tuple[tuple[tuple[int, tuple[int, ...]], ...], ...]
+    """Per job, (option index, start months) the programme keeps."""
+    fleets: tuple[tuple[int, ...], ...]
+    """Per fleet, the option indices kept."""
+
+
+def reduced_options(problem: Problem) -> Kept:
+    """The placements the programme needs, with the ones that cannot be in any optimum left
+    out (exact reductions, each under the condition it names):
+
+    - a spot option of more GPUs than the zone's spot limit never fits: dropped;
+    - a *flexible* base option, on a pool with no committed offer whose on-demand limit no
+      plan can reach (every job's and fleet's largest need on it together fit), costs its
+      instance-hours at the on-demand rate whatever the month and whatever else runs: with
+      no budget finer than the horizon, one start (the earliest) stands for all, and only
+      the job's cheapest flexible option is kept (the others cost more, and touch nothing
+      else); the same for a fleet's flexible options, by cost per replica;
+    - spot options without a spot limit and a budget finer than the horizon: the cheapest
+      one, at its earliest start."""
+    coarse = problem.budget is None or all(
+        set(p.months) == set(range(problem.months)) for p in problem.budget.periods)
+    committed = {problem.offers[o].pool for o in committed_offers(problem)}
+    od = on_demand_offers(problem)
+    lim = problem.limits
+    need: dict[int, float] = {}
+    for job in problem.jobs:
+        per_pool: dict[int, int] = {}
+        for option in job.options:
+            if not option.spot:
+                per_pool[option.pool] = max(per_pool.get(option.pool, 0), option.instances)
+        for pool, n in per_pool.items():
+            need[pool] = need.get(pool, 0.0) + n
+    for fleet in problem.fleets:
+        peak = max(fleet.replicas_per_month, default=0)
+        for held in fleet.options:
+            if not held.spot and held.replicas_per_instance > 0:
+                need[held.pool] = need.get(held.pool, 0.0) + float(
+                    np.ceil(peak / held.replicas_per_instance))
+
+    def flexible(pool: int) -> bool:
+        if pool in committed or pool not in od:
+            return False
+        cap = lim.max_on_demand_gpus_per_region
+        return cap is None or need.get(pool, 0.0) * problem.pools[pool].gpus_per_instance <= cap
+
+    jobs: list[tuple[tuple[int, tuple[int, ...]], ...]] = []
+    for job in problem.jobs:
+        kept: list[tuple[int, tuple[int, ...]]] = []
+        best_flex: tuple[float, int, tuple[int, ...]] | None = None
+        best_spot: tuple[float, int, tuple[int, ...]] | None = None
+        for i, option in enumerate(job.options):
+            starts = tuple(job_starts(problem, job, option))
+            if not starts:
+                continue
+            gpus = option.instances * problem.pools[option.pool].gpus_per_instance
+            if option.spot:
+                if lim.max_spot_gpus_per_zone is not None and gpus > lim.max_spot_gpus_per_zone:
+                    continue
+                if coarse and lim.max_spot_gpus_per_zone is None:
+                    assert option.spot_offer is not None  # noqa: S101 - spot options carry one
+                    cost = _rate(problem, option.spot_offer) * option.instances * float(
+                        option.billed_hours)
+                    if best_spot is None or cost < best_spot[0]:
+                        best_spot = (cost, i, starts[:1])
+                    continue
+            elif coarse and flexible(option.pool):
+                cost = _rate(problem, od[option.pool]) * option.instances * float(
+                    option.billed_hours)
+                if best_flex is None or cost < best_flex[0]:
+                    best_flex = (cost, i, starts[:1])
+                continue
+            kept.append((i, starts))
+        for best in (best_flex, best_spot):
+            if best is not None:
+                kept.append((best[1], best[2]))
+        jobs.append(tuple(sorted(kept)))
+    fleets: list[tuple[int, ...]] = []
+    for fleet in problem.fleets:
+        keep: list[int] = []
+        flex: tuple[float, int] | None = None
+        for i, held in enumerate(fleet.options):
+            if not held.spot and coarse and flexible(held.pool) and held.replicas_per_instance:
+                per = _rate(problem, od[held.pool]) / held.replicas_per_instance
+                if flex is None or per < flex[0]:
+                    flex = (per, i)
+                continue
+            keep.append(i)
+        if flex is not None:
+            keep.append(flex[1])
+        fleets.append(tuple(sorted(keep)))
+    return Kept(jobs=tuple(jobs), fleets=tuple(fleets))
+
+
+def restrict(problem: Problem, pools_per_job: int) -> Problem:
+    """``problem`` with each job's and fleet's candidate options cut to its
+    ``pools_per_job`` cheapest per mode (base, spot), ranked by the lowest cost any term of
+    the pool could give it (spot options beyond the zone's spot limit, which never fit, are
+    not ranked). A restriction, not an exact reduction: a plan's ``optimal`` is then proven
+    over the kept candidates, and its baselines are drawn from them too
+    (``options_dropped`` counts the rest)."""
+    cheapest: dict[int, float] = {}
+    for o in problem.offers:
+        if o.term != "spot":
+            rate = float(o.rate_usd_per_instance_hour)
+            cheapest[o.pool] = min(cheapest.get(o.pool, rate), rate)
+    cap = problem.limits.max_spot_gpus_per_zone
+    dropped = 0
+
+    def top(costs: list[tuple[float, int]]) -> list[int]:
+        nonlocal dropped
+        order = sorted(costs)
+        dropped += max(0, len(order) - pools_per_job)
+        return [i for _, i in order[:pools_per_job]]
+
+    jobs = []
+    for job in problem.jobs:
+        base = [(cheapest.get(o.pool, np.inf) * o.instances * float(o.billed_hours), i)
+                for i, o in enumerate(job.options) if not o.spot]
+        spot = [(_rate(problem, o.spot_offer) * o.instances * float(o.billed_hours), i)
+                for i, o in enumerate(job.options) if o.spot and o.spot_offer is not None
+                and (cap is None
+                     or o.instances * problem.pools[o.pool].gpus_per_instance <= cap)]
+        dropped += sum(1 for o in job.options if o.spot) - len(spot)
+        keep = sorted(top(base) + top(spot))
+        jobs.append(replace(job, options=tuple(job.options[i] for i in keep)))
+    fleets = []
+    for fleet in problem.fleets:
+        base = [(cheapest.get(h.pool, np.inf) / h.replicas_per_instance, i)
+                for i, h in enumerate(fleet.options)
+                if not h.spot and h.replicas_per_instance > 0]
+        spot = [(_rate(problem, h.spot_offer) / h.replicas_per_instance, i)
+                for i, h in enumerate(fleet.options)
+                if h.spot and h.spot_offer is not None and h.replicas_per_instance > 0]
+        keep = sorted(top(base) + top(spot))
+        fleets.append(replace(fleet, options=tuple(fleet.options[i] for i in keep)))
+    return replace(problem, jobs=tuple(jobs), fleets=tuple(fleets),
+                   options_dropped=problem.options_dropped + dropped)
+
+
 def formulate(problem: Problem) -> Formulation:
     """The programme of docs/portfolio.md, built column by column and row by row."""
     b = _Builder()
@@ -534,8 +716,16 @@ def formulate(problem: Problem) -> Formulation:
     reserved_active: dict[tuple[int, int], list[tuple[int, float]]] = {}
     spot_use: dict[tuple[int, int], list[tuple[int, float]]] = {}
 
+    kept = reduced_options(problem)
+    # A commitment on a pool no kept base placement can use only adds cost: left out.
+    used = {problem.jobs[j].options[i].pool for j, options in enumerate(kept.jobs)
+            for i, _ in options if not problem.jobs[j].options[i].spot}
+    used |= {problem.fleets[f].options[i].pool for f, options in enumerate(kept.fleets)
+             for i in options if not problem.fleets[f].options[i].spot}
     for o in committed_offers(problem):
         offer = problem.offers[o]
+        if offer.pool not in used:
+            continue
         length = TERM_MONTHS[offer.term]
         monthly = _rate(problem, o) * hpm
         gpi = problem.pools[offer.pool].gpus_per_instance
@@ -562,26 +752,20 @@ def formulate(problem: Problem) -> Formulation:
                 if offer.term != "capacity_block":
                     reserved_active.setdefault((offer.pool, m), []).append((col, 1.0))
 
-    weight = 1.0
-    for job in problem.jobs:
-        worst = 0.0
-        for option in job.options:
-            rate = max((float(o.rate_usd_per_instance_hour) for o in problem.offers
-                        if o.pool == option.pool), default=0.0)
-            worst = max(worst, rate * option.instances * float(option.billed_hours))
-        weight += 2.0 * worst
+    weights = [optional_weight(problem, job) for job in problem.jobs]
 
     for j, job in enumerate(problem.jobs):
         choice: list[tuple[int, float]] = []
-        for i, option in enumerate(job.options):
+        for i, starts in kept.jobs[j]:
+            option = job.options[i]
             spot_rate = _rate(problem, option.spot_offer) if option.spot_offer is not None else 0.0
             gpus = option.instances * problem.pools[option.pool].gpus_per_instance
-            for start in job_starts(problem, job, option):
+            for start in starts:
                 hours = {start + k: option.instances * float(option.hours_in(k))
                          for k in range(option.months())}
                 cost = spot_rate * sum(hours.values()) if option.spot else 0.0
                 if not job.must_run:
-                    cost -= weight
+                    cost -= weights[j]
                 col = b.column("x", (j, i, start), cost, 0.0, 1.0, True)
                 choice.append((col, 1.0))
                 if option.spot:
@@ -600,7 +784,8 @@ def formulate(problem: Problem) -> Formulation:
         for m in range(months):
             need = fleet.replicas_per_month[m]
             supply: list[tuple[int, float]] = []
-            for i, held in enumerate(fleet.options):
+            for i in kept.fleets[f]:
+                held = fleet.options[i]
                 gpi = problem.pools[held.pool].gpus_per_instance
                 if held.spot:
                     assert held.spot_offer is not None  # noqa: S101 - spot options carry one
@@ -659,7 +844,9 @@ def formulate(problem: Problem) -> Formulation:
         row_lower=np.array(b.row_lower, dtype=np.float64),
         row_upper=np.array(b.row_upper, dtype=np.float64),
         lower=np.array(b.lower, dtype=np.float64), upper=np.array(b.upper, dtype=np.float64),
-        integrality=np.array(b.integral, dtype=np.int64), optional_weight_usd=weight,
+        integrality=np.array(b.integral, dtype=np.int64),
+        optional_weight_usd=max(weights, default=0.0),
+        options_dropped=problem.options_dropped,
         row_names=tuple(b.row_names))
 
 

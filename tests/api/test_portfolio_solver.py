@@ -212,3 +212,31 @@ def test_deadline_before_earliest_start_names_the_field() -> None:
     with pytest.raises(pf.InvalidSpecError) as raised:
         pf.Problem(months=4, pools=(), offers=(), jobs=(late,))
     assert raised.value.field == "jobs.deadline"
+
+
+def test_pools_per_job_restricts_and_counts_what_it_drops() -> None:
+    """Three pools; keeping one per job and mode drops the others and says how many."""
+    base = _problem(3)
+    pools = tuple(pf.Pool(pool_id=f"p{k}", provider="aws", region=f"r{k}", zone=None,
+                          instance_type="i", accelerator="h100", gpus_per_instance=8.0)
+                  for k in range(3))
+    offers = tuple(pf.PoolOffer(offer_id=f"{o.offer_id}{k}", pool=k, term=o.term,
+                                rate_usd_per_instance_hour=o.rate_usd_per_instance_hour
+                                + Decimal(k))
+                   for k in range(3) for o in base.offers)
+    jobs = tuple(pf.Job(job_id=j.job_id, earliest_month=j.earliest_month,
+                        deadline_month=j.deadline_month, must_run=True, options=tuple(
+                            pf.JobOption(pool=k, spot=o.spot, instances=o.instances,
+                                         billed_hours=o.billed_hours,
+                                         spot_offer=3 * k + 2 if o.spot else None)
+                            for k in range(3) for o in j.options)) for j in base.jobs)
+    every = pf.Problem(months=base.months, pools=pools, offers=offers, jobs=jobs)
+    one = pf.restrict(every, 1)
+    assert pf.formulate(every).options_dropped == 0
+    assert pf.formulate(one).options_dropped == 2 * 3 + 2 * 2  # 3 jobs' base, 2 jobs' spot
+    assert all(o.pool == 0 for job in one.jobs for o in job.options)
+    full, kept = solve(every), solve(one)
+    assert full.priced is not None
+    assert kept.priced is not None
+    # pool 0 is the cheapest on every term, so keeping one pool loses nothing here
+    assert kept.priced.objective_usd == full.priced.objective_usd

@@ -101,6 +101,11 @@ class PortfolioRequest(RequestModel):
     catalog_version: str | None = Field(default=None, pattern=r"^cv_\d{6}$")
     max_offers: int = Field(strict=True, default=400, ge=1, le=2000,
                             description="Most candidate offers the programme may consider.")
+    pools_per_job: int | None = Field(
+        strict=True, default=4, ge=1, le=1000,
+        description="Keep each job's and fleet's this many cheapest pools per mode (base, "
+                    "spot) as candidates; null keeps every pool. optimal is proven over the "
+                    "kept candidates (solver.options_dropped counts the rest).")
     time_limit_s: float = Field(strict=True, default=10.0, gt=0, le=30,
                                 description="The solver's time budget, seconds.")
     on_limit: OnLimit = Field(

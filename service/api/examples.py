@@ -178,6 +178,8 @@ def collect() -> dict[str, dict[str, Any]]:
                          headers={"Idempotency-Key": uuid.uuid4().hex}, json=PORTFOLIO_EXAMPLE)
         call("get_portfolio", "GET", f"/v1/portfolios/{portfolio['id']}")
         call("verify_portfolio", "POST", f"/v1/portfolios/{portfolio['id']}/verify")
+        call("what_if_portfolio", "POST", f"/v1/portfolios/{portfolio['id']}/what-if",
+             json={"change": "price", "term": "on_demand", "factor": 0.9})
     dispose(app)
     return found
 

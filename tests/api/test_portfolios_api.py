@@ -67,6 +67,20 @@ def test_a_plan_is_stored_replayed_read_and_verified(
     assert verified.status_code == 200, verified.text
     assert verified.json()["matches"], verified.text
 
+    # What if: the same prices change nothing; spot (what the plan runs on) at half price
+    # costs less.
+    same = client.post(f"{url}/what-if", headers=keys["owner"],
+                       json={"change": "price", "term": "on_demand", "factor": 1.0})
+    assert same.status_code == 200, same.text
+    assert Decimal(same.json()["delta_usd"]) == 0
+    assert same.json()["purchases_added"] == same.json()["purchases_removed"] == []
+    half = client.post(f"{url}/what-if", headers=keys["owner"],
+                       json={"change": "price", "term": "spot", "factor": 0.5}).json()
+    assert Decimal(half["delta_usd"]) < 0
+    assert Decimal(half["changed_total_usd"]) < Decimal(totals["objective_usd"])
+    assert client.post(f"{url}/what-if", headers=keys["stranger"], json={
+        "change": "price", "term": "on_demand", "factor": 0.5}).status_code == 404
+
     # A horizon budget a cent below the optimum rejects, naming the period.
     cent_below = Decimal(totals["objective_usd"]) - Decimal("0.01")
     tight = {**BODY, "jobs": BODY["jobs"][:1], "budget": {

@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import re
 import uuid
+from dataclasses import replace
+from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Request, Response
@@ -22,12 +24,16 @@ from service.api.schemas.portfolios import (
     PortfolioOut,
     PortfolioRequest,
     PortfolioVerifyOut,
+    PortfolioWhatIfIn,
+    PortfolioWhatIfOut,
+    month_index,
 )
 from service.api.schemas.prices import as_utc
 from service.api.work import ClientGoneDep, request_budget
 from service.catalog import quotes as store
 from service.catalog.errors import NotFoundError
 from service.catalog.models import Portfolio
+from service.core.errors import InvalidSpecError
 from service.core.policy import Policy
 
 router = APIRouter(tags=["portfolios"])
@@ -181,3 +187,79 @@ def verify_portfolio(
                               catalog_version=row.catalog_version_id,
                               estimator_version=ESTIMATOR_VERSION,
                               stored_estimator_version=row.estimator_version)
+
+
+def _purchase_counts(purchases: list[dict[str, Any]]) -> dict[tuple[str, ...], int]:
+    counts: dict[tuple[str, ...], int] = {}
+    for p in purchases:
+        key = (p["term"], p["provider"], p["instance_type"], p["region"], p["start"])
+        counts[key] = counts.get(key, 0) + int(p["count"])
+    return counts
+
+
+def _purchase_delta(before: dict[tuple[str, ...], int], after: dict[tuple[str, ...], int],
+                    ) -> list[dict[str, Any]]:
+    names = ("term", "provider", "instance_type", "region", "start")
+    return [{**dict(zip(names, key, strict=True)), "count": after[key] - before.get(key, 0)}
+            for key in sorted(after) if after[key] > before.get(key, 0)]
+
+
+@router.post("/v1/portfolios/{portfolio_id}/what-if", summary="Re-solve a stored portfolio "
+             "with one price or one demand changed", response_model=PortfolioWhatIfOut,
+             responses={**problem_responses(401, 403, 404, 422), **SEARCH_UNAVAILABLE})
+def what_if_portfolio(
+    response: Response, session: SessionDep, reader: ReaderDep, accelerators: AcceleratorsDep,
+    settings: SettingsDep, gone: ClientGoneDep, portfolio_id: PortfolioId,
+    change: Annotated[PortfolioWhatIfIn, Body(openapi_examples={
+        "3-year prices drop 10 %": {"value": {"change": "price", "term": "reserved_3y",
+                                              "factor": 0.9}}})],
+) -> PortfolioWhatIfOut:
+    """The stored request solved again on its catalogue version and policy with one change:
+    the change in total and in purchases against the stored plan. Nothing is stored."""
+    row = _get(session, portfolio_id, reader)
+    stored = json.loads(row.response)
+    request = dict(row.request)
+    if change.change == "demand":
+        fleets = [dict(f) for f in request.get("fleets", [])]
+        ids = [f["id"] for f in fleets]
+        if change.fleet not in ids:
+            raise InvalidSpecError(f"fleet {change.fleet!r} is not a fleet of the portfolio",
+                                   field="fleet")
+        start = month_index(request["horizon"]["start"])
+        assert change.month is not None  # noqa: S101 - the schema requires it
+        m = month_index(change.month) - start
+        if not 0 <= m < request["horizon"]["months"]:
+            raise InvalidSpecError(f"month {change.month} is outside the horizon",
+                                   field="month")
+        fleet = fleets[ids.index(change.fleet)]
+        rates = list(fleet["monthly_requests_per_s"])
+        rates[m] = rates[m] * change.factor
+        fleet["monthly_requests_per_s"] = rates
+        fleets[ids.index(change.fleet)] = fleet
+        request["fleets"] = fleets
+    body = PortfolioRequest.model_validate(request)
+    policy = _policy(session, row.policy_name, None, row.policy_revision)
+    resolved = resolve(body, session, accelerators, row.catalog_version_id, policy,
+                       as_utc(row.created_at), request_budget(settings, gone))
+    if change.change == "price":
+        problem = resolved.problem
+        factor = Decimal(repr(change.factor))
+        offers = tuple(
+            replace(o, rate_usd_per_instance_hour=o.rate_usd_per_instance_hour * factor)
+            if o.term == change.term and (change.provider is None
+                                          or problem.pools[o.pool].provider == change.provider)
+            else o for o in problem.offers)
+        resolved = replace(resolved, problem=replace(problem, offers=offers))
+    solution, free = solve_request(body, resolved)
+    fresh = plan_body(body, resolved, solution, free)
+    base_total = Decimal(stored["totals"].get("objective_usd", "0"))
+    new_total = Decimal(fresh["totals"].get("objective_usd", "0"))
+    before, after = _purchase_counts(stored["purchases"]), _purchase_counts(fresh["purchases"])
+    response.headers.update(NO_STORE)
+    return PortfolioWhatIfOut(
+        change=change.model_dump(mode="json", exclude_none=True),
+        base_total_usd=str(base_total), changed_total_usd=str(new_total),
+        delta_usd=str(new_total - base_total),
+        purchases_added=_purchase_delta(before, after),
+        purchases_removed=_purchase_delta(after, before), solver=fresh["solver"],
+        verdict=fresh["verdict"])

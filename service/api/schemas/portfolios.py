@@ -175,3 +175,42 @@ class PortfolioVerifyOut(BaseModel):
 
 
 FleetIn.model_rebuild()
+
+
+WhatIfChange = TypeAliasType("WhatIfChange", Literal["price", "demand"])
+
+
+class PortfolioWhatIfIn(RequestModel):
+    """One change to a stored portfolio: a term's prices scaled ("if 3-year prices drop
+    10 %": change price, term reserved_3y, factor 0.9), or one fleet's load in one month
+    scaled ("if the fleet's load doubles in month 7": change demand, fleet, month, factor 2)."""
+
+    change: WhatIfChange = Field(examples=["price"])
+    factor: float = Field(strict=True, gt=0, le=100, examples=[0.9],
+                          description="What the price or the load is multiplied by.")
+    term: PortfolioTerm | None = Field(default=None, description="change price: the term.")
+    provider: Slug | None = Field(default=None,
+                                  description="change price: only this provider's offers.")
+    fleet: Ident | None = Field(default=None, description="change demand: the fleet's id.")
+    month: Month | None = Field(default=None, description="change demand: the month.")
+
+    @model_validator(mode="after")
+    def _fields(self) -> Self:
+        if self.change == "price" and self.term is None:
+            raise ValueError("change price needs term")
+        if self.change == "demand" and (self.fleet is None or self.month is None):
+            raise ValueError("change demand needs fleet and month")
+        return self
+
+
+class PortfolioWhatIfOut(BaseModel):
+    change: dict[str, Any]
+    base_total_usd: str
+    changed_total_usd: str
+    delta_usd: str
+    purchases_added: list[dict[str, Any]] = Field(
+        description="Commitments the change buys that the plan does not (count: how many more).")
+    purchases_removed: list[dict[str, Any]] = Field(
+        description="Commitments of the plan the change no longer buys (count: how many fewer).")
+    solver: dict[str, Any]
+    verdict: str

@@ -7,7 +7,8 @@
 - ``listings.py``: ``cq offers|models|accelerators``;
 - ``server.py``: ``cq serve``;
 - ``catalog.py``: ``cq catalog versions|export|import|refresh``;
-- ``calibrate.py``: ``cq calibrate create|get|list``.
+- ``calibrate.py``: ``cq calibrate create|get|list``;
+- ``portfolio.py``: ``cq portfolio create``.
 
 What they share (flags, the request body from flags, output, errors) is ``common.py``.
 """
@@ -23,6 +24,7 @@ from service.cli import (
     estimate,
     listings,
     plan,
+    portfolio,
     quote,
     server,
     serving,
@@ -38,3 +40,4 @@ def register(app: typer.Typer) -> None:
     catalog.register(app)
     quote.register_quotes(app)
     calibrate.register(app)
+    portfolio.register(app)

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -1052,3 +1053,43 @@ def test_rl_without_a_response_length_names_the_field(local: str) -> None:
                 "--prompt-tokens", "256")
     assert result.exit_code != 0
     assert "training.rl.response_tokens" in result.stdout
+
+# --- cq portfolio create (issue 44): YAML in, a Markdown decision memo, the gate -----------
+
+PORTFOLIO_PLAN = {
+    "name": "cli portfolio", "horizon": {"start": "2027-01", "months": 2},
+    "jobs": [{"id": "a", "workload": {"gpu_hours": {"accelerator": "h100-sxm5-80gb",
+                                                    "gpu_hours": 8000, "num_gpus": 8}},
+              "earliest_start": "2027-01", "deadline": "2027-02"}],
+    "providers": ["aws"], "regions": ["us-east-1"],
+}
+
+
+def _portfolio(plan: dict[str, object], tmp_path: Path, *args: str) -> object:
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    return runner.invoke(app, ["portfolio", "create", str(path), "--local", *args],
+                         catch_exceptions=False)
+
+
+def test_portfolio_markdown_memo_and_the_gate(local: str, tmp_path: Path) -> None:
+    memo = _portfolio(PORTFOLIO_PLAN, tmp_path, "--format", "markdown", "--fail-on", "reject")
+    assert memo.exit_code == 0, memo.output  # type: ignore[attr-defined]
+    text = memo.output  # type: ignore[attr-defined]
+    assert "Portfolio cli portfolio: approve" in text
+    assert "| all_on_demand |" in text
+    assert "### Cash per month" in text
+    budget = {"amount": "1.00", "currency": "USD", "per": "month"}
+    broke = _portfolio({**PORTFOLIO_PLAN, "budget": budget}, tmp_path,
+                       "--format", "markdown", "--fail-on", "reject")
+    assert broke.exit_code == 3  # type: ignore[attr-defined]
+    assert "budget_exceeded" in broke.output  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("text", ["- just\n- a list\n", "{unclosed: [\n"])
+def test_a_portfolio_plan_that_is_no_mapping_is_a_usage_error(local: str, tmp_path: Path,
+                                                    text: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    result = runner.invoke(app, ["portfolio", "create", str(path), "--local"])
+    assert result.exit_code == 2

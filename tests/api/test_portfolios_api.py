@@ -67,6 +67,18 @@ def test_a_plan_is_stored_replayed_read_and_verified(
     assert verified.status_code == 200, verified.text
     assert verified.json()["matches"], verified.text
 
+    # The portal page: the charts for the owner, the key form without a key, 404 otherwise.
+    page = client.get(f"/ui/portfolios/{plan['id']}", headers=keys["owner"])
+    assert page.status_code == 200, page.text
+    assert 'id="capacity-chart"' in page.text
+    assert 'id="cash-chart"' in page.text
+    assert plan["months"][0]["billed_cost_usd"] in page.text
+    asked = client.get(f"/ui/portfolios/{plan['id']}")
+    assert asked.status_code == 401
+    assert 'name="api_key"' in asked.text
+    assert client.get(f"/ui/portfolios/{plan['id']}",
+                      headers=keys["stranger"]).status_code == 404
+
     # What if: the same prices change nothing; spot (what the plan runs on) at half price
     # costs less.
     same = client.post(f"{url}/what-if", headers=keys["owner"],

@@ -118,3 +118,36 @@ def test_bad_input_is_422_naming_the_field(client: TestClient,
     response = _post(client, keys["owner"], {**BODY, **change})
     assert response.status_code == 422, response.text
     assert field in response.text
+
+
+FLEET = {"id": "chat", "workload": {"serving": {"estimate": {
+    "model": {"preset": "llama3.1-70b"},
+    "deployment": {"accelerator": "h100-sxm5-80gb", "gpus_per_replica": 4, "tp": 4, "pp": 1,
+                   "weight_precision": "fp8", "kv_cache_precision": "fp8", "engine": "trtllm",
+                   "max_batch": 256},
+    "traffic": {"mode": "online", "prompt_tokens": {"mean": 1024},
+                "output_tokens": {"mean": 256}, "requests_per_s": 10,
+                "slo": {"ttft_p99_s": 2.0, "tpot_p99_s": 0.1}}}, "duration_s": 2629800}},
+    "monthly_requests_per_s": [5.0, 10.0, 20.0]}
+
+
+def test_a_fleet_follows_its_monthly_load_and_a_higher_load_costs_more(
+        client: TestClient, keys: dict[str, dict[str, str]]) -> None:
+    body = {**BODY, "jobs": [], "fleets": [FLEET]}
+    made = _post(client, keys["owner"], body)
+    assert made.status_code == 201, made.text
+    plan = made.json()
+    replicas = plan["fleets"][0]["replicas"]
+    assert replicas == sorted(replicas)
+    assert replicas[0] < replicas[-1]  # the load quadruples over the horizon
+    assert all(month for month in plan["fleets"][0]["months"])  # served every month
+    higher = client.post(f"/v1/portfolios/{plan['id']}/what-if", headers=keys["owner"],
+                          json={"change": "demand", "fleet": "chat", "month": "2027-03",
+                                "factor": 4.0})  # past the 4 replicas of its 2 instances
+    assert higher.status_code == 200, higher.text
+    assert Decimal(higher.json()["delta_usd"]) > 0
+    unknown = client.post(f"/v1/portfolios/{plan['id']}/what-if", headers=keys["owner"],
+                          json={"change": "demand", "fleet": "nope", "month": "2027-03",
+                                "factor": 2.0})
+    assert unknown.status_code == 422
+    assert "fleet" in unknown.text

@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         return got
 
     portfolios.solve = spy  # type: ignore[assignment]
-    app = create_app(Settings(database_url=url, search_workers=0, warm_up=False))
+    # The request's deadline (CQ_SEARCH_DEADLINE_S) covers sizing 55 workloads and the solve.
+    app = create_app(Settings(database_url=url, search_workers=0, warm_up=False,
+                              search_deadline_s=60.0))
     try:
         with TestClient(app) as client:
             made = client.post("/v1/policies", json=POLICY,

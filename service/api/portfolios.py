@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from service.api.deps import AcceleratorCache
 from service.api.portfolio_solver import Solution, baselines, solve
-from service.api.quoting import price, serving_jobs, size_workload
+from service.api.quoting import OfferCache, price, serving_jobs, size_workload
 from service.api.schemas.portfolios import PortfolioRequest, month_index, month_label
 from service.api.schemas.quotes import QuoteRequest, ServingWorkload
 from service.api.work import SearchDeadlineError, WorkBudget
@@ -96,8 +96,11 @@ class Resolved:
 
 
 def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
-            version_id: str, policy: Policy, now: dt.datetime, budget: WorkBudget) -> Resolved:
-    """The request as a ``core.portfolio.Problem``."""
+            version_id: str, policy: Policy, now: dt.datetime, budget: WorkBudget,
+            offer_cache: OfferCache | None = None) -> Resolved:
+    """The request as a ``core.portfolio.Problem``: every job and fleet sized and priced
+    within the request's one work budget (``budget.check`` before each: past its deadline,
+    503 ``search-deadline`` with nothing stored)."""
     start = month_index(body.horizon.start)
     months = body.horizon.months
     labels = tuple(month_label(start + m) for m in range(months))
@@ -106,6 +109,7 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
     jobs: list[pf.Job] = []
     seen = 0
     for index, job_in in enumerate(body.jobs):
+        budget.check(f"jobs.{index}")
         request = _quote_request(body, job_in.workload.model_dump(mode="json",
                                                                   exclude_none=True))
         try:
@@ -113,7 +117,8 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
         except InvalidSpecError as exc:
             raise InvalidSpecError(str(exc), field=f"jobs.{index}.{exc.field}"
                                    if exc.field else f"jobs.{index}") from None
-        computed = price(session, request, sized, version_id, policy, now, gated=True)
+        computed = price(session, request, sized, version_id, policy, now, gated=True,
+                         offer_cache=offer_cache)
         lines = _candidates(computed.result.lines, terms)
         seen += len(lines)
         options: list[pf.JobOption] = []
@@ -143,8 +148,11 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
                 f"job {job_in.id} fits no offer within its window {job_in.earliest_start} to "
                 f"{job_in.deadline} ({len(lines)} candidate offers)", field=f"jobs.{index}")
         jobs.append(job)
-    fleets = [_fleet(body, index, session, cache, version_id, policy, now, pools, terms)
-              for index in range(len(body.fleets))]
+    fleets = []
+    for index in range(len(body.fleets)):
+        budget.check(f"fleets.{index}")
+        fleets.append(_fleet(body, index, session, cache, version_id, policy, now, pools,
+                             terms, offer_cache))
     if len(pools.offers) > body.max_offers:
         raise InvalidSpecError(
             f"{len(pools.offers)} candidate offers, more than max_offers {body.max_offers}: "
@@ -165,7 +173,7 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
 
 def _fleet(body: PortfolioRequest, index: int, session: Session, cache: AcceleratorCache,
            version_id: str, policy: Policy, now: dt.datetime, pools: _Pools,
-           terms: set[str]) -> pf.Fleet:
+           terms: set[str], offer_cache: OfferCache | None) -> pf.Fleet:
     """A fleet: its deployment sized at the peak month by the quote's serving sizing, then
     its replicas each month from the serving estimate at that month's requests per second."""
     fleet_in = body.fleets[index]
@@ -195,7 +203,8 @@ def _fleet(body: PortfolioRequest, index: int, session: Session, cache: Accelera
         replicas.append(by_rate[rate])
     assert request is not None  # noqa: S101 - the peak month is positive
     sized = size_workload(request, cache, WorkBudget(1))
-    computed = price(session, request, sized, version_id, policy, now, gated=True)
+    computed = price(session, request, sized, version_id, policy, now, gated=True,
+                     offer_cache=offer_cache)
     options: list[pf.FleetOption] = []
     for line in _candidates(computed.result.lines, terms):
         assert line.amounts is not None  # noqa: S101
@@ -251,16 +260,24 @@ def _usd(amount: Decimal) -> str:
     return f"{amount.quantize(pf.CENT)}"
 
 
-def solve_request(body: PortfolioRequest, resolved: Resolved) -> tuple[Solution, Solution]:
+def solve_request(body: PortfolioRequest, resolved: Resolved,
+                  seconds_left: float | None = None) -> tuple[Solution, Solution]:
     """(the plan, the plan without the budget): the second names the periods a budget that
-    no plan meets is exceeded in."""
+    no plan meets is exceeded in. The solve's time is the request's ``time_limit_s`` or what
+    is left of the request's deadline (``CQ_SEARCH_DEADLINE_S``), whichever is less."""
     problem = resolved.problem
-    solution = solve(problem, time_limit_s=body.time_limit_s)
+    limit_s = body.time_limit_s if seconds_left is None else max(
+        0.05, min(body.time_limit_s, seconds_left))
+    if seconds_left is not None and seconds_left <= 0:
+        raise SearchDeadlineError(body.time_limit_s, (
+            "the portfolio's jobs and fleets took the request's whole deadline "
+            "(CQ_SEARCH_DEADLINE_S) before the solve; nothing was stored"))
+    solution = solve(problem, time_limit_s=limit_s)
     free = solution
     if problem.budget is not None and solution.decisions is None:
         free = solve(pf.Problem(**{name: getattr(problem, name)
                                    for name in problem.__dataclass_fields__ if name != "budget"}),
-                     time_limit_s=body.time_limit_s)
+                     time_limit_s=limit_s)
     for got in (solution, free):
         if got.status in ("time_limit", "node_limit", "no_solution") and (
                 body.on_limit == "refuse" or got.decisions is None):

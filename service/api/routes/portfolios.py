@@ -17,8 +17,8 @@ from service.api.auth import NO_STORE, Principal, reader_of, require
 from service.api.deps import AcceleratorsDep, SessionDep, SettingsDep, commit_before_answer
 from service.api.portfolios import plan_body, resolve, solve_request
 from service.api.problems import SEARCH_UNAVAILABLE, problem_responses
-from service.api.quoting import ESTIMATOR_VERSION
-from service.api.routes.quotes import _policy, _version_in_body
+from service.api.quoting import ESTIMATOR_VERSION, OfferCache
+from service.api.routes.quotes import _policy, _version_in_body, offer_cache
 from service.api.schemas.portfolios import (
     PORTFOLIO_EXAMPLE,
     PortfolioOut,
@@ -80,10 +80,10 @@ def _get(session: SessionDep, portfolio_id: str, reader: store.Reader) -> Portfo
 
 def _compute(body: PortfolioRequest, session: SessionDep, accelerators: AcceleratorsDep,
              settings: SettingsDep, gone: ClientGoneDep, version_id: str, policy: Policy,
-             now: dt.datetime) -> dict[str, Any]:
-    resolved = resolve(body, session, accelerators, version_id, policy, now,
-                       request_budget(settings, gone))
-    solution, free = solve_request(body, resolved)
+             now: dt.datetime, cache: OfferCache | None = None) -> dict[str, Any]:
+    budget = request_budget(settings, gone)
+    resolved = resolve(body, session, accelerators, version_id, policy, now, budget, cache)
+    solution, free = solve_request(body, resolved, budget.seconds_left())
     return plan_body(body, resolved, solution, free)
 
 
@@ -118,7 +118,8 @@ def create_portfolio(
     version = _version_in_body(session, body.catalog_version)
     policy = _policy(session, body.policy, settings.default_policy)
     now = dt.datetime.now(dt.UTC)
-    computed = _compute(body, session, accelerators, settings, gone, version.id, policy, now)
+    computed = _compute(body, session, accelerators, settings, gone, version.id, policy, now,
+                        offer_cache(request))
     portfolio_id = "pf_" + uuid.uuid4().hex
     out = PortfolioOut.model_validate({
         "id": portfolio_id, "name": body.name, "created_at": now.isoformat(),
@@ -239,8 +240,9 @@ def what_if_portfolio(
         request["fleets"] = fleets
     body = PortfolioRequest.model_validate(request)
     policy = _policy(session, row.policy_name, None, row.policy_revision)
+    budget = request_budget(settings, gone)
     resolved = resolve(body, session, accelerators, row.catalog_version_id, policy,
-                       as_utc(row.created_at), request_budget(settings, gone))
+                       as_utc(row.created_at), budget)
     if change.change == "price":
         problem = resolved.problem
         factor = Decimal(repr(change.factor))
@@ -250,7 +252,7 @@ def what_if_portfolio(
                                           or problem.pools[o.pool].provider == change.provider)
             else o for o in problem.offers)
         resolved = replace(resolved, problem=replace(problem, offers=offers))
-    solution, free = solve_request(body, resolved)
+    solution, free = solve_request(body, resolved, budget.seconds_left())
     fresh = plan_body(body, resolved, solution, free)
     base_total = Decimal(stored["totals"].get("objective_usd", "0"))
     new_total = Decimal(fresh["totals"].get("objective_usd", "0"))

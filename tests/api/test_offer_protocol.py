@@ -83,7 +83,8 @@ def test_lines_are_timed_on_the_offers_protocol_unless_the_request_states_one() 
     assert plain < efa < tcpx < sockets
     timed = fabric_timing(_plan(), 1024, dataclasses.replace(network,
                                                              protocol=FabricProtocol.EFA))
-    assert timed is not None and "efa (the offer's interconnect)" in timed.basis
+    assert timed is not None
+    assert "efa (the offer's interconnect)" in timed.basis
     # A stated cluster.fabric wins over the offer's protocol.
     stated = _plan(FabricSpec(protocol=FabricProtocol.INFINIBAND))
     assert wall_s(stated, FabricProtocol.ETHERNET_TCP) == plain

@@ -363,8 +363,13 @@ def serving_jobs(spec: ServingWorkload, cache: AcceleratorCache, energy: EnergyS
 
 def fabric_timing(plan: Plan, num_gpus: int, fabric: Fabric) -> JobTiming | None:
     """The job's estimate on an offer's fabric: its NVLink domain is the node, its inter-node
-    network is shared by the instance's GPUs. None when the layout cannot be placed there."""
+    network is shared by the instance's GPUs, and its protocol (the offer's ``interconnect``,
+    issue 42) is the network's when the request states no ``cluster.fabric``. None when the
+    layout cannot be placed there."""
     acc = plan.accelerator
+    stated = plan.fabric
+    if stated is None and fabric.protocol is not None:
+        stated = FabricSpec(protocol=fabric.protocol)
     domain = fabric.nvlink_domain or max(1, int(fabric.gpus_per_instance))
     if fabric.inter_node_gbps:
         per_gpu = gbits_per_s_to_bytes_per_s(fabric.inter_node_gbps) / max(
@@ -373,13 +378,17 @@ def fabric_timing(plan: Plan, num_gpus: int, fabric: Fabric) -> JobTiming | None
     acc = replace(acc, scaleup_domain_size=domain)
     try:
         cluster = ClusterSpec(accelerator=acc, num_gpus=num_gpus,
-                              gpus_per_node=min(domain, num_gpus), fabric=plan.fabric)
+                              gpus_per_node=min(domain, num_gpus), fabric=stated)
         result = estimate(plan.model, cluster, plan.plan, plan.training, energy=plan.energy,
                           calibration=plan.calibration)
     except CoreError:
         return None
     network = (f"{fabric.inter_node_gbps:g} Gbit/s per instance" if fabric.inter_node_gbps
                else "the datasheet network")
+    if stated is not None:
+        network += (f", {stated.protocol.value}" + (" (the request's cluster.fabric)"
+                                                    if plan.fabric is not None
+                                                    else " (the offer's interconnect)"))
     return _timing(result, f"estimate on the offer's fabric ({domain} GPUs per NVLink domain, "
                            f"{network})")
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from service.catalog.seed_facts import is_assumed
 from service.core.quote import Fabric, PriceOffer, Term
-from service.core.specs import AcceleratorSpec, Precision
+from service.core.specs import AcceleratorSpec, FabricProtocol, Precision
 from service.core.units import (
     gbits_per_s_to_bytes_per_s,
     gbytes_per_s_to_bytes_per_s,
@@ -68,6 +68,7 @@ class OfferRow(Protocol):
     nvlink_domain: int | None
     inter_node_gbps: float | None
     fabric_source: str | None
+    interconnect: str | None
     interruption_rate_per_hour: float | None
     interruption_rate_source: str | None
     region_carbon_g_per_kwh: float | None
@@ -104,6 +105,18 @@ def accelerator_to_spec(row: AcceleratorRecord) -> AcceleratorSpec:
     )
 
 
+def fabric_protocol(interconnect: str | None) -> FabricProtocol | None:
+    """An offer's ``interconnect`` as the protocol its lines are timed on: a
+    ``FabricProtocol`` value (the seed's, ``seed_facts.instance_protocol``), else None (free
+    text an import gave, or nothing: the line keeps the fitted network)."""
+    if interconnect is None:
+        return None
+    try:
+        return FabricProtocol(interconnect.strip().lower())
+    except ValueError:
+        return None
+
+
 def offer_to_price(row: OfferRow, on_demand_rate: Decimal | None) -> PriceOffer:
     """A catalogue offer (its stored columns) as the quote's ``PriceOffer``. Money stays in
     micro-units in the database and becomes ``Decimal`` here, once."""
@@ -114,7 +127,8 @@ def offer_to_price(row: OfferRow, on_demand_rate: Decimal | None) -> PriceOffer:
         price_per_instance_hour=(Decimal(row.effective_price_per_hour_micros) / MICROS
                                  ).quantize(Decimal("0.000001")),
         fabric=Fabric(gpus_per_instance=row.gpus_per_instance,
-                      nvlink_domain=row.nvlink_domain, inter_node_gbps=row.inter_node_gbps),
+                      nvlink_domain=row.nvlink_domain, inter_node_gbps=row.inter_node_gbps,
+                      protocol=fabric_protocol(row.interconnect)),
         fabric_source=row.fabric_source,
         interruption_rate_per_hour=row.interruption_rate_per_hour,
         interruption_rate_source=row.interruption_rate_source,

@@ -24,7 +24,11 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from service.catalog.currencies import is_currency
-from service.catalog.seed_facts import default_interruption_rate, instance_fabric
+from service.catalog.seed_facts import (
+    default_interruption_rate,
+    instance_fabric,
+    instance_protocol,
+)
 from service.core import quote as core_quote
 from service.core.quote import OFFER_TERM_NAMES
 from service.core.units import HOURS_PER_YEAR
@@ -396,10 +400,15 @@ class _RowParser:
 def with_sourced_facts(offer: OfferContent, *, replace_legacy_rates: bool = False,
                        ) -> OfferContent:
     """The offer with what the seed's sourced facts know and it leaves out: the instance's
-    fabric when it gives none, and a spot interruption rate when it gives none (or, with
+    fabric when it gives none, its fabric protocol as ``interconnect`` when it states none
+    (``seed_facts.instance_protocol``), and a spot interruption rate when it gives none (or, with
     ``replace_legacy_rates``, when its rate is an unlabelled ``default:`` from before the
     sourced table)."""
     changes: dict[str, Any] = {}
+    if offer.interconnect is None:
+        protocol = instance_protocol(offer.provider, offer.instance_type)
+        if protocol is not None:
+            changes.update(interconnect=protocol)
     if offer.nvlink_domain is None and offer.inter_node_gbps is None:
         known = instance_fabric(offer.provider, offer.instance_type)
         if known is not None:

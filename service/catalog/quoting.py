@@ -25,6 +25,7 @@ _COLUMNS = (
     OfferRevision.term, OfferRevision.payment_option, OfferRevision.currency,
     OfferRevision.effective_price_per_hour_micros, OfferRevision.gpus_per_instance,
     OfferRevision.nvlink_domain, OfferRevision.inter_node_gbps, OfferRevision.fabric_source,
+    OfferRevision.interconnect,
     OfferRevision.interruption_rate_per_hour, OfferRevision.interruption_rate_source,
     OfferRevision.region_carbon_g_per_kwh, OfferRevision.as_of, OfferRevision.indicative,
     OfferRevision.source, OfferRevision.quality_flags, OfferRevision.observed_at,

@@ -39,6 +39,35 @@ def instance_fabric(provider: str, instance_type: str) -> Fabric | None:
     return _fabric().get((provider, instance_type))
 
 
+PROTOCOL_OF_FABRIC = {
+    "nvlink-efa": "efa", "pcie-efa": "efa",
+    "nvlink-infiniband": "infiniband", "pcie-infiniband": "infiniband",
+    "nvlink-tcpx": "tcpx", "nvlink-tcpxo": "tcpx",
+    "nvlink-rdma-roce": "roce",
+    "nvlink-ethernet": "ethernet_tcp", "pcie-ethernet": "ethernet_tcp",
+}
+"""The ``cluster.fabric`` protocol (``specs.FabricProtocol``) of each ``fabric`` kind of
+``seed/instance_fabric.csv``, as the provider documents the instance's GPU back-end network
+(``seed/instance_fabric.md``; docs/catalog.md, "Protocol per offer"): AWS EFA, Azure
+InfiniBand, Google GPUDirect-TCPX and its NIC-offloaded TCPXO (timed as TCPX: the model has
+one TCP-with-GPU-memory protocol), Google's RDMA over Converged Ethernet (A3 Ultra, A4), and
+plain Ethernet, which NCCL reaches through its socket transport (``ethernet_tcp``)."""
+
+
+@cache
+def _protocols() -> dict[tuple[str, str], str]:
+    return {(row["provider"].strip(), row["instance_type"].strip()):
+            PROTOCOL_OF_FABRIC[row["fabric"].strip()]
+            for row in seed_rows("instance_fabric.csv")
+            if row["fabric"].strip() in PROTOCOL_OF_FABRIC}
+
+
+def instance_protocol(provider: str, instance_type: str) -> str | None:
+    """The fabric protocol of a known instance type's GPU back-end network (a
+    ``specs.FabricProtocol`` value), else None (the kind of fabric is not documented)."""
+    return _protocols().get((provider, instance_type))
+
+
 ASSUMED_PREFIX = "assumed: "
 """Interruption-rate sources that are assumptions start with this (and legacy ``default:``)."""
 

@@ -179,7 +179,7 @@ def half_efficiency(efficiency: float, *, fp8: float | None = None) -> GemmEffic
 
 
 DEFAULT_CALIBRATION = Calibration(
-    version="2026-12-02.1",
+    version="2026-12-02.2",
     provenance=(
         "Fitted by benchmarks/calibrate.py on 237 of the 239 usable runs (two FSDP 1T runs "
         "bottlenecked by allocator retries are left out: fit_excluded) from 36 source "
@@ -194,6 +194,9 @@ DEFAULT_CALIBRATION = Calibration(
         "Refit on 2026-12-02 after issue 37's physics (NCCL's collective latency by "
         "algorithm, protocol and ring size; score-matrix traffic without FlashAttention; "
         "Megatron's scattered and overlapped pipeline sends). "
+        "Refit on 2026-12-02 (2026-12-02.2) after the A100's NVLink was stored per "
+        "direction (300 GB/s, as every other scale-up figure; it was 600) and the A800 rows' "
+        "links with it (200 GB/s). "
         "Out-of-sample figures (leave one family out) are in docs/validation.md."
     ),
     gemm_efficiency={
@@ -220,44 +223,44 @@ DEFAULT_CALIBRATION = Calibration(
     },
     gemm_shape_ridge_multiple=1.176,
     step_overhead_s=0.0103,
-    step_sync_s_per_doubling=0.01107,
-    straggler_fraction=0.009436,
-    attention_kernel_scale=0.8659,
+    step_sync_s_per_doubling=0.01096,
+    straggler_fraction=0.009439,
+    attention_kernel_scale=0.8611,
     attention_efficiency_fraction=0.4669,
-    elementwise_passes=3.603,
+    elementwise_passes=3.552,
     eager_elementwise_multiplier=2.0,
-    moe_expert_efficiency_fraction=0.7832,
-    scaleup_efficiency_fraction=0.8704,
+    moe_expert_efficiency_fraction=0.7797,
+    scaleup_efficiency_fraction=0.8791,
     scaleout_efficiency_fraction=0.95,
     collective_latency_s=20e-6,
-    tp_comm_exposed_fraction=0.4063,
+    tp_comm_exposed_fraction=0.4104,
     dp_comm_min_exposed_fraction=0.05,
     ep_comm_exposed_fraction=0.7776,
     selective_activation_fraction=0.4173,
     memory_overhead_bytes=1.563e+09,
     memory_fragmentation_fraction=0.07795,
     allocator_reserve_fraction=0.2222,
-    residual_low_fraction=-0.1692,
-    residual_high_fraction=0.1934,
+    residual_low_fraction=-0.1705,
+    residual_high_fraction=0.1937,
     stack_efficiency={"megatron": 1.0, "torchtitan": 0.9901, "fsdp": 1.0,
                       "deepspeed": 0.9901, "maxtext": 1.059, "unknown": 1.008},
     stack_dp_exposed_fraction={"fsdp": 0.5, "deepspeed": 0.5, "torchtitan": 0.05},
     # python -m benchmarks.band (2026-12-02): leave-one-source-out residuals of all 239 usable
-    # rows (make holdout, calibration 2026-12-02.1), 36 source families; each side's tail
+    # rows (make holdout, calibration 2026-12-02.2), 36 source families; each side's tail
     # chosen separately; coverage is leave-one-family-out (overall 83.7%; every regime at
     # least 80%).
     bands={
-        "fsdp": Band(regime="fsdp", low_fraction=-0.3480, high_fraction=0.2882,
+        "fsdp": Band(regime="fsdp", low_fraction=-0.3582, high_fraction=0.2832,
                   rows=34, coverage_fraction=0.853),
-        "maxtext": Band(regime="maxtext", low_fraction=-0.3524, high_fraction=0.3257,
+        "maxtext": Band(regime="maxtext", low_fraction=-0.3581, high_fraction=0.3160,
                   rows=36, coverage_fraction=0.861),
-        "megatron": Band(regime="megatron", low_fraction=-0.1436, high_fraction=0.1456,
+        "megatron": Band(regime="megatron", low_fraction=-0.1436, high_fraction=0.1469,
                   rows=60, coverage_fraction=0.817),
-        "moe": Band(regime="moe", low_fraction=-0.2603, high_fraction=0.4922,
+        "moe": Band(regime="moe", low_fraction=-0.2608, high_fraction=0.5143,
                   rows=30, coverage_fraction=0.867),
-        "torchtitan": Band(regime="torchtitan", low_fraction=-0.0351, high_fraction=0.1873,
+        "torchtitan": Band(regime="torchtitan", low_fraction=-0.0362, high_fraction=0.1828,
                   rows=39, coverage_fraction=0.821),
-        "unknown": Band(regime="unknown", low_fraction=-0.1939, high_fraction=0.2618,
+        "unknown": Band(regime="unknown", low_fraction=-0.1998, high_fraction=0.2567,
                   rows=239, coverage_fraction=0.812),
     }
 )

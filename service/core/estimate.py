@@ -173,6 +173,29 @@ LARGE_SCALE_MFU_FRACTION = 0.552
 model on 12,288 GPUs (Jiang et al. 2024, MegaScale, arXiv 2402.15627, abstract). The model has
 no term for what costs efficiency at that scale (stragglers, failures, jitter), so above it the
 estimate warns instead of claiming more."""
+LARGEST_PUBLISHED_GPUS = 16_384
+LARGEST_SCALE_MFU_FRACTION = 0.43
+"""The largest published training scale and the MFU published there: Llama 3 405B on up to
+16,384 H100, 38-43% bf16 MFU (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv
+2407.21783, Table 4: 43% on 8,192 GPUs, 41% and 38% on 16,384). Beyond that scale no run
+checks the step's scale terms (``timing.step_overhead_s``'s stragglers and synchronisation,
+``collectives``' ring and tree latency over the node count), so an MFU above 43% there carries
+``outside_validated_range`` on ``cluster.num_gpus`` (``scale_details``)."""
+
+
+def scale_details(num_gpus: int, mfu_fraction: float) -> tuple[WarningDetail, ...]:
+    """``outside_validated_range`` on ``cluster.num_gpus`` for a job beyond the largest
+    published training scale whose predicted MFU is above the MFU published at that scale
+    (``LARGEST_PUBLISHED_GPUS``, ``LARGEST_SCALE_MFU_FRACTION``); nothing otherwise."""
+    if num_gpus <= LARGEST_PUBLISHED_GPUS or mfu_fraction <= LARGEST_SCALE_MFU_FRACTION:
+        return ()
+    return (WarningDetail(
+        OUTSIDE_VALIDATED_RANGE, "cluster.num_gpus",
+        f"predicted MFU {mfu_fraction:.1%} on {num_gpus:,} GPUs is above the "
+        f"{LARGEST_SCALE_MFU_FRACTION:.0%} published at the largest training scale on record "
+        f"(Llama 3 405B, 38-43% on up to {LARGEST_PUBLISHED_GPUS:,} H100; arXiv 2407.21783, "
+        "Table 4); beyond it the straggler, synchronisation and collective-latency terms are "
+        "extrapolated, so treat the time as optimistic"),)
 
 
 def estimate(
@@ -331,7 +354,7 @@ def _estimate_update(
         framework=training.framework, accelerator_id=acc.id,
         calibrated=calibration.is_calibrated_for(acc.id), num_gpus=n,
         hidden_size=model.hidden_size, seq_len=training.seq_len, moe=model.is_moe),
-        *version_details(training, acc.id), *fabric_details(cluster),
+        *version_details(training, acc.id), *scale_details(n, mfu), *fabric_details(cluster),
         *compression_details(training),
         *method_details(training)]
     network_notes: tuple[str, ...] = ()

@@ -45,6 +45,7 @@ from service.core.policy import (
     evaluate,
     worst,
 )
+from service.core.specs import FabricProtocol
 from service.core.units import HOURS_PER_YEAR, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
@@ -106,6 +107,10 @@ class Fabric:
     """GPUs of one instance that share NVLink/NVSwitch; None when not documented."""
     inter_node_gbps: float | None
     """Back-end network of one instance, Gbit/s, for GPU traffic between instances."""
+    protocol: FabricProtocol | None = None
+    """The protocol of that network where the provider documents it (the offer's
+    ``interconnect``): a line is timed on it when the request states no ``cluster.fabric``
+    (issue 42). None: the fitted InfiniBand-class network."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

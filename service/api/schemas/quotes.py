@@ -393,7 +393,7 @@ BUDGET_PLAN_EXAMPLE: dict[str, Any] = {
                                                                       "stop": 512,
                                                                       "step": 128}},
                  {"accelerator": "a100-sxm4-80gb", "num_gpus": 256}],
-    "budget": {"amount": "3000000.00", "currency": "USD"},
+    "budget": {"amount": "3500000.00", "currency": "USD"},
     "deadline_s": 5184000,
     "terms": ["on_demand", "spot", "reserved_1y"],
 }

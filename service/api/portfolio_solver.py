@@ -316,11 +316,10 @@ def _instances(replicas: int, per_instance: float) -> int:
     return max(count, 0)
 
 
-def on_demand_baseline(problem: pf.Problem, run: set[int]) -> pf.Decisions | None:
-    """Every job in ``run`` and every fleet on its cheapest on-demand pool, jobs at their
-    earliest start; no commitments."""
-    od = pf.on_demand_offers(problem)
-    rates = {pool: problem.offers[o].rate_usd_per_instance_hour for pool, o in od.items()}
+def _placed_at(problem: pf.Problem, rates: dict[int, Decimal],
+               run: set[int]) -> pf.Decisions | None:
+    """Every job in ``run`` and every fleet on its cheapest pool of ``rates``, jobs at their
+    earliest start, no commitments; None when one has no such pool."""
     placements: dict[int, tuple[int, int]] = {}
     for j in sorted(run):
         choice = _cheapest_base(problem, j, rates)
@@ -336,6 +335,14 @@ def on_demand_baseline(problem: pf.Problem, run: set[int]) -> pf.Decisions | Non
     return pf.Decisions(commitments={}, placements=placements, fleet_instances=fleets)
 
 
+def on_demand_baseline(problem: pf.Problem, run: set[int]) -> pf.Decisions | None:
+    """Every job in ``run`` and every fleet on its cheapest on-demand pool, jobs at their
+    earliest start; no commitments."""
+    od = pf.on_demand_offers(problem)
+    rates = {pool: problem.offers[o].rate_usd_per_instance_hour for pool, o in od.items()}
+    return _placed_at(problem, rates, run)
+
+
 def term_baseline(problem: pf.Problem, term: str, run: set[int]) -> pf.Decisions | None:
     """Every job and fleet on its cheapest pool with an offer of the committed ``term``, at
     the earliest start, with as many ``term`` commitments as each month's peak needs (bought
@@ -348,19 +355,9 @@ def term_baseline(problem: pf.Problem, term: str, run: set[int]) -> pf.Decisions
     if not offers:
         return None
     rates = {pool: problem.offers[o].rate_usd_per_instance_hour for pool, o in offers.items()}
-    placements: dict[int, tuple[int, int]] = {}
-    for j in sorted(run):
-        choice = _cheapest_base(problem, j, rates)
-        if choice is None:
-            return None
-        placements[j] = choice
-    fleets: dict[tuple[int, int, int], int] = {}
-    for f in range(len(problem.fleets)):
-        got = _fleet_base(problem, f, rates)
-        if got is None:
-            return None
-        fleets.update(got)
-    partial = pf.Decisions(commitments={}, placements=placements, fleet_instances=fleets)
+    partial = _placed_at(problem, rates, run)
+    if partial is None:
+        return None
     demand = pf.price_decisions(problem, partial).base_demand_hours
     length = pf.TERM_MONTHS[term]
     commitments: dict[tuple[int, int], int] = {}

@@ -1251,11 +1251,16 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
             f"room for one sequence's KV cache at its full {traffic.prompt.mean:.0f} + "
             f"{traffic.output.mean:.0f} tokens; use more GPUs per replica or lower precision")
     prefill_mean = r.prefill_s(traffic.prompt.mean)
-    a = _answer(r, traffic, largest=largest, fits=memory.fits, prefill_mean=prefill_mean,
-                replicas=pinned,
-                size=lambda capacity: pinned or _size(r, traffic, largest, capacity,
-                                                      prefill_mean),
-                online_load=lambda rps, _: _online_load(r, traffic, rps, largest))
+
+    def answer_at(load: Traffic) -> _Answer:
+        """The answer's figures at ``load`` (the request's traffic, or its slow end)."""
+        return _answer(r, load, largest=largest, fits=memory.fits, prefill_mean=prefill_mean,
+                       replicas=pinned,
+                       size=lambda capacity: pinned or _size(r, load, largest, capacity,
+                                                             prefill_mean),
+                       online_load=lambda rps, _: _online_load(r, load, rps, largest))
+
+    a = answer_at(traffic)
     if a.waiting > 0:
         what = "batch" if traffic.mode is TrafficMode.FIXED_BATCH else "concurrency"
         warnings.append(
@@ -1291,11 +1296,7 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
         factor = slow_end_factor(band)
         slow = dataclasses.replace(traffic, requests_per_s=traffic.requests_per_s * factor,
                                    slo=_slower(traffic.slo, factor))
-        b = _answer(r, slow, largest=largest, fits=memory.fits, prefill_mean=prefill_mean,
-                    replicas=pinned,
-                    size=lambda capacity: pinned or _size(r, slow, largest, capacity,
-                                                          prefill_mean),
-                    online_load=lambda rps, _: _online_load(r, slow, rps, largest))
+        b = answer_at(slow)
         slow_end = SlowEnd(factor=factor, replicas=int(b.count),
                            meets_slo=None if b.within is None else bool(b.meets),
                            saturated=bool(b.load.saturated))

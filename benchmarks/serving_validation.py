@@ -228,13 +228,7 @@ def _setup(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> tuple[
 def evaluate(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> Result:
     model, deployment, prompt, output = _setup(row, accelerators)
     engine = deployment.engine
-    if row["batch_size"]:
-        traffic = s.Traffic(mode=s.TrafficMode.FIXED_BATCH, prompt=prompt, output=output,
-                            batch_size=int(row["batch_size"]))
-    else:
-        traffic = s.Traffic(mode=s.TrafficMode.ONLINE, prompt=prompt, output=output,
-                            concurrency=int(row["concurrency"]))
-    estimate = s.serve(model, deployment, traffic)
+    estimate = s.serve(model, deployment, _row_traffic(row, prompt, output))
     tpot, ttft = row["measured_tpot_s_p50"], row["measured_ttft_s_p50"]
     return Result(row_id=row["id"], document=document(row), engine=engine,
                   measured=float(row["measured_output_tokens_per_s"]),
@@ -591,9 +585,7 @@ def evaluate_open_loop(row: Row, accelerators: Mapping[str, AcceleratorSpec]) ->
     """``serve()`` in online mode at the row's own ``requests_per_s`` on one replica."""
     model, deployment, prompt, output = _setup(row, accelerators)
     rate = float(row["requests_per_s"])
-    estimate = s.serve(model, deployment, s.Traffic(
-        mode=s.TrafficMode.ONLINE, prompt=prompt, output=output, requests_per_s=rate),
-        replicas=1)
+    estimate = s.serve(model, deployment, _row_traffic(row, prompt, output), replicas=1)
     ttft, tpot = _stated(row, "ttft"), _stated(row, "tpot")
     return OpenLoopResult(
         row_id=row["id"], document=document(row), engine=deployment.engine,
@@ -897,7 +889,8 @@ def nested_coverage(found: Sequence[Residual]) -> tuple[
 
 
 def _row_traffic(row: Row, prompt: s.Lengths, output: s.Lengths) -> s.Traffic:
-    """The traffic a row states, as ``evaluate`` and ``evaluate_open_loop`` send it."""
+    """The traffic a row states: at its request rate when it ran open loop, else its fixed
+    batch or its concurrency."""
     if is_open_loop(row):
         return s.Traffic(mode=s.TrafficMode.ONLINE, prompt=prompt, output=output,
                          requests_per_s=float(row["requests_per_s"]))

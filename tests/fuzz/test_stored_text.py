@@ -39,6 +39,7 @@ from service.api.schemas.discounts import DISCOUNT_BOOK_EXAMPLE
 from service.api.schemas.estimate import ESTIMATE_EXAMPLE
 from service.api.schemas.plans import PLAN_SEARCH_EXAMPLE
 from service.api.schemas.policies import POLICY_EXAMPLE
+from service.api.schemas.portfolios import PORTFOLIO_EXAMPLE
 from service.api.schemas.quotes import BUDGET_PLAN_EXAMPLE, QUOTE_EXAMPLE
 from service.api.schemas.serving import (
     MAX_COST_FIGURE_USD,
@@ -53,6 +54,7 @@ from service.catalog.models import (
     FxVersion,
     OfferRevision,
     PolicyRevision,
+    Portfolio,
     Quote,
 )
 from service.catalog.offers import CONTENT_COLUMNS
@@ -153,8 +155,10 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "QuoteRequest": QUOTE_EXAMPLE, "BudgetPlanRequest": BUDGET_PLAN_EXAMPLE,
     "EstimateRequest": ESTIMATE_EXAMPLE, "PlanSearchRequest": PLAN_SEARCH_EXAMPLE,
     "ServingRequest": SERVING_EXAMPLE, "ServingPlanRequest": SERVING_PLAN_EXAMPLE,
+    "PortfolioRequest": PORTFOLIO_EXAMPLE,
+    "PortfolioWhatIfIn": {"change": "price", "factor": 0.9, "term": "reserved_3y"},
 }
-PATH_VALUES = {"name": "nope", "offer_id": "off_" + "0" * 24}
+PATH_VALUES = {"name": "nope", "offer_id": "off_" + "0" * 24, "portfolio_id": "pf_" + "0" * 32}
 
 
 def _leaf_routes(routes: Any) -> Iterator[Any]:
@@ -236,13 +240,15 @@ def test_every_write_endpoint_is_covered() -> None:
     urls = {(m, u) for m, u, _, _ in ENDPOINT_CASES}
     assert {("POST", "/v1/accelerators"), ("POST", "/v1/policies"), ("PUT", "/v1/policies/nope"),
             ("POST", "/v1/discount-books"), ("PUT", "/v1/discount-books/nope"),
-            ("PUT", "/v1/offers/off_" + "0" * 24), ("POST", "/v1/quotes")} <= urls
+            ("PUT", "/v1/offers/off_" + "0" * 24), ("POST", "/v1/quotes"),
+            ("POST", "/v1/portfolios"),
+            ("POST", "/v1/portfolios/pf_" + "0" * 32 + "/what-if")} <= urls
 
 
 def _counts(session: Session) -> tuple[int, ...]:
     return tuple(session.scalar(select(func.count()).select_from(m)) or 0 for m in (
         Accelerator, PolicyRevision, DiscountBookRevision, CatalogVersion, OfferRevision, Quote,
-        FxVersion))
+        FxVersion, Portfolio))
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 from typing_extensions import TypeAliasType
 
-from service.api.schemas.common import RequestModel
+from service.api.schemas.common import RequestModel, TextRule
 from service.api.schemas.quotes import MoneyIn, PolicyField, ServingWorkload, Slug, WorkloadIn
 
 Month = Annotated[str, StringConstraints(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]
@@ -84,7 +84,8 @@ class PortfolioBudgetIn(MoneyIn):
 
 
 class PortfolioRequest(RequestModel):
-    name: str = Field(min_length=1, max_length=128, examples=["FY27 training and serving"])
+    name: Annotated[str, TextRule(min_length=1, max_length=128)] = Field(
+        examples=["FY27 training and serving"])
     horizon: HorizonIn
     jobs: list[PortfolioJobIn] = Field(default_factory=list, max_length=MAX_JOBS)
     fleets: list[FleetIn] = Field(default_factory=list, max_length=MAX_FLEETS)

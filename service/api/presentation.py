@@ -172,6 +172,7 @@ FLAG_LABELS: dict[str, str] = {
     "assumed_interruption_rate": "spot interruption rate assumed",
     "spot_capacity_unverified": "spot capacity not verified",
     "on_demand_below_committed": "on-demand price below a commitment's (likely too low)",
+    "unvalidated_estimate": "serving estimate outside what the model is validated for",
 }
 """Line flags (service/core/quote.py, service/catalog/quality.py) in words."""
 
@@ -266,6 +267,7 @@ RULE_LABELS: dict[str, str] = {
     "capacity_limit_exceeded": "more GPUs than a region's quota",
     "capacity_block_size_exceeded": "more instances than capacity blocks allow",
     "assumed_interruption_rate": "spot interruption rate assumed",
+    "estimate_unvalidated": "serving estimate not validated for this case",
     "infeasible": "the plan cannot run on this offer",
     "no_feasible_offer": "no offer can run this workload",
 }

@@ -338,12 +338,16 @@ def serving_jobs(spec: ServingWorkload, cache: AcceleratorCache, energy: EnergyS
     for deployment, result in fleets:
         accelerator = deployment.accelerator
         duration_s = spec.duration_s
+        slow = result.slow_end
+        basis = "a serving fleet held for workload.serving.duration_s, sized for its peak load"
+        if slow is not None:
+            basis += (f"; its cost band's p90 on the {slow.replicas} replica(s) the load needs "
+                      f"at the serving band's slow end (every time x{slow.factor:.3g})")
         jobs.append((SizedJob(
             accelerator=accelerator.id,
             num_gpus=result.replicas * deployment.gpus_per_replica,
             timing=JobTiming(wall_s=duration_s, wall_s_p10=duration_s, wall_s_p90=duration_s,
-                             basis="a serving fleet held for workload.serving.duration_s, "
-                                   "sized for its peak load (no band)"),
+                             basis=basis),
             checkpoint_bytes=0.0,
             power_w_per_gpu=average_power_w_per_gpu(accelerator.tdp_w, energy),
             fast_domain=deployment.gpus_per_replica,
@@ -357,7 +361,13 @@ def serving_jobs(spec: ServingWorkload, cache: AcceleratorCache, energy: EnergyS
                                    if result.requests_per_s else None),
                 "capacity_requests_per_s": result.capacity_requests_per_s,
                 "ttft_p99_s": result.ttft_s.p99, "tpot_p99_s": result.tpot_s.p99,
-                "meets_slo": result.meets_slo, "duration_s": duration_s}), None))
+                "meets_slo": result.meets_slo, "duration_s": duration_s,
+                "band_slow_end_factor": None if slow is None else slow.factor,
+                "replicas_at_band_slow_end": None if slow is None else slow.replicas,
+                "meets_slo_at_band_slow_end": None if slow is None else slow.meets_slo},
+            warning_details=result.warning_details,
+            slow_end_num_gpus=(None if slow is None
+                               else slow.replicas * deployment.gpus_per_replica)), None))
     return jobs
 
 

@@ -82,6 +82,7 @@ def to_core(row: PolicyRevision | None) -> Policy:
         max_capacity_block_instances=built_in("max_capacity_block_instances"),
         forbid_unverified_spot_capacity=rules.get("forbid_unverified_spot_capacity", True),
         forbid_assumed_interruption_rates=rules.get("forbid_assumed_interruption_rates", False),
+        forbid_unvalidated_estimates=rules.get("forbid_unvalidated_estimates", True),
         warn_only=frozenset(rules.get("warn_only", ())),
     )
 

@@ -102,7 +102,7 @@ RULE_CODES = (
     "fx_rate_stale", "fx_rate_too_old", "duration_over_limit",
     "success_probability_below_minimum", "no_offer_fits_plan", "spot_capacity_unverified",
     "capacity_limit_exceeded", "capacity_block_size_exceeded", "assumed_interruption_rate",
-    "infeasible", "no_feasible_offer")
+    "estimate_unvalidated", "infeasible", "no_feasible_offer")
 """Every stable ``code`` a verdict's reason or a line's rule can carry (the API's ``RuleOut``
 documents this list); a client may switch on them."""
 
@@ -151,6 +151,12 @@ class Policy:
     together, and 256 across an account's blocks. None: not judged."""
     forbid_unverified_spot_capacity: bool = True
     forbid_assumed_interruption_rates: bool = False
+    forbid_unvalidated_estimates: bool = True
+    """A serving line whose estimate the model marks ``outside_validated_range`` (flag
+    ``unvalidated_estimate``: a mixture-of-experts model, a length or running batch beyond
+    the validated rows, a band that did not hold out of sample) fails rule
+    ``forbid_unvalidated_estimates`` (code ``estimate_unvalidated``), so no verdict rests on
+    a figure the model says it cannot stand behind (issue 40); False: it warns."""
     warn_only: frozenset[str] = frozenset()
     """Rules whose failure only warns."""
 
@@ -168,7 +174,7 @@ RULES = ("budget", "deadline", "max_commitment", "max_job_cost", "allowed_terms"
          "max_price_age_s", "max_observed_age_days", "fx_rate_age", "max_duration_s",
          "min_success_probability", "require_node_fit", "max_gpus_per_region_by_term",
          "max_capacity_block_instances", "forbid_unverified_spot_capacity",
-         "forbid_assumed_interruption_rates")
+         "forbid_assumed_interruption_rates", "forbid_unvalidated_estimates")
 """Every rule a line is judged by, in report order."""
 
 
@@ -491,6 +497,14 @@ def _fixed_rules(line: LineFacts, policy: Policy, today: int, instances: int,
             policy, "forbid_assumed_interruption_rates", False, "assumed_interruption_rate",
             f"{where}: the spot interruption rate is an assumption ({line.goodput_basis})",
             soft=not policy.forbid_assumed_interruption_rates))
+    if "unvalidated_estimate" in line.flags:
+        append(_rule(
+            policy, "forbid_unvalidated_estimates", False, "estimate_unvalidated",
+            f"{where}: the serving estimate this fleet is sized on is outside what the "
+            "model's published rows validate (its warning_details, code "
+            "outside_validated_range); no verdict rests on it unless the policy sets "
+            "forbid_unvalidated_estimates false or lists it in warn_only",
+            soft=not policy.forbid_unvalidated_estimates))
     return where, first, tuple(results)
 
 

@@ -33,7 +33,7 @@ from typing import Any, Literal, NamedTuple, get_args
 
 from service.core import capacity, pricing
 from service.core.failures import interruptions_per_s
-from service.core.plausibility import WarningDetail
+from service.core.plausibility import OUTSIDE_VALIDATED_RANGE, WarningDetail
 from service.core.policy import (
     OUTCOME_RANK,
     SPOT_CAPACITY_UNVERIFIED_GPUS,
@@ -191,6 +191,13 @@ class SizedJob:
     warning_details: tuple[WarningDetail, ...] = ()
     """The coded warnings of the estimate that sized the job (issue 37), on each of its
     lines: advisory, like the lines' warnings (``verify`` does not compare them)."""
+    slow_end_num_gpus: int | None = None
+    """A serving fleet sized at its band's slow end (issue 40, ``serving.SlowEnd``): the
+    GPUs of the replicas the load needs when every time on a replica is the band's slow-end
+    factor longer. The p90 of a line's job-cost and commitment bands is priced on this
+    many GPUs for the same wall-clock (its p10 stays the fleet's own: a fleet is not sized
+    below the model's figure), so a budget is judged at the slow end like a training job's
+    (``policy``'s ``estimate_uncertain``). None: the band is the timing's alone."""
 
 
 def interruption_fraction(instance_rate_per_s: float, restart_s: float) -> pricing.Goodput:
@@ -489,7 +496,8 @@ def price_amounts(
         rate.as_tuple().exponent, lost_fraction + 0.0,
         None if interval_s is None else interval_s + 0.0, carbon_g_per_kwh + 0.0,
         pue + 0.0, on_demand_rate,
-        None if on_demand_rate is None else on_demand_rate.as_tuple().exponent)
+        None if on_demand_rate is None else on_demand_rate.as_tuple().exponent,
+        slow_end_num_gpus=job.slow_end_num_gpus)
 
 
 def _price_amounts(
@@ -497,7 +505,7 @@ def _price_amounts(
     gpus_per_instance: float, rate: Decimal, _rate_exponent: int | str, lost_fraction: float,
     interval_s: float | None, carbon_g_per_kwh: float, pue: float,
     on_demand_rate: Decimal | None, _on_demand_exponent: int | str | None,
-    spares: int = 0,
+    spares: int = 0, slow_end_num_gpus: int | None = None,
 ) -> Amounts:
     wall_s, wall_s_p10, wall_s_p90, accounting, utilisation_fraction, deadline_s = context
 
@@ -507,12 +515,14 @@ def _price_amounts(
     instances += spares
     factor_decimal = 1 + pricing.exact(lost_fraction)
 
-    def at(wall_s: float) -> tuple[Decimal, Decimal, Decimal, float, int | None, float]:
+    def at(wall_s: float, count: int = instances,
+           ) -> tuple[Decimal, Decimal, Decimal, float, int | None, float]:
         """(billed hours, job cost, commitment, term seconds, terms bought, billed seconds)
-        at one wall-clock: ``pricing.cloud_line``'s hours and total (``pricing.billed``)."""
-        hours, job_cost = pricing.billed(instances, wall_s, factor_decimal, rate)
+        at one wall-clock on ``count`` instances: ``pricing.cloud_line``'s hours and total
+        (``pricing.billed``)."""
+        hours, job_cost = pricing.billed(count, wall_s, factor_decimal, rate)
         hours_s = float(hours * pricing.SECONDS_PER_HOUR_DECIMAL)
-        commitment, term_s, terms = _commitment(term, instances, hours, rate, job_cost, hours_s)
+        commitment, term_s, terms = _commitment(term, count, hours, rate, job_cost, hours_s)
         return hours, job_cost, commitment, term_s, terms, hours_s
 
     # A band without width (GPU-hours given by the caller) prices one wall-clock once.
@@ -520,6 +530,11 @@ def _price_amounts(
     hours, job_cost, commitment, term_s, terms, hours_s = mid
     low = mid if _same(wall_s_p10, wall_s) else at(wall_s_p10)
     high = mid if _same(wall_s_p90, wall_s) else at(wall_s_p90)
+    if slow_end_num_gpus is not None and slow_end_num_gpus > num_gpus:
+        # A serving fleet's slow end (``SizedJob.slow_end_num_gpus``): more replicas for the
+        # same wall-clock, with the fleet's own spare instances.
+        slow = pricing.instances_for(slow_end_num_gpus, gpus_per_instance)[0] + spares
+        high = at(wall_s_p90, slow)
     owned = term in RESERVED_YEARS or term is Term.ONPREM
     if accounting is Accounting.AMORTISED:
         total = pricing.cents(job_cost / utilisation_fraction) if owned else job_cost
@@ -551,6 +566,23 @@ def _price_amounts(
 
 
 _MILLI = Decimal("0.001")
+
+UNVALIDATED_ESTIMATE = "unvalidated_estimate"
+"""The flag of a line whose serving estimate the model marks as outside what its published
+rows validate (``job_flags``); policy rule ``forbid_unvalidated_estimates``."""
+
+
+def job_flags(job: SizedJob) -> tuple[str, ...]:
+    """The flags a line takes from its job (issue 40): ``unvalidated_estimate`` for a serving
+    fleet whose estimate carries ``outside_validated_range`` (a mixture-of-experts model, a
+    length or running batch beyond the validated rows, or a band that did not hold out of
+    sample), so that a verdict does not rest on it unless the policy allows it. A training
+    job's coded warnings stay advisory: its band is measured per stack family out of sample
+    (docs/validation.md)."""
+    if job.serving is not None and any(
+            d.code == OUTSIDE_VALIDATED_RANGE for d in job.warning_details):
+        return (UNVALIDATED_ESTIMATE,)
+    return ()
 
 
 def _flags(offer: PriceOffer, instances: int) -> tuple[str, ...]:
@@ -623,7 +655,7 @@ def _offer_facts(job: SizedJob, offer: PriceOffer, options: Options) -> _OfferFa
                   (carbon if carbon is not None else options.grid_gco2e_per_kwh) + 0.0,
                   on_demand, None if on_demand is None else on_demand.as_tuple().exponent,
                   spares)
-    return loss, basis, _flags(offer, instances), carbon, priced
+    return loss, basis, _flags(offer, instances) + job_flags(job), carbon, priced
 
 
 def _line_fields_of_offer(offer: PriceOffer) -> dict[str, object]:
@@ -688,7 +720,7 @@ def _cloud_values(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: 
         key: _AmountsKey = (
             job.num_gpus, job.power_w_per_gpu + 0.0, _amounts_context(timing, options), term,
             gpus, price, exponent, lost, interval, intensity, options.pue + 0.0, on_demand,
-            od_exponent, spares)
+            od_exponent, spares, job.slow_end_num_gpus)
         found = None if amounts_seen is None else amounts_seen.get(key)
         if found is None:
             found = _price_amounts(*key)  # type: ignore[arg-type]
@@ -746,7 +778,8 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
                                options.restart_s)
     if not loss.feasible:
         return replace(line, infeasible_reason=loss.reason)
-    capex = job.num_gpus * inputs.purchase_price_per_gpu * (1 + tco.overhead_fraction)
+    purchase = inputs.purchase_price_per_gpu
+    capex = job.num_gpus * purchase * (1 + tco.overhead_fraction)
     running = rate.per_gpu_hour - rate.capex_per_gpu_hour
     amounts = price_amounts(
         job=job, timing=job.timing, term=Term.ONPREM, gpus_per_instance=1.0,
@@ -756,19 +789,21 @@ def onprem_line(job: SizedJob, inputs: OnPremInputs, options: Options,
     commitment = pricing.cents(capex + job.num_gpus * hours * running)
     term_s = float(tco.depreciation_years * HOURS_PER_YEAR) * SECONDS_PER_HOUR
 
-    def commit_at(band_s: float) -> Decimal:
+    def commit_at(band_s: float, gpus: int = job.num_gpus) -> Decimal:
         used = pricing.exact(band_s) / pricing.SECONDS_PER_HOUR_DECIMAL
-        return pricing.cents(capex + job.num_gpus * used * running)
+        bought = gpus * purchase * (1 + tco.overhead_fraction)
+        return pricing.cents(bought + gpus * used * running)
 
     band = amounts.wall_clock_band_s
+    slow_gpus = max(job.num_gpus, job.slow_end_num_gpus or 0)
     amounts = replace(
         amounts, commitment_total=commitment, term_s=term_s,
         total=commitment if options.accounting is Accounting.COMMITMENT else amounts.total,
         commitment_band=Band(p10=commit_at(float(band.p10)), p50=commitment,
-                             p90=commit_at(float(band.p90))))
+                             p90=commit_at(float(band.p90), slow_gpus)))
     six = Decimal("0.000001")
     return replace(line, amounts=amounts, infeasible_reason=None, carbon_basis="request default",
-                   flags=("indicative_price",) if inputs.indicative else (),
+                   flags=(("indicative_price",) if inputs.indicative else ()) + job_flags(job),
                    unit_price=rate.per_gpu_hour.quantize(six), onprem={
         "purchase_price_per_gpu": str(inputs.purchase_price_per_gpu),
         "purchase_price_basis": inputs.basis,

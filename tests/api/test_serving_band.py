@@ -82,3 +82,29 @@ def test_the_band_and_its_slow_end_are_in_every_answer(client: TestClient) -> No
     closed = client.post("/v1/serving-estimates", json=offline).json()
     assert closed["sizing"]["replicas_at_band_slow_end"] is None
     assert closed["throughput"]["output_tokens_per_s_low"] > 0
+
+
+def test_the_cost_at_the_band_slow_end_is_the_slow_end_fleet_at_the_price(
+        client: TestClient) -> None:
+    """A plan and an estimate say what the fleet costs at the band's slow end (decision 428),
+    the fleet a budget is judged at; offline there is none."""
+    e = client.post("/v1/serving-estimates", json=body(price_per_gpu_hour_usd="2.50")).json()
+    slow = e["sizing"]["replicas_at_band_slow_end"]
+    assert slow > e["sizing"]["replicas"]
+    cost = e["cost"]
+    assert cost["usd_per_hour_at_band_slow_end"] == f"{2.5 * 4 * slow:.2f}"
+    assert float(cost["usd_per_hour_at_band_slow_end"]) > float(cost["usd_per_hour"])
+    offline = {**body(price_per_gpu_hour_usd="2.50"), "traffic": {
+        "mode": "offline", "prompt_tokens": {"mean": 512}, "output_tokens": {"mean": 256}}}
+    closed = client.post("/v1/serving-estimates", json=offline).json()
+    assert closed["cost"]["usd_per_hour_at_band_slow_end"] is None
+    plans = client.post("/v1/serving-plans", json={
+        "model": SERVING_EXAMPLE["model"], "traffic": SERVING_EXAMPLE["traffic"],
+        "accelerators": ["h100-sxm5-80gb"], "engine": "trtllm",
+        "price_per_gpu_hour_usd": "2.50"}).json()
+    assert plans["plans"], plans
+    for plan in plans["plans"]:
+        estimate = plan["estimate"]
+        gpus = plan["deployment"]["gpus_per_replica"]
+        assert estimate["cost"]["usd_per_hour_at_band_slow_end"] == (
+            f"{2.5 * gpus * estimate['sizing']['replicas_at_band_slow_end']:.2f}")

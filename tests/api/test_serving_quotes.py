@@ -276,3 +276,94 @@ def test_a_moe_serving_quote_carries_the_moe_warning_on_every_line(
     dense = post(client, writer, serving_quote(terms=["on_demand"])).json()
     assert not [x for x in all_lines(client, dense, writer)
                 if MOE_SERVING_WARNING in x["warnings"]]
+
+
+class TestTheBandSlowEnd:
+    """Issue 40: a budget is judged at the serving band's slow end, and no verdict rests on
+    an estimate the model marks as outside what it is validated for (decision 428)."""
+
+    def test_the_cost_band_p90_is_the_slow_end_fleet_for_the_same_duration(
+        self, client: TestClient, writer: dict[str, str], sized: dict[str, Any]
+    ) -> None:
+        slow = sized["sizing"]["replicas_at_band_slow_end"]
+        replicas = sized["sizing"]["replicas"]
+        assert slow > replicas  # the worst honest case: the slow end needs more replicas
+        quote = post(client, writer, serving_quote(terms=["on_demand", "reserved_1y"])).json()
+        lines = [x for x in all_lines(client, quote, writer) if x["feasible"]]
+        assert lines
+        for line in lines:
+            fleet = line["serving"]
+            assert fleet["replicas"] == replicas
+            assert fleet["replicas_at_band_slow_end"] == slow
+            assert fleet["band_slow_end_factor"] == pytest.approx(
+                sized["sizing"]["band_slow_end_factor"])
+            band = line["uncertainty"]
+            # The same wall-clock at p10, p50 and p90: the band is in replicas, not time.
+            assert band["wall_clock_s"]["p90"] == band["wall_clock_s"]["p50"]
+            assert band["commitment_total"]["p10"] == line["commitment_total"]
+            gpus_per_instance = line["gpus_per_instance"]
+            slow_instances = math.ceil(slow * 4 / gpus_per_instance)
+            expected = (Decimal(line["commitment_total"]) * slow_instances
+                        / line["instances"])
+            p90 = Decimal(band["commitment_total"]["p90"])
+            assert p90 > Decimal(line["commitment_total"])
+            assert abs(p90 - expected) <= Decimal("0.01") * slow_instances, line
+
+    def test_a_budget_between_the_fleet_and_its_slow_end_warns_estimate_uncertain(
+        self, client: TestClient, writer: dict[str, str]
+    ) -> None:
+        first = post(client, writer, serving_quote(terms=["on_demand"])).json()
+        recommended = first["recommended"]
+        p50 = Decimal(recommended["total"])
+        p90 = Decimal(recommended["uncertainty"]["commitment_total"]["p90"])
+        assert p90 > p50
+        inside = post(client, writer, serving_quote(
+            terms=["on_demand"], budget={"amount": str(p50), "currency": "USD"})).json()
+        codes = {(d["code"], d["outcome"]) for d in inside["reason_details"]}
+        assert ("estimate_uncertain", "warn") in codes, inside["reason_details"]
+        assert inside["verdict"] == "approve"
+        # At the slow end's own cost the warning goes.
+        covered = post(client, writer, serving_quote(
+            terms=["on_demand"], budget={"amount": str(p90), "currency": "USD"})).json()
+        assert "estimate_uncertain" not in {d["code"] for d in covered["reason_details"]}
+        assert covered["verdict"] == "approve"
+
+    def test_a_moe_fleet_is_not_approved_on_an_unvalidated_estimate(
+        self, client: TestClient, writer: dict[str, str], api_key: KeyMaker
+    ) -> None:
+        body = serving_quote(terms=["on_demand"],
+                             budget={"amount": "1000000000", "currency": "USD"})
+        estimate = body["workload"]["serving"]["estimate"]
+        estimate["model"] = {"preset": "mixtral-8x7b"}
+        estimate["deployment"].update(tp=2, gpus_per_replica=2)
+        response = post(client, writer, body)
+        assert response.status_code == 201, response.text
+        quote = response.json()
+        assert quote["verdict"] == "reject"
+        failed = [d for d in quote["reason_details"] if d["code"] == "estimate_unvalidated"]
+        assert failed, quote["reason_details"]
+        assert failed[0]["outcome"] == "fail"
+        assert failed[0]["rule"] == "forbid_unvalidated_estimates"
+        for line in all_lines(client, quote, writer):
+            assert "unvalidated_estimate" in line["flags"]
+            assert "outside_validated_range" in {d["code"] for d in line["warning_details"]}
+        # A policy that accepts the risk approves, with the rule as a warning.
+        policies = api_key("policies:write")
+        made = client.post("/v1/policies", json={
+            "name": "serving-risk", "rules": {"forbid_unvalidated_estimates": False}},
+            headers=policies)
+        assert made.status_code == 201, made.text
+        allowed = post(client, writer, {**body, "policy": "serving-risk"}).json()
+        assert allowed["verdict"] == "approve", allowed["reason_details"]
+        assert ("estimate_unvalidated", "warn") in {
+            (d["code"], d["outcome"]) for d in allowed["reason_details"]}
+
+    def test_a_dense_calibrated_fleet_is_not_flagged(
+        self, client: TestClient, writer: dict[str, str]
+    ) -> None:
+        quote = post(client, writer, serving_quote(
+            terms=["on_demand"], budget={"amount": "1000000000", "currency": "USD"})).json()
+        assert quote["verdict"] == "approve", quote["reason_details"]
+        lines = all_lines(client, quote, writer)
+        assert lines
+        assert not [x for x in lines if "unvalidated_estimate" in x["flags"]]

@@ -19,7 +19,8 @@ PolicyRuleName = TypeAliasType("PolicyRuleName", Literal[
     "max_price_age_s", "max_observed_age_days", "fx_rate_age", "max_duration_s",
     "min_success_probability",
     "require_node_fit", "max_gpus_per_region_by_term", "max_capacity_block_instances",
-    "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates"])
+    "forbid_unverified_spot_capacity", "forbid_assumed_interruption_rates",
+    "forbid_unvalidated_estimates"])
 RuleName = PolicyRuleName
 assert set(get_args(PolicyRuleName.__value__)) == set(RULES)  # noqa: S101
 
@@ -117,6 +118,12 @@ class PolicyRulesIn(RequestModel):
     forbid_assumed_interruption_rates: bool = Field(
         strict=True, default=DEFAULT_POLICY.forbid_assumed_interruption_rates,
         description="A spot line on an assumed interruption rate fails; false: it warns.")
+    forbid_unvalidated_estimates: bool = Field(
+        strict=True, default=DEFAULT_POLICY.forbid_unvalidated_estimates,
+        description="A serving line whose estimate is outside what the model's published "
+                    "rows validate (flag unvalidated_estimate: its warning_details carry "
+                    "outside_validated_range, e.g. a mixture-of-experts model or a band that "
+                    "did not hold out of sample) fails estimate_unvalidated; false: it warns.")
     warn_only: list[RuleName] = Field(default_factory=list, max_length=len(RULES),
                                       description="Rules whose failure only warns.")
 

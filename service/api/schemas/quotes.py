@@ -530,6 +530,18 @@ class ServingFleetOut(BaseModel):
     tpot_p99_s: float
     meets_slo: bool | None
     duration_s: float
+    band_slow_end_factor: float | None = Field(default=None, description=(
+        "Online at a request rate: how much slower than the model the serving band's slow "
+        "end is (1 / its throughput low ratio; the serving estimate's "
+        "sizing.band_slow_end_factor). None offline and at a fixed batch."))
+    replicas_at_band_slow_end: int | None = Field(default=None, description=(
+        "The replicas the load needs at the band's slow end. The line is priced on "
+        "`replicas`; the p90 of its uncertainty.job_cost_total and commitment_total is "
+        "priced on these for the same duration, so a budget is judged at the slow end "
+        "(rule budget, code estimate_uncertain)."))
+    meets_slo_at_band_slow_end: bool | None = Field(default=None, description=(
+        "Whether the SLOs hold at the band's slow end on replicas_at_band_slow_end; None "
+        "without an SLO or offline."))
 
 
 class QuoteLineOut(BaseModel):

@@ -290,6 +290,10 @@ class ServingCostOut(BaseModel):
         "figure here."))
     usd_per_million_output_tokens: str | None
     usd_per_million_total_tokens: str | None
+    usd_per_hour_at_band_slow_end: str | None = Field(default=None, description=(
+        "Online at a request rate: the replicas the load needs at the band's slow end "
+        "(sizing.replicas_at_band_slow_end) at the given price, what a budget is judged at "
+        "(a serving quote's cost band p90 is this fleet); null otherwise."))
 
 
 def _cost_figure(value: Decimal, exponent: Decimal) -> str | None:
@@ -301,7 +305,8 @@ def _cost_figure(value: Decimal, exponent: Decimal) -> str | None:
 
 
 def _serving_cost(price: str, num_gpus: int, output_per_s: float,
-                  tokens_per_s: float) -> tuple[ServingCostOut, list[str]]:
+                  tokens_per_s: float, slow_end_num_gpus: int | None = None,
+                  ) -> tuple[ServingCostOut, list[str]]:
     """The cost block and the warnings of figures left out."""
     per_hour = Decimal(price) * num_gpus
     cents = Decimal("0.0001")
@@ -315,7 +320,13 @@ def _serving_cost(price: str, num_gpus: int, output_per_s: float,
     cost = ServingCostOut(usd_per_hour=_cost_figure(per_hour, Decimal("0.01")),
                           usd_per_million_output_tokens=per_million(output_per_s),
                           usd_per_million_total_tokens=per_million(tokens_per_s))
-    missing = [name for name, value in cost.model_dump().items() if value is None]
+    missing = [name for name, value in cost.model_dump().items() if value is None
+               and name != "usd_per_hour_at_band_slow_end"]
+    if slow_end_num_gpus is not None:
+        slow = _cost_figure(Decimal(price) * slow_end_num_gpus, Decimal("0.01"))
+        cost.usd_per_hour_at_band_slow_end = slow
+        if slow is None:
+            missing.append("usd_per_hour_at_band_slow_end")
     warnings = [f"cost: {', '.join(missing)} not given: over {MAX_COST_FIGURE_USD:.0E} USD "
                 "(the load is far below what the fleet serves, or the fleet is very large)"
                 ] if missing else []
@@ -375,8 +386,11 @@ class ServingResponse(BaseModel):
         cost: ServingCostOut | None = None
         cost_warnings: list[str] = []
         if deployment.price_per_gpu_hour_usd is not None and total_output_per_s > 0:
-            cost, cost_warnings = _serving_cost(deployment.price_per_gpu_hour_usd, num_gpus,
-                                                total_output_per_s, total_tokens_per_s)
+            cost, cost_warnings = _serving_cost(
+                deployment.price_per_gpu_hour_usd, num_gpus, total_output_per_s,
+                total_tokens_per_s, slow_end_num_gpus=(
+                    None if e.slow_end is None
+                    else e.slow_end.replicas * deployment.gpus_per_replica))
         m = e.memory
         unbounded = e.saturated and deployment.replicas is not None
         band = e.band

@@ -1,16 +1,17 @@
 """Fine-tuning estimate against published measurements (issue 43): ``python -m
 benchmarks.finetune_validation``.
 
-Measure-only: reads ``benchmarks/data/finetune-runs.csv`` (76 published LoRA, QLoRA and full
-fine-tuning rows from 10 documents; ``benchmarks/data/README.md`` describes every column) and
+Measure-only: reads ``benchmarks/data/finetune-runs.csv`` (90 published LoRA, QLoRA and full
+fine-tuning rows from 11 documents; ``benchmarks/data/README.md`` describes every column) and
 prints a Markdown report of the estimate against each row's peak memory, tokens/s and step
 time. It changes no constant and fits nothing: no fine-tuning row was used to fit any
 calibration, so every figure is out of sample and leave-one-source-out does not apply.
 
 Mapping of a row to the core specs (``row_case``):
 
-- **model**: a preset by name (``MODELS``), else Llama 3.2 3B from its public config
-  (``LLAMA32_3B``: no preset), else the row's architecture columns; a feed-forward width of
+- **model**: the row's architecture columns where given (LitGPT's untied Llama 3.2 heads,
+  Mistral 7B, phi-1.5, StableLM), else a preset by name (``MODELS``), else Llama 3.2 3B from
+  its public config (``LLAMA32_3B``: no preset); a feed-forward width of
   4 x hidden is a GELU MLP (phi-1.5, StableLM Alpha), otherwise SwiGLU.
 - **stack**: ``framework`` -> ``specs.Framework`` (``FRAMEWORKS``): torchtune, LitGPT, PEFT and
   NeMo Automodel are PyTorch FSDP trainers (``fsdp``), NeMo is Megatron-Core (``megatron``).
@@ -85,6 +86,19 @@ LLAMA32_3B = ModelSpec(name="llama3.2-3b", num_layers=28, hidden_size=3072, num_
 """Llama 3.2 3B (meta-llama/Llama-3.2-3B config.json: 28 layers, hidden 3072, 24 heads, 8 KV
 heads, intermediate 8192, vocabulary 128,256, tie_word_embeddings true). No preset has it and
 the CSV leaves its architecture columns empty (a well-known model)."""
+
+A10G = AcceleratorSpec(
+    id="a10g-24gb", name="NVIDIA A10G 24GB (held in the benchmark)", memory_bytes=24 * 10**9,
+    hbm_bytes_per_s=600e9,
+    peak_flops_per_s={Precision.BF16: 125e12, Precision.FP16: 125e12},
+    tdp_w=150.0, scaleup_domain_size=1, scaleup_bytes_per_s=32e9, scaleout_bytes_per_s=12.5e9)
+"""NVIDIA A10G (AWS G5 instances: "NVIDIA A10G Tensor Core GPU, 24 GB"), not in the catalogue.
+NVIDIA publishes no A10G datasheet; the rest is the A10's (NVIDIA A10 datasheet: 24 GB GDDR6
+at 600 GB/s, 125 TFLOP/s dense BF16, 150 W, PCIe Gen4). Only the rows' peak memory is
+compared (LitGPT's config-hub table gives no tokens/s), which does not depend on these rates."""
+HELD_ACCELERATORS = {A10G.id: A10G}
+"""GPUs of published rows that the catalogue lacks, held here with their datasheets (as
+``benchmarks.rl_validation`` holds the H20)."""
 
 FRAMEWORKS = {"torchtune": Framework.FSDP, "litgpt": Framework.FSDP, "peft": Framework.FSDP,
               "nemo-automodel": Framework.FSDP, "nemo": Framework.MEGATRON}
@@ -212,7 +226,7 @@ def load_rows(path: Path = DATA) -> list[dict[str, str]]:
 
 
 def document_of(row: dict[str, str]) -> str:
-    """The source document: the row's ``source`` (10 of them, the data README's documents;
+    """The source document: the row's ``source`` (11 of them, the data README's documents;
     torchtune's three README tables of different dates count as three)."""
     return row["source"].strip()
 
@@ -228,13 +242,20 @@ def _float(text: str) -> float | None:
 
 def model_of(row: dict[str, str]) -> ModelSpec | None:
     name = row["model"]
+    if row["layers"].strip():
+        return _model_from_columns(row)
     for prefix, preset in MODELS.items():
         if name.startswith(prefix):
             return PRESETS[preset].model
     if "Llama-3.2-3B" in name or name.startswith("Llama 3.2 3B"):
         return LLAMA32_3B
-    if not row["layers"].strip():
-        return None
+    return None
+
+
+def _model_from_columns(row: dict[str, str]) -> ModelSpec:
+    """The row's architecture columns (untied head; ffn = 4 x hidden is a GELU MLP). They win
+    over a preset's name: LitGPT keeps a separate head even for a tied checkpoint."""
+    name = row["model"]
     hidden, ffn = int(row["hidden"]), int(row["ffn"])
     return ModelSpec(name=name, num_layers=int(row["layers"]), hidden_size=hidden,
                      num_heads=int(row["heads"]), num_kv_heads=int(row["kv_heads"]),
@@ -319,7 +340,7 @@ def evaluate(case: Case) -> Result:
 
 def run(path: Path = DATA) -> tuple[list[Result], dict[str, str]]:
     """Every row evaluated, or skipped: (results, {row id: reason})."""
-    accelerators = seed_accelerators()
+    accelerators = {**seed_accelerators(), **HELD_ACCELERATORS}
     results: list[Result] = []
     skipped: dict[str, str] = {}
     for row in load_rows(path):

@@ -20,7 +20,7 @@ def evaluated() -> Evaluated:
 def test_every_row_is_evaluated_or_skipped_with_a_known_reason(evaluated: Evaluated) -> None:
     results, skipped = evaluated
     ids = [row["id"] for row in fv.load_rows()]
-    assert len(ids) == 76
+    assert len(ids) == 90
     assert sorted([r.id for r in results] + list(skipped)) == sorted(ids)
     assert set(skipped.values()) <= set(fv.SKIP_REASONS)
     assert "invalid_layout" not in skipped.values()

@@ -31,6 +31,7 @@ from service.core.memory import (
     DEQUANT_NOTE,
     EDGE_FRACTION,
     GRADIENTS_FREED_NOTE,
+    LOSS_KERNELS,
     PAGED_OPTIMIZER_NOTE,
     MemoryBreakdown,
     dequantises,
@@ -52,7 +53,9 @@ from service.core.rl import RlEstimate, rl_estimate
 from service.core.specs import (
     ClusterSpec,
     EnergySpec,
+    LossKernel,
     ModelSpec,
+    Optimizer,
     ParallelismPlan,
     Precision,
     RecomputeMode,
@@ -356,7 +359,7 @@ def _estimate_update(
         hidden_size=model.hidden_size, seq_len=training.seq_len, moe=model.is_moe),
         *version_details(training, acc.id), *scale_details(n, mfu), *fabric_details(cluster),
         *compression_details(training),
-        *method_details(training)]
+        *method_details(training), *loss_kernel_details(training)]
     network_notes: tuple[str, ...] = ()
     if cluster.fabric is not None:
         network_notes = fabric_notes(cluster, {
@@ -451,12 +454,60 @@ def _assumptions(plan: ParallelismPlan, training: TrainingSpec,
     if plan.zero_stage == 3 and training.framework in FSDP2_STACKS:
         notes.append(FSDP2_NOTE)
     notes.extend(method_notes(training, plan.zero_stage, plan.pp))
+    notes.extend(loss_kernel_notes(training))
+    if training.optimizer == Optimizer.ADAMW_8BIT:
+        notes.append(ADAMW_8BIT_NOTE)
     if plan.dp_shard is not None and plan.dp_replicas > 1:
         notes.append(
             f"hybrid sharding: the ZeRO state is sharded over {plan.dp_shard * plan.cp} ranks "
             f"(dp_shard x cp) and replicated {plan.dp_replicas} times; the gradient shards "
             "are all-reduced across the replicas wherever they are reduce-scattered")
     return tuple(notes)
+
+
+FINETUNE_METHODS = (TrainingMethod.FULL_FINETUNE, TrainingMethod.LORA, TrainingMethod.QLORA)
+"""The methods whose stacks differ most in their loss kernel (torchtune's chunked loss,
+Liger's and Unsloth's fused ones, transformers' standard one): a loss kernel left out there
+is named as a ``defaulted_input``."""
+LOSS_KERNEL_NOTES = {
+    LossKernel.STANDARD: "loss: standard cross-entropy, the micro-batch's logits upcast to "
+                         "fp32 and saved with their log-softmax (10 B per logit at the loss)",
+    LossKernel.CHUNKED: "loss: chunked cross-entropy (torchtune CEWithChunkedOutputLoss): the "
+                        "bf16 logits kept, one chunk of 8 upcast at a time (3 B per logit)",
+    LossKernel.FUSED: "loss: fused linear cross-entropy (Liger Kernel, Cut Cross-Entropy): "
+                      "the logits never materialised, a chunk's working set only (6 B per "
+                      "token and hidden unit)",
+}
+"""The assumption each named loss kernel adds (``memory.LOSS_KERNELS``); the step time is the
+same for all three (the loss's FLOPs do not change)."""
+ADAMW_8BIT_NOTE = ("adamw_8bit: bitsandbytes 8-bit AdamW, both moments block-wise quantised "
+                   "(about 2 B per trainable parameter instead of 8; Dettmers et al. 2022), "
+                   "master weights as master_weights says; its update time is Adam's")
+
+
+def loss_kernel_notes(training: TrainingSpec) -> list[str]:
+    """The named loss kernel, or for a fine-tuning method the stack's own, as an assumption."""
+    if training.loss_kernel is not None:
+        return [LOSS_KERNEL_NOTES[training.loss_kernel]]
+    if training.method in FINETUNE_METHODS:
+        layout = state_layout(training)
+        return [f"loss: training.loss_kernel not given, the {training.framework.value} "
+                f"stack's own ({layout.logits_bytes_per_entry:g} B per logit at the loss)"]
+    return []
+
+
+def loss_kernel_details(training: TrainingSpec) -> list[WarningDetail]:
+    """``defaulted_input`` on ``training.loss_kernel`` for a fine-tuning method that leaves it
+    out: the logits can be the largest block of a fine-tuning peak (a 128K vocabulary)."""
+    if training.loss_kernel is not None or training.method not in FINETUNE_METHODS:
+        return []
+    layout = state_layout(training)
+    return [WarningDetail(
+        DEFAULTED_INPUT, "training.loss_kernel",
+        f"training.loss_kernel not given: the {training.framework.value} stack's own loss "
+        f"assumed ({layout.logits_bytes_per_entry:g} B per logit at the loss; standard is "
+        f"{LOSS_KERNELS[LossKernel.STANDARD].logits_bytes_per_entry:g}, chunked "
+        f"{LOSS_KERNELS[LossKernel.CHUNKED].logits_bytes_per_entry:g}, fused none)")]
 
 
 def method_notes(training: TrainingSpec, zero_stage: int = 0, pp: int = 1) -> list[str]:

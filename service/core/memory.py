@@ -52,6 +52,7 @@ from service.core.params import adapter_params_per_layer
 from service.core.specs import (
     BasePrecision,
     Framework,
+    LossKernel,
     MlpKind,
     ModelSpec,
     Optimizer,
@@ -95,6 +96,59 @@ FP32_LOGITS_BYTES_PER_ENTRY = 4.0
 """The fp32 copy of the logits that torchtitan's ``F.cross_entropy(pred.float())`` and
 Megatron's vocab-parallel cross-entropy (``vocab_parallel_logits.float()``) make: the largest
 single block such a step allocates when the vocabulary is large."""
+
+
+ADAMW_8BIT_BLOCK_SIZE = 2048
+"""bitsandbytes' 8-bit optimizers quantise each state in blocks of 2,048 values, each with one
+fp32 absolute maximum (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization",
+arXiv 2110.02861, section 2.1; bitsandbytes ``optimizer_update_8bit_blockwise``)."""
+ADAMW_8BIT_MOMENT_BYTES_PER_PARAM = 2.0 * (1.0 + 4.0 / ADAMW_8BIT_BLOCK_SIZE)
+"""AdamW8bit: m and v at 1 byte each plus their block constants (2 x 4/2048 B), about 2 B per
+trainable parameter instead of Adam's 8 (the same paper, section 2; tensors under 4,096
+values stay 32-bit, ``min_8bit_size``, a negligible share of a transformer's parameters)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LossMemory:
+    """What a cross-entropy kernel holds at the loss, per logit (``tokens x vocab``) and per
+    token and hidden unit (a fused kernel's chunk)."""
+
+    logits_bytes_per_entry: float
+    """Bytes live at the loss per logit of the micro-batch."""
+    block_bytes_per_entry: float
+    """The largest single block per logit (the caching allocator's headroom)."""
+    working_bytes_per_hidden: float = 0.0
+    """A fused kernel's working set per token and hidden unit."""
+    block_bytes_per_hidden: float = 0.0
+
+
+LOSS_KERNELS: Mapping[LossKernel, LossMemory] = MappingProxyType({
+    # PyTorch F.cross_entropy(logits.float(), labels): the bf16 logits (2), their fp32 copy
+    # (4) and the fp32 log-softmax saved for the backward (4), whose gradient (4) replaces it
+    # (``TORCH_CROSS_ENTROPY_BYTES_PER_ENTRY``, measured here at 9 to 11 bytes per logit).
+    # Hugging Face transformers' ForCausalLMLoss (loss_utils.py: ``logits = logits.float()``
+    # then ``nn.functional.cross_entropy``) and torchtitan's loss compute it so.
+    LossKernel.STANDARD: LossMemory(logits_bytes_per_entry=10.0, block_bytes_per_entry=4.0),
+    # torchtune CEWithChunkedOutputLoss (torchtune/modules/loss/ce_chunked_output_loss.py,
+    # num_output_chunks=8): the output layer returns the bf16 logits as 8 chunks, all kept
+    # (2 B per logit), and each chunk is upcast and reduced in turn under torch.compile, so
+    # one chunk's fp32 copy and log-softmax are live: (4 + 4) / 8 = 1 B per logit. The
+    # largest block is one fp32 chunk, 4 / 8 B per logit.
+    LossKernel.CHUNKED: LossMemory(logits_bytes_per_entry=2.0 + (4.0 + 4.0) / 8.0,
+                                   block_bytes_per_entry=4.0 / 8.0),
+    # Liger Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv 2410.10989, section
+    # 3.1; liger_kernel/ops/fused_linear_cross_entropy.py): the logits are never
+    # materialised; each chunk of next_power_of_2(BT / ceil(V / H)) tokens computes its
+    # logits (at most 2 x BT x H entries, bf16, 2 B, the gradient written in place) and the
+    # input gradient of all BT x H (bf16, 2 B) is built during the forward: 4 + 2 B per token
+    # and hidden unit, the chunk's 4 the largest block. Cut Cross-Entropy (Wijmans et al.
+    # 2024, arXiv 2411.09009) keeps less; this bounds both.
+    LossKernel.FUSED: LossMemory(logits_bytes_per_entry=0.0, block_bytes_per_entry=0.0,
+                                 working_bytes_per_hidden=2.0 * 2.0 + 2.0,
+                                 block_bytes_per_hidden=2.0 * 2.0),
+})
+"""Loss kernels by name (``TrainingSpec.loss_kernel``); not given, the stack's own logits
+figures (``StackMemory.logits_bytes_per_entry``, the ones the pre-training fit used)."""
 
 
 NF4_BYTES_PER_PARAM = 0.5
@@ -257,36 +311,51 @@ class StateLayout:
     caching_allocator: bool
     gradients_freed: bool
     logits_block_bytes_per_entry: float
+    loss_working_bytes_per_hidden: float = 0.0
+    """A fused loss kernel's working set per token and hidden unit (``LOSS_KERNELS``)."""
+    loss_block_bytes_per_hidden: float = 0.0
 
 
 def state_layout(training: TrainingSpec) -> StateLayout:
     """The stack's conventions with the caller's precisions and optimizer applied."""
     stack = STACK_MEMORY[training.framework]
     fp32_master = training.master_weights == StatePrecision.FP32
-    working = 1.0 if training.fp8_params else WEIGHT_BYTES_PER_PARAM
+    working_weights = 1.0 if training.fp8_params else WEIGHT_BYTES_PER_PARAM
     if stack.separate_master:
-        weights = working
+        weights = working_weights
         master = 4.0 if fp32_master else 0.0
     else:
         weights = 4.0 if fp32_master else WEIGHT_BYTES_PER_PARAM
         master = 0.0
-    moments = (2.0 * (4.0 if fp32_master else 2.0)
-               if training.optimizer == Optimizer.ADAMW else 0.0)
+    if training.optimizer == Optimizer.ADAMW:
+        moments = 2.0 * (4.0 if fp32_master else 2.0)
+    elif training.optimizer == Optimizer.ADAMW_8BIT:
+        moments = ADAMW_8BIT_MOMENT_BYTES_PER_PARAM
+    else:
+        moments = 0.0
     if training.gradient_precision is not None:
         grads = 4.0 if training.gradient_precision == StatePrecision.FP32 else 2.0
     elif stack.separate_master:
         grads = stack.gradient_bytes_per_param
     else:
         grads = weights
+    logits, block = stack.logits_bytes_per_entry, stack.logits_block_bytes_per_entry
+    working = block_hidden = 0.0
+    if training.loss_kernel is not None:
+        loss = LOSS_KERNELS[training.loss_kernel]
+        logits, block = loss.logits_bytes_per_entry, loss.block_bytes_per_entry
+        working, block_hidden = loss.working_bytes_per_hidden, loss.block_bytes_per_hidden
     return StateLayout(
         weight_bytes_per_param=weights,
-        gather_bytes_per_param=working,
+        gather_bytes_per_param=working_weights,
         grad_bytes_per_param=grads,
         optimizer_bytes_per_param=master + moments,
-        logits_bytes_per_entry=stack.logits_bytes_per_entry,
+        logits_bytes_per_entry=logits,
         caching_allocator=stack.caching_allocator,
         gradients_freed=stack.gradients_freed,
-        logits_block_bytes_per_entry=stack.logits_block_bytes_per_entry,
+        logits_block_bytes_per_entry=block,
+        loss_working_bytes_per_hidden=working,
+        loss_block_bytes_per_hidden=block_hidden,
     )
 
 
@@ -316,6 +385,12 @@ class MemoryBreakdown:
     reserved_bytes: Num = 0.0
     """What the allocator would reserve (``Calibration.allocator_reserve_fraction``): the
     figure tools print as peak reserved memory; ``fits`` compares ``peak_bytes``."""
+    allocated_bytes: Num = 0.0
+    """The tensors alone at the peak, as PyTorch's ``max_memory_allocated`` (and its
+    ``active_bytes`` peak) reports it: the peak without the CUDA context, NCCL and workspace
+    bytes (``Calibration.memory_overhead_bytes``), the fragmentation share and the
+    largest-block headroom, which the allocator holds outside its allocated tensors; on XLA
+    the peak without ``XLA_RUNTIME_BYTES``."""
 
     @property
     def peak_bytes(self) -> Num:
@@ -450,7 +525,8 @@ def memory_breakdown(
     else:
         first_stored, last_stored = stored * in_flight, stored
     layout = state_layout(training)
-    logits = layout.logits_bytes_per_entry * tokens * model.vocab_size / plan.tp
+    logits = (layout.logits_bytes_per_entry * tokens * model.vocab_size
+              + layout.loss_working_bytes_per_hidden * tokens * model.hidden_size) / plan.tp
 
     single_stage = plan.pp == 1
     first_params = geometry.layer_params_per_gpu + geometry.embedding_params_per_gpu
@@ -514,7 +590,8 @@ def memory_breakdown(
         # The largest block the step allocates at once: the fp32 logits on the stage that
         # holds the head, else one MLP intermediate (ALLOCATOR_HEADROOM_NOTE).
         logits_block = (layout.logits_block_bytes_per_entry * tokens * model.vocab_size
-                        / plan.tp)
+                        + layout.loss_block_bytes_per_hidden * tokens * model.hidden_size
+                        ) / plan.tp
         logits_block = xp.where(single_stage, logits_block,
                                 xp.where(first_is_peak, 0.0, logits_block))
         mlp_block = ACTIVATION_BYTES * tokens * model.ffn_hidden_size / plan.tp
@@ -523,10 +600,13 @@ def memory_breakdown(
                  + calibration.memory_fragmentation_fraction * activations
                  + gather_buffers + headroom)
         reserve = calibration.allocator_reserve_fraction
+        outside_tensors = (calibration.memory_overhead_bytes
+                           + calibration.memory_fragmentation_fraction * activations + headroom)
     else:
         headroom = 0.0
         other = XLA_RUNTIME_BYTES + gather_buffers
         reserve = 0.0
+        outside_tensors = XLA_RUNTIME_BYTES
     peak = weights + grads + optimizer + activations + other
     return MemoryBreakdown(
         weights_bytes=weights,
@@ -536,6 +616,7 @@ def memory_breakdown(
         other_bytes=other,
         capacity_bytes=capacity_bytes,
         reserved_bytes=(peak - headroom) * (1.0 + reserve),
+        allocated_bytes=peak - outside_tensors,
     )
 
 

@@ -54,6 +54,28 @@ class Optimizer(StrEnum):
     """Two moments per parameter (Loshchilov and Hutter 2019)."""
     SGD = "sgd"
     """Plain SGD without momentum: no state (MaxText ``opt_type: sgd``)."""
+    ADAMW_8BIT = "adamw_8bit"
+    """AdamW with both moments block-wise quantised to 8 bits (bitsandbytes ``AdamW8bit``,
+    ``PagedAdamW8bit``; Dettmers et al. 2022, "8-bit Optimizers via Block-wise
+    Quantization", arXiv 2110.02861): 2 bytes of moments per parameter instead of 8
+    (``memory.ADAMW_8BIT_MOMENT_BYTES_PER_PARAM``); master weights as ``master_weights``."""
+
+
+class LossKernel(StrEnum):
+    """How the cross-entropy loss holds the logits of a micro-batch (issue 43;
+    ``memory.LOSS_KERNELS``)."""
+
+    STANDARD = "standard"
+    """The whole micro-batch's logits upcast to fp32 and saved with their log-softmax for the
+    backward (PyTorch ``F.cross_entropy(logits.float(), labels)``, as Hugging Face
+    transformers' ``ForCausalLMLoss`` and torchtitan compute it)."""
+    CHUNKED = "chunked"
+    """The logits are upcast and reduced one chunk of tokens at a time (torchtune
+    ``CEWithChunkedOutputLoss``, 8 chunks): only a chunk's fp32 copy is live."""
+    FUSED = "fused"
+    """The output projection and the loss are fused and run in chunks, so the full logits are
+    never materialised (Liger Kernel ``LigerFusedLinearCrossEntropyLoss``, Hsu et al. 2024,
+    arXiv 2410.10989; Apple's Cut Cross-Entropy, Wijmans et al. 2024, arXiv 2411.09009)."""
 
 
 MAX_NUM_GPUS = 1_000_000
@@ -752,6 +774,9 @@ class TrainingSpec:
     """The gradient buffer and its reduction; None takes the stack's default
     (``memory.STACK_MEMORY``)."""
     optimizer: Optimizer = Optimizer.ADAMW
+    loss_kernel: LossKernel | None = None
+    """The cross-entropy's handling of the logits (issue 43); None takes the stack's own
+    (``memory.STACK_MEMORY``: the figures the pre-training fit was made with)."""
     attention_kernel: AttentionKernel | None = None
     """The attention kernel; None takes the stack's default for the accelerator."""
     framework_version: str | None = None

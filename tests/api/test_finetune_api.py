@@ -89,3 +89,93 @@ class TestFinetuneValidation:
         del body["training"]["tokens"]
         assert_problem(client.post("/v1/estimates", json=body), 422,
                        "training.mean_example_tokens")
+
+
+def llama32_3b_lora(**training: Any) -> dict[str, Any]:
+    """torchtune's flags-table LoRA shape (Llama 3.2 3B has no preset: Llama 3.1 8B's here),
+    one A100 80GB, 2 x 4096 tokens, a 128K vocabulary: the logits are a large block."""
+    values: dict[str, Any] = {"seq_len": 4096, "global_batch_seqs": 2, "tokens": 1e8,
+                              "method": "lora", "framework": "fsdp"}
+    values.update(training)
+    return {
+        "model": {"preset": "llama3.1-8b"},
+        "cluster": {"accelerator": "a100-sxm4-80gb", "num_gpus": 1, "gpus_per_node": 1},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "micro_batch": 2,
+                        "recompute": "full"},
+        "training": values,
+    }
+
+
+def _defaulted(answer: dict[str, Any]) -> set[str]:
+    return {d["field"] for d in answer["warning_details"] if d["code"] == "defaulted_input"}
+
+
+class TestLossKernelAndEightBitAdam:
+    def test_loss_kernels_order_the_peak_and_are_named_in_assumptions(
+        self, client: TestClient,
+    ) -> None:
+        peaks = {}
+        for kernel in ("standard", "chunked", "fused"):
+            response = client.post("/v1/estimates", json=llama32_3b_lora(loss_kernel=kernel))
+            assert response.status_code == 200, response.text
+            answer = response.json()
+            peaks[kernel] = answer["memory"]["peak_bytes_per_gpu"]
+            assert any(a.startswith("loss: ") and kernel in a for a in answer["assumptions"])
+            assert "training.loss_kernel" not in _defaulted(answer)
+        assert peaks["fused"] < peaks["chunked"] < peaks["standard"]
+        # 2 x 4096 tokens x 128,256 logits at 10 vs 3 B: at least 7 GB apart.
+        assert peaks["standard"] - peaks["chunked"] > 7 * 2 * 4096 * 128_256
+
+    def test_a_fine_tune_without_a_loss_kernel_says_it_was_defaulted(
+        self, client: TestClient,
+    ) -> None:
+        answer = client.post("/v1/estimates", json=llama32_3b_lora()).json()
+        assert "training.loss_kernel" in _defaulted(answer)
+        assert any("training.loss_kernel not given" in a for a in answer["assumptions"])
+        pretrain = client.post("/v1/estimates", json=llama32_3b_lora(method="pretrain")).json()
+        assert "training.loss_kernel" not in _defaulted(pretrain)
+
+    def test_allocated_is_reported_below_the_peak(self, client: TestClient) -> None:
+        memory = client.post("/v1/estimates", json=llama32_3b_lora()).json()["memory"]
+        assert 0 < memory["allocated_bytes_per_gpu"] < memory["peak_bytes_per_gpu"]
+        breakdown = memory["breakdown_bytes"]
+        tensors = sum(breakdown[k] for k in ("weights", "gradients", "optimizer",
+                                             "activations"))
+        assert memory["allocated_bytes_per_gpu"] >= tensors
+
+    def test_adamw_8bit_shrinks_the_optimizer_state(self, client: TestClient) -> None:
+        full = {"method": "full_finetune", "global_batch_seqs": 2}
+        adam = client.post("/v1/estimates", json=llama32_3b_lora(**full)).json()
+        eight = client.post("/v1/estimates",
+                            json=llama32_3b_lora(optimizer="adamw_8bit", **full)).json()
+        a = adam["memory"]["breakdown_bytes"]["optimizer"]
+        b = eight["memory"]["breakdown_bytes"]["optimizer"]
+        # FSDP: the fp32 parameters are the master copy (weights), the optimizer holds the
+        # moments only: 8 B per parameter -> 2 B plus an fp32 absmax per 2,048.
+        assert b / a == pytest.approx((2.0 + 8.0 / 2048) / 8.0, rel=1e-6)
+        assert any(a.startswith("adamw_8bit:") for a in eight["assumptions"])
+
+    @pytest.mark.parametrize(("training", "field"), [
+        ({"loss_kernel": "flash"}, "training.loss_kernel"),
+        ({"loss_kernel": 3}, "training.loss_kernel"),
+        ({"optimizer": "adamw_4bit"}, "training.optimizer"),
+    ])
+    def test_bad_values_are_a_422_naming_the_field(
+        self, client: TestClient, training: dict[str, Any], field: str,
+    ) -> None:
+        assert_problem(client.post("/v1/estimates", json=llama32_3b_lora(**training)), 422,
+                       field)
+
+    def test_plans_accept_the_loss_kernel_and_refuse_a_bad_one(
+        self, client: TestClient,
+    ) -> None:
+        request = {"model": {"preset": "llama3.1-8b"},
+                   "training": {"seq_len": 4096, "global_batch_seqs": 16, "tokens": 1e9,
+                                "method": "lora", "framework": "fsdp",
+                                "loss_kernel": "chunked", "optimizer": "adamw_8bit"},
+                   "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8}}
+        response = client.post("/v1/parallelism-plans", json=request)
+        assert response.status_code == 200, response.text
+        request["training"]["loss_kernel"] = "flash"
+        assert_problem(client.post("/v1/parallelism-plans", json=request), 422,
+                       "training.loss_kernel")

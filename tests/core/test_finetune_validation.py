@@ -20,7 +20,7 @@ def evaluated() -> Evaluated:
 def test_every_row_is_evaluated_or_skipped_with_a_known_reason(evaluated: Evaluated) -> None:
     results, skipped = evaluated
     ids = [row["id"] for row in fv.load_rows()]
-    assert len(ids) == 76
+    assert len(ids) == 90
     assert sorted([r.id for r in results] + list(skipped)) == sorted(ids)
     assert set(skipped.values()) <= set(fv.SKIP_REASONS)
     assert "invalid_layout" not in skipped.values()
@@ -67,7 +67,7 @@ def test_qlora_predicts_less_memory_than_full_and_lora_alike(evaluated: Evaluate
 def test_skip_reasons_are_the_expected_ones(evaluated: Evaluated) -> None:
     _, skipped = evaluated
     assert skipped["tt_readme_l31_8b_lora_4090"] == "accelerator_not_in_catalogue"
-    assert skipped["tt_flags_l32_3b_full_adamw8bit"] == "optimizer_not_modelled"
+    assert "tt_flags_l32_3b_full_adamw8bit" not in skipped  # adamw_8bit is modelled now
     assert skipped["nemo2407_llama2_7b_lora_8gpu"] == "lora_config_not_stated"
 
 
@@ -76,3 +76,52 @@ def test_report_states_the_targets_and_that_nothing_is_fitted(evaluated: Evaluat
     assert "out of sample" in text
     assert "## Issue 43's targets" in text
     assert "cannot be per GPU" in text
+
+
+def test_issue_43_memory_target_is_met_by_the_benchmark(evaluated: Evaluated) -> None:
+    """At least 10 LoRA/QLoRA peaks within 10%, from at least 3 documents, as the benchmark
+    counts them (fails if a change to the memory model or the mapping loses it)."""
+    results, _ = evaluated
+    within = fv.adapter_peaks_within(results)
+    assert len(within) >= 10
+    assert len({r.document for r in within}) >= 3
+    assert all(r.method in ("lora", "qlora") for r in within)
+    assert fv.peak_target_met(results)
+    assert "LoRA/QLoRA peaks within 10%: " + str(len(within)) in fv.report(*evaluated)
+
+
+def test_peft_reserved_peaks_keep_their_accuracy(evaluated: Evaluated) -> None:
+    """The loss kernel and allocated figure leave PEFT MetaMathQA's reserved rows as they were
+    (4 of 5 within 10%): the rows state no loss kernel, so the stack's own is used."""
+    results, _ = evaluated
+    peft = [r for r in results if "MetaMathQA" in r.document]
+    assert len(peft) == 5
+    assert sum(abs(r.peak_error or 1.0) <= 0.10 for r in peft) >= 4
+
+
+def test_loss_kernels_and_eight_bit_adamw_follow_the_documents(evaluated: Evaluated) -> None:
+    accelerators = fv.seed_accelerators()
+    rows = {row["id"]: row for row in fv.load_rows()}
+
+    def case(row_id: str) -> fv.Case:
+        built = fv.row_case(rows[row_id], accelerators)
+        assert isinstance(built, fv.Case), built
+        return built
+
+    assert case("tt_flags_l32_3b_full_compile").training.loss_kernel == fv.LossKernel.STANDARD
+    assert case("tt_flags_l32_3b_lora").training.loss_kernel == fv.LossKernel.CHUNKED
+    assert (case("tt_readme_l31_405b_qlora_8xa100").training.loss_kernel
+            == fv.LossKernel.STANDARD)
+    assert (case("tt_readme2024_l2_70b_lora_8xa100").training.loss_kernel
+            == fv.LossKernel.STANDARD)
+    assert case("peft_metamath_lora_l32_3b_rank32").training.loss_kernel is None
+    assert case("tt_flags_l32_3b_full_adamw8bit").training.optimizer == fv.Optimizer.ADAMW_8BIT
+    results, _ = evaluated
+    by_id = {r.id: r for r in results}
+    # Chunked cross-entropy lowers the flags table's peak, as the table measured it.
+    assert (by_id["tt_flags_l32_3b_full_chunkedce"].predicted_peak_gib
+            < by_id["tt_flags_l32_3b_full_compile"].predicted_peak_gib)
+    # 8-bit AdamW lowers it further, by about 6 B per parameter (fp32 m and v -> 8-bit).
+    drop = (by_id["tt_flags_l32_3b_full_actoffload"].predicted_peak_gib
+            - by_id["tt_flags_l32_3b_full_adamw8bit"].predicted_peak_gib)
+    assert 3.0 < drop < 8.0

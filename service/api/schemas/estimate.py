@@ -42,6 +42,7 @@ from service.core.specs import (
     GradientCompression,
     LoraSpec,
     LoraTarget,
+    LossKernel,
     MlpKind,
     ModelSpec,
     MoeOverlap,
@@ -494,6 +495,17 @@ FRAMEWORK_VERSION_DESCRIPTION = (
     "No effect on other stacks.")
 
 
+LOSS_KERNEL_DESCRIPTION = (
+    "How the cross-entropy holds the logits of a micro-batch (memory only; docs/model.md, "
+    "\"Fine-tuning\"): standard (the logits upcast to fp32 and saved with their "
+    "log-softmax, 10 bytes per logit: PyTorch F.cross_entropy on logits.float(), as Hugging "
+    "Face transformers and torchtitan), chunked (torchtune CEWithChunkedOutputLoss: the bf16 "
+    "logits kept and one chunk of 8 upcast at a time, 3 bytes per logit) or fused (Liger "
+    "Kernel's fused linear cross-entropy, Cut Cross-Entropy: the logits never materialised). "
+    "Not given: the stack's own (the figures the calibration was fitted with), with "
+    "defaulted_input on training.loss_kernel for full_finetune, lora and qlora.")
+
+
 class TrainingIn(RequestModel):
     seq_len: int = Field(
         strict=True, ge=1, le=10_000_000, description="Tokens per sequence.", examples=[8192]
@@ -549,7 +561,11 @@ class TrainingIn(RequestModel):
         "fsdp, torchtitan and unknown; 16-bit for deepspeed; the weights' precision for "
         "maxtext). NeMo's performance recipes reduce in bf16."))
     optimizer: Optimizer = Field(default=Optimizer.ADAMW, description=(
-        "adamw (two moments per parameter) or sgd (no optimizer state)."))
+        "adamw (two moments per parameter), adamw_8bit (bitsandbytes 8-bit AdamW or "
+        "PagedAdamW8bit: both moments block-wise quantised, about 2 bytes per trainable "
+        "parameter instead of 8; Dettmers et al. 2022) or sgd (no optimizer state)."))
+    loss_kernel: LossKernel | None = Field(default=None, description=LOSS_KERNEL_DESCRIPTION,
+                                           examples=["chunked"])
     fp8_params: bool = Field(strict=True, default=False, description=(
         "FP8 working weights (Transformer Engine fp8_model_init, Megatron --fp8-param-gather): "
         "1 byte per parameter on the GPU and in the all-gather. Needs precision fp8."))
@@ -606,6 +622,7 @@ class TrainingIn(RequestModel):
             master_weights=self.master_weights,
             gradient_precision=self.gradient_precision,
             optimizer=self.optimizer,
+            loss_kernel=self.loss_kernel,
             fp8_params=self.fp8_params,
             attention_kernel=self.attention_kernel,
             torch_compile=self.torch_compile,
@@ -690,7 +707,8 @@ WARNING_DETAILS_DESCRIPTION = (
         WARNING_CODES) + "), field (the request field or model dimension concerned, or "
     "null) and message. defaulted_input names an input the request left to a default "
     "(model.vocab_size, training.framework, training.framework_version, "
-    "training.attention_kernel, training.torch_compile, parallelism.tp, parallelism.pp, "
+    "training.attention_kernel, training.torch_compile, training.loss_kernel, "
+    "parallelism.tp, parallelism.pp, "
     "parallelism.micro_batch, parallelism.recompute, parallelism.vp, "
     "parallelism.sequence_parallel, or a parallelism field given as \"auto\"); "
     "outside_validated_range names a dimension outside the region the calibration's published "
@@ -834,6 +852,12 @@ class MemoryOut(BaseModel):
         "as peak (reserved) memory: the peak without the largest-block headroom plus a "
         "fitted share of cached blocks it can release (median error 6.4% on 75 measured "
         "peaks). Equal to the peak for JAX/XLA. fits compares peak_bytes_per_gpu, not this."))
+    allocated_bytes_per_gpu: float = Field(default=0.0, description=(
+        "The tensors alone at the peak, the figure PyTorch prints as max allocated (or peak "
+        "active) memory: the peak without the CUDA context, NCCL buffers and workspaces, the "
+        "allocator's fragmentation share and the largest-block headroom; on JAX/XLA the peak "
+        "without the runtime's reserve. Compare a published allocated peak with this, a "
+        "reserved one with reserved_bytes_per_gpu. fits compares peak_bytes_per_gpu."))
     breakdown_bytes: MemoryBreakdownOut
 
 
@@ -1039,6 +1063,7 @@ class EstimateResponse(BaseModel):
             },
             "memory": {
                 "reserved_bytes_per_gpu": mem.reserved_bytes,
+                "allocated_bytes_per_gpu": mem.allocated_bytes,
                 "peak_bytes_per_gpu": mem.peak_bytes,
                 "capacity_bytes_per_gpu": mem.capacity_bytes,
                 "headroom_bytes": mem.capacity_bytes - mem.peak_bytes,

@@ -49,6 +49,7 @@ from service.core.specs import (
     ClusterSpec,
     EnergySpec,
     Framework,
+    LossKernel,
     ModelSpec,
     Optimizer,
     Precision,
@@ -207,6 +208,8 @@ class PlanTrainingIn(RequestModel):
         default=None, description=TrainingIn.model_fields["gradient_precision"].description)
     optimizer: Optimizer = Field(
         default=Optimizer.ADAMW, description=TrainingIn.model_fields["optimizer"].description)
+    loss_kernel: LossKernel | None = Field(
+        default=None, description=TrainingIn.model_fields["loss_kernel"].description)
     fp8_params: bool = Field(strict=True, default=False,
                              description=TrainingIn.model_fields["fp8_params"].description)
     attention_kernel: AttentionKernel | None = Field(
@@ -250,7 +253,8 @@ class PlanTrainingIn(RequestModel):
                             flash_attention=self.flash_attention, framework=self.framework,
                             master_weights=self.master_weights,
                             gradient_precision=self.gradient_precision,
-                            optimizer=self.optimizer, fp8_params=self.fp8_params,
+                            optimizer=self.optimizer, loss_kernel=self.loss_kernel,
+                            fp8_params=self.fp8_params,
                             attention_kernel=self.attention_kernel,
                             torch_compile=self.torch_compile,
                             framework_version=self.framework_version)

@@ -333,3 +333,21 @@ def test_a_line_timed_on_its_offers_protocol_carries_that_protocols_warning(
     stated = lines({"protocol": "efa"})
     assert stated
     assert all(fabric_codes(line) == efa_expected for line in stated)
+
+
+@pytest.mark.parametrize("variant", [0, 4, 9, 11])
+def test_the_documented_what_if_rows_are_the_estimates_answers(
+        client: TestClient, variant: int) -> None:
+    """``benchmarks.network_validation`` (which writes docs/model.md's 70B table) times the
+    job as POST /v1/estimates does: the same step, at both NIC rates."""
+    from benchmarks import network_validation as nv
+
+    name, fabric, compression = nv.WHAT_IF_VARIANTS[variant]
+    for nic in (None, nv.SLOW_NIC_BYTES_PER_S):
+        body = job(fabric, compression)
+        if nic is not None:
+            body["cluster"]["scaleout_bytes_per_s_per_gpu"] = nic
+        answer = client.post("/v1/estimates", json=body)
+        assert answer.status_code == 200, answer.text[:300]
+        assert answer.json()["time"]["step_s"] == pytest.approx(
+            float(nv.seventy_b(fabric, compression, nic).throughput.step.step_s), rel=1e-12), name

@@ -61,6 +61,7 @@ from service.core.calibration import DEFAULT_CALIBRATION, Calibration
 from service.core.discounts import DiscountBook, apply_book
 from service.core.errors import CoreError, InvalidSpecError, NoFeasiblePlanError, NoLayoutError
 from service.core.estimate import Estimate, average_power_w_per_gpu, estimate
+from service.core.fabric import fabric_details
 from service.core.failures import checkpoint_bytes
 from service.core.plausibility import (
     WarningDetail,
@@ -399,8 +400,13 @@ def fabric_timing(plan: Plan, num_gpus: int, fabric: Fabric) -> JobTiming | None
         network += (f", {stated.protocol.value}" + (" (the request's cluster.fabric)"
                                                     if plan.fabric is not None
                                                     else " (the offer's interconnect)"))
-    return _timing(result, f"estimate on the offer's fabric ({domain} GPUs per NVLink domain, "
-                           f"{network})")
+    timed = _timing(result, f"estimate on the offer's fabric ({domain} GPUs per NVLink domain, "
+                            f"{network})")
+    if plan.fabric is None and stated is not None:
+        # The offer's protocol times the line, so the line carries the coded warning an
+        # estimate stating that protocol carries (issue 42); a stated fabric's is the job's.
+        timed = replace(timed, warning_details=fabric_details(cluster))
+    return timed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -210,8 +210,14 @@ def loss_goodput_fraction(recovery: Recovery, loss: float, nic_bytes_per_s: floa
     if recovery == Recovery.GO_BACK_N:
         window = go_back_n_window_packets(nic_bytes_per_s, latency_s, mtu_bytes)
         return (1.0 - loss) / (1.0 + (window - 1.0) * loss)
-    flow_bytes_per_s = mtu_bytes / (2.0 * latency_s) * MATHIS_CONSTANT / math.sqrt(loss)
+    flow_bytes_per_s = mathis_flow_bytes_per_s(mtu_bytes, latency_s, loss)
     return min(1.0, TCP_FLOWS_PER_NIC * flow_bytes_per_s / nic_bytes_per_s) * (1.0 - loss)
+
+
+def mathis_flow_bytes_per_s(mss_bytes: float, latency_s: float, loss: float) -> float:
+    """One TCP flow's throughput under random loss ``loss`` (> 0): MSS/RTT x C/sqrt(p), RTT
+    twice the one-way ``latency_s`` (Mathis et al. 1997, eq. 3; ``MATHIS_CONSTANT``)."""
+    return mss_bytes / (2.0 * latency_s) * MATHIS_CONSTANT / math.sqrt(loss)
 
 
 def nodes_per_leaf(rails: int, gpus_per_node: int) -> float:

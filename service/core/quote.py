@@ -165,6 +165,11 @@ class JobTiming:
     wall_s_p10: float
     wall_s_p90: float
     basis: str
+    warning_details: tuple[WarningDetail, ...] = ()
+    """Coded warnings this timing adds to its job's (issue 42): a line timed on its offer's
+    protocol carries the ``outside_validated_range`` on ``cluster.fabric`` that an estimate
+    stating that protocol carries (``fabric.fabric_details``); () when the request states the
+    fabric itself, whose warning the job already carries."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,7 +332,8 @@ class QuoteLine:
     serving: Mapping[str, object] | None = None
     """The serving deployment a serving fleet's line prices (``SizedJob.serving``)."""
     warning_details: tuple[WarningDetail, ...] = ()
-    """``SizedJob.warning_details`` of the line's job (advisory)."""
+    """``SizedJob.warning_details`` of the line's job, then its timing's
+    (``JobTiming.warning_details``: the offer's protocol's; advisory)."""
     price_observed_at: str | None = None
     """ISO date the line's price was read (``PriceOffer.observed_at``); None for on-prem
     lines and prices whose reading day was not recorded."""
@@ -735,7 +741,9 @@ def _cloud_values(job: SizedJob, timing: JobTiming, offer: PriceOffer, options: 
         "flags": flags, "goodput_basis": basis,
         "carbon_basis": (None if carbon is None and amounts is None
                          else "region" if carbon is not None else "request default"),
-        "infeasible_reason": loss.reason, "timing_basis": timing.basis, "amounts": amounts}
+        "infeasible_reason": loss.reason, "timing_basis": timing.basis, "amounts": amounts,
+        **({"warning_details": (*job.warning_details, *timing.warning_details)}
+           if timing.warning_details else {})}
 
 
 def line_fields_of_job(job: SizedJob, options: Options, version_id: str) -> dict[str, object]:

@@ -288,3 +288,66 @@ def test_a_fabric_term_no_measurement_checked_is_coded(
     fields = [d["field"] for d in answer["warning_details"]
               if d["code"] == "outside_validated_range"]
     assert ("cluster.fabric" in fields) is coded
+
+
+def test_a_line_timed_on_its_offers_protocol_carries_that_protocols_warning(
+        client: TestClient, api_key: Any) -> None:
+    """A quote that states no ``cluster.fabric`` times each line on its offer's protocol
+    (issue 42, "Lines are timed on it"). Such a line carries the coded warning an estimate
+    stating that protocol carries (EFA's bandwidth fraction is a judgement: it was answered
+    uncoded on the line); a line on InfiniBand, the fitted network, carries none; a request
+    that states the fabric carries it once per line, from the job."""
+    import uuid
+
+    headers = api_key("quotes:write")
+
+    def lines(fabric: dict[str, Any] | None) -> list[dict[str, Any]]:
+        body = {"workload": {"estimate": job(fabric)}, "terms": ["on_demand"],
+                "providers": ["aws", "azure"]}
+        response = client.post("/v1/quotes", json=body,
+                               headers={**headers, "Idempotency-Key": uuid.uuid4().hex})
+        assert response.status_code == 201, response.text[:300]
+        return [line for line in response.json()["lines"] if line["provider"] != "onprem"]
+
+    def fabric_codes(line: dict[str, Any]) -> list[dict[str, Any]]:
+        return [d for d in line["warning_details"] if d["field"] == "cluster.fabric"]
+
+    def estimate_codes(protocol: str) -> list[dict[str, Any]]:
+        answer = client.post("/v1/estimates", json=job({"protocol": protocol})).json()
+        return [d for d in answer["warning_details"] if d["field"] == "cluster.fabric"]
+
+    efa_expected = estimate_codes("efa")
+    assert efa_expected  # EFA's bandwidth fraction is judged, so its estimate is coded
+    assert estimate_codes("infiniband") == []
+    plain = lines(None)
+    by_protocol: dict[str, list[dict[str, Any]]] = {}
+    for line in plain:
+        protocol = ("efa" if "efa (the offer's interconnect)" in line["timing_basis"]
+                    else "infiniband" if "infiniband" in line["timing_basis"] else None)
+        if protocol is not None:
+            by_protocol.setdefault(protocol, []).append(line)
+    assert by_protocol.get("efa")
+    assert by_protocol.get("infiniband")
+    assert all(fabric_codes(line) == efa_expected for line in by_protocol["efa"])
+    assert all(fabric_codes(line) == [] for line in by_protocol["infiniband"])
+    stated = lines({"protocol": "efa"})
+    assert stated
+    assert all(fabric_codes(line) == efa_expected for line in stated)
+
+
+@pytest.mark.parametrize("variant", [0, 4, 9, 11])
+def test_the_documented_what_if_rows_are_the_estimates_answers(
+        client: TestClient, variant: int) -> None:
+    """``benchmarks.network_validation`` (which writes docs/model.md's 70B table) times the
+    job as POST /v1/estimates does: the same step, at both NIC rates."""
+    from benchmarks import network_validation as nv
+
+    name, fabric, compression = nv.WHAT_IF_VARIANTS[variant]
+    for nic in (None, nv.SLOW_NIC_BYTES_PER_S):
+        body = job(fabric, compression)
+        if nic is not None:
+            body["cluster"]["scaleout_bytes_per_s_per_gpu"] = nic
+        answer = client.post("/v1/estimates", json=body)
+        assert answer.status_code == 200, answer.text[:300]
+        assert answer.json()["time"]["step_s"] == pytest.approx(
+            float(nv.seventy_b(fabric, compression, nic).throughput.step.step_s), rel=1e-12), name

@@ -200,6 +200,11 @@ def register(app: typer.Typer) -> None:
             help="pretrain, full_finetune, lora, qlora or rl.")] = None,
         lora_rank: Annotated[int | None, typer.Option(
             help="LoRA rank (method lora or qlora).")] = None,
+        optimizer: Annotated[str | None, typer.Option(
+            help="adamw, adamw_8bit (bitsandbytes 8-bit moments) or sgd.")] = None,
+        loss_kernel: Annotated[str | None, typer.Option(
+            help="How the loss holds the logits: standard, chunked or fused (default: the "
+                 "stack's own).")] = None,
         rl_steps: Annotated[int | None, typer.Option(help="RL steps (method rl).")] = None,
         prompts_per_step: Annotated[int | None, typer.Option(
             help="RL prompts per step.")] = None,
@@ -246,7 +251,9 @@ def register(app: typer.Typer) -> None:
                             ("parallelism.zero_stage", zero_stage),
                             ("parallelism.dp_shard", dp_shard),
                             ("parallelism.recompute", recompute),
-                            ("parallelism.sequence_parallel", sequence_parallel)):
+                            ("parallelism.sequence_parallel", sequence_parallel),
+                            ("training.optimizer", optimizer),
+                            ("training.loss_kernel", loss_kernel)):
             _put(body, path, value)
         rl_request(body, method, lora_rank, {
             "steps": rl_steps, "prompts_per_step": prompts_per_step,

@@ -179,3 +179,26 @@ class TestLossKernelAndEightBitAdam:
         request["training"]["loss_kernel"] = "flash"
         assert_problem(client.post("/v1/parallelism-plans", json=request), 422,
                        "training.loss_kernel")
+
+
+def test_the_train_tab_sends_the_optimizer_and_loss_kernel(client: TestClient) -> None:
+    """The portal's Train tab takes training.optimizer and training.loss_kernel (issue 43):
+    its answer is the API's for the same body, and a bad kernel is named on its field."""
+    from service.api import presentation as fmt
+    from tests.api.test_ui import ESTIMATE_BODY, FORM, error_of
+
+    body = {**ESTIMATE_BODY, "training": {**ESTIMATE_BODY["training"], "method": "full_finetune",
+                                          "optimizer": "adamw_8bit", "loss_kernel": "fused"}}
+    api = client.post("/v1/estimates", json=body).json()
+    page = client.get("/ui").text
+    assert 'name="optimizer"' in page
+    assert 'name="loss_kernel"' in page
+    html = client.post("/ui", data={**FORM, "method": "full_finetune", "optimizer": "adamw_8bit",
+                                    "loss_kernel": "fused", "action": "estimate"}).text
+    assert fmt.gib(api["memory"]["peak_bytes_per_gpu"]) in html
+    plain = client.post("/v1/estimates", json={**body, "training": {
+        **body["training"], "optimizer": "adamw", "loss_kernel": "standard"}}).json()
+    assert fmt.gib(plain["memory"]["peak_bytes_per_gpu"]) not in html  # the fields arrived
+    bad = client.post("/ui", data={**FORM, "loss_kernel": "magic", "action": "estimate"})
+    assert bad.status_code == 422
+    assert error_of(bad.text, "loss_kernel")

@@ -1033,6 +1033,31 @@ def test_lora_rank_reaches_the_estimate(local: str, api: TestClient) -> None:
     assert answer["params"]["trainable"] < answer["params"]["total"] / 50
 
 
+def test_optimizer_and_loss_kernel_reach_the_estimate(local: str, api: TestClient) -> None:
+    """--optimizer adamw_8bit and --loss-kernel fused (issue 43) are the API's fields: the
+    same answer as the body, less memory than the defaults, and a bad kernel names its
+    field."""
+    flags = [*FINETUNE_LAYOUT, "--tokens", "1e9", "--seq-len", "2048", "--global-batch", "64",
+             "--method", "lora", "--lora-rank", "16"]
+    result = cq("estimate", "--local", "--json", *flags, "--optimizer", "adamw_8bit",
+                "--loss-kernel", "fused")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    expected = api.post("/v1/estimates", json={
+        "model": {"preset": "llama3.1-8b"},
+        "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "recompute": "full"},
+        "training": {"seq_len": 2048, "global_batch_seqs": 64, "tokens": 1e9,
+                     "method": "lora", "lora": {"rank": 16}, "optimizer": "adamw_8bit",
+                     "loss_kernel": "fused"}}).json()
+    assert answer == expected
+    plain = json.loads(cq("estimate", "--local", "--json", *flags).stdout)
+    assert answer["memory"]["peak_bytes_per_gpu"] < plain["memory"]["peak_bytes_per_gpu"]
+    refused = cq("estimate", "--local", "--json", *flags, "--loss-kernel", "magic")
+    assert refused.exit_code == 1
+    assert "training.loss_kernel" in refused.stdout
+
+
 def test_rl_shows_both_placements_by_phase(local: str) -> None:
     flags = [*FINETUNE_LAYOUT, "--method", "rl", "--rl-steps", "20", "--prompts-per-step", "64",
              "--samples-per-prompt", "8", "--prompt-tokens", "256", "--response-tokens", "512"]

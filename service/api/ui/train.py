@@ -53,7 +53,7 @@ DEFAULTS: dict[str, str] = {
     "recompute": "none", "budget": "", "currency": "USD", "deadline_days": "",
     "providers": "", "price_per_gpu_hour": "", "tokens_per_param": "20",
     "candidate_models": "", "api_key": "", "nonce": "", "objective": "time",
-    "method": "pretrain", "lora_rank": "",
+    "method": "pretrain", "lora_rank": "", "optimizer": "adamw", "loss_kernel": "",
 }
 FIELD_LABELS: dict[str, str] = {
     "model": "Model preset", "tokens": "Training tokens", "seq_len": "Sequence length",
@@ -65,7 +65,8 @@ FIELD_LABELS: dict[str, str] = {
     "deadline_days": "Deadline (days)", "price_per_gpu_hour": "Price per GPU-hour (USD)",
     "providers": "Providers (Quote, budget plans)", "api_key": "API key (Quote)",
     "tokens_per_param": "Tokens per parameter", "candidate_models": "Candidate presets",
-    "method": "Training method", "lora_rank": "LoRA rank",
+    "method": "Training method", "lora_rank": "LoRA rank", "optimizer": "Optimizer",
+    "loss_kernel": "Loss kernel",
 }
 """Each form field's label, written once: the form and the error summary both use it."""
 SUMMARY_LABELS: dict[str, str] = {"gpus_max": "GPU range: to", "gpus_step": "GPU range: step"}
@@ -96,13 +97,22 @@ FIELD_OF: dict[str, str] = {
     "constraints.price_per_gpu_hour_usd": "price_per_gpu_hour", "authorization": "api_key",
     "tokens_per_param": "tokens_per_param", "candidate_models": "candidate_models",
     "objective": "objective", "training.method": "method", "training.lora": "lora_rank",
-    "training.lora.rank": "lora_rank",
+    "training.lora.rank": "lora_rank", "training.optimizer": "optimizer",
+    "training.loss_kernel": "loss_kernel",
 }
 METHODS: dict[str, str] = {
     "pretrain": "Pre-training (every weight)", "full_finetune": "Full fine-tuning",
     "lora": "LoRA (frozen bf16 base)", "qlora": "QLoRA (frozen 4-bit base)"}
 """The Train tab's methods (issue 43). RL needs its rollouts described (training.rl), which
 this form does not hold: ``cq estimate --method rl`` and the API take it."""
+OPTIMIZERS: dict[str, str] = {
+    "adamw": "AdamW (two fp32 moments)", "adamw_8bit": "8-bit AdamW (bitsandbytes)",
+    "sgd": "SGD (no optimizer state)"}
+"""The Train tab's optimizers (``training.optimizer``)."""
+LOSS_KERNELS: dict[str, str] = {
+    "": "The stack's own", "standard": "Standard (fp32 logits)",
+    "chunked": "Chunked (torchtune)", "fused": "Fused (Liger, Cut Cross-Entropy)"}
+"""The Train tab's loss kernels (``training.loss_kernel``); empty: the stack's figure."""
 
 
 @dataclass
@@ -128,6 +138,10 @@ def _training(v: dict[str, str]) -> dict[str, Any]:
         body["method"] = v["method"]
     if v["lora_rank"]:
         body["lora"] = {"rank": _integer_or_text(v["lora_rank"])}
+    if v["optimizer"] and v["optimizer"] != "adamw":
+        body["optimizer"] = v["optimizer"]
+    if v["loss_kernel"]:
+        body["loss_kernel"] = v["loss_kernel"]
     return body
 
 
@@ -418,6 +432,7 @@ async def _page(request: Request, outcome: Outcome, status: int = 200) -> HTMLRe
     return await _rendered(
         request, "portal.html", status, outcome, choices=await _choices(request),
         actions=ACTION_LABELS, labels=FIELD_LABELS, objectives=OBJECTIVES, methods=METHODS,
+        optimizers=OPTIMIZERS, loss_kernels=LOSS_KERNELS,
         default_deadline_days=DEFAULT_DEADLINE_DAYS)
 
 

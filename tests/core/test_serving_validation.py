@@ -24,6 +24,20 @@ def test_every_row_names_its_source_and_where_to_find_it() -> None:
         assert row["notes"].strip(), row["id"]  # the quoted table row
 
 
+def test_every_stated_engine_version_is_one_its_own_document_names() -> None:
+    """``engine_version`` is read from the row's document, never guessed: each one stated
+    occurs in the row's ``source`` or ``notes`` (which quote the document), and the vLLM
+    rows of dstack's two 405B documents, which name their builds, all state one."""
+    stated = [r for r in ROWS if r["engine_version"]]
+    assert len(stated) >= 200
+    for row in stated:
+        assert row["engine_version"] in row["source"] + row["notes"], row["id"]
+    dstack = [r for r in ROWS if r["engine"] == "vllm" and r["id"].startswith(
+        ("dstack405_", "dstackamd405_"))]
+    assert dstack
+    assert all(r["engine_version"].startswith("0.6.") for r in dstack)
+
+
 def test_an_mlperf_round_is_one_document_whoever_submitted() -> None:
     giga = {"source": "MLPerf Inference v5.0 (GigaComputing submission)"}
     nvidia = {"source": "MLPerf Inference v5.0 (NVIDIA submission)"}

@@ -220,9 +220,24 @@ def _setup(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> tuple[
         pp=gpus // tp, weight_precision=WEIGHTS[row["weight_precision"]],
         kv_cache_precision=(s.KvPrecision.FP8 if row["kv_cache_precision"] == "fp8"
                             else s.KvPrecision.BF16),
-        engine=ENGINES.get(row["engine"], s.Engine.UNKNOWN))
+        engine=ENGINES.get(row["engine"], s.Engine.UNKNOWN), engine_version=engine_version(row))
     return (PRESETS[preset].model, deployment, s.Lengths.of(mean=float(row["prompt_tokens"])),
             s.Lengths.of(mean=float(row["output_tokens"])))
+
+
+def engine_version(row: Row) -> str | None:
+    """The release the row's document states (``engine_version``), for a named engine; None
+    where none is stated (the service then assumes the latest documented) or the engine is
+    run as ``unknown`` (NIM's, LMDeploy's and TGI's versions are not those of an engine the
+    model knows)."""
+    return (row["engine_version"] or None) if row["engine"] in ENGINES else None
+
+
+def is_legacy(row: Row) -> bool:
+    """Whether the row's engine release runs an earlier core (``serving.legacy_core``: vLLM
+    before 0.8, V0)."""
+    engine = ENGINES.get(row["engine"], s.Engine.UNKNOWN)
+    return s.legacy_core(engine, engine_version(row)) is not None
 
 
 def evaluate(row: Row, accelerators: Mapping[str, AcceleratorSpec]) -> Result:
@@ -651,13 +666,17 @@ class BandRegime:
     engine: s.Engine
     moe: bool
     open_loop: bool
+    legacy: bool = False
+    """Whether the engine release runs an earlier core (``is_legacy``: vLLM V0): its bands
+    are ``serving.SERVING_LEGACY_BAND``'s, apart from the later core's."""
 
     def __repr__(self) -> str:
         return (f"BandRegime(engine=Engine.{self.engine.name}, moe={self.moe}, "
-                f"open_loop={self.open_loop})")
+                f"open_loop={self.open_loop}{', legacy=True' if self.legacy else ''})")
 
     def key(self) -> tuple[s.Engine, bool, bool]:
-        """The key of ``serving.SERVING_BAND``: (engine, moe, open_loop)."""
+        """The key of ``serving.SERVING_BAND`` (or ``SERVING_LEGACY_BAND`` for a legacy
+        regime): (engine, moe, open_loop)."""
         return (self.engine, self.moe, self.open_loop)
 
 
@@ -701,7 +720,8 @@ def residuals(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
 
     out: list[Residual] = []
     for x in leave_one_source_out(usable, accelerators, tables=tables):
-        regime = BandRegime(engine=x.engine, moe=is_moe(by_id[x.row_id]), open_loop=False)
+        regime = BandRegime(engine=x.engine, moe=is_moe(by_id[x.row_id]), open_loop=False,
+                            legacy=is_legacy(by_id[x.row_id]))
         for metric, ratio in (("output_tokens_per_s", _ratios(x.measured, x.predicted)),
                               ("ttft_s", _ratios(x.measured_ttft_s, x.predicted_ttft_s)),
                               ("tpot_s", _ratios(x.measured_tpot_s, x.predicted_tpot_s))):
@@ -714,7 +734,8 @@ def residuals(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
     for y in open_loop_leave_one_source_out(open_rows, tables, fitted, accelerators):
         if y.saturated:
             continue  # no steady state to compare (the answer says so, coded saturated)
-        regime = BandRegime(engine=y.engine, moe=is_moe(by_id[y.row_id]), open_loop=True)
+        regime = BandRegime(engine=y.engine, moe=is_moe(by_id[y.row_id]), open_loop=True,
+                            legacy=is_legacy(by_id[y.row_id]))
         for metric, ratio in (("ttft_s", _ratios(y.measured_ttft_s, y.predicted_ttft_s)),
                               ("tpot_s", _ratios(y.measured_tpot_s, y.predicted_tpot_s))):
             if ratio is not None:
@@ -741,11 +762,13 @@ def band_table(found: Sequence[Residual]) -> tuple[
         dict[BandRegime, dict[str, tuple[float, float]]], dict[str, tuple[float, float]]]:
     """(per regime and metric with at least ``BAND_MIN_ROWS`` rows of calibrated pairs, the
     10th-90th percentile of measured / model; per metric, the wide 5th-95th percentile over
-    every row pooled, calibrated or not)."""
+    every row pooled, calibrated or not). A legacy regime (``BandRegime.legacy``) has no
+    band of its own here: it answers with the wide band, widened for its rows
+    (``widened_bands``)."""
     grouped: dict[BandRegime, dict[str, list[float]]] = {}
     pooled: dict[str, list[float]] = {}
     for x in found:
-        if x.calibrated:
+        if x.calibrated and not x.regime.legacy:
             grouped.setdefault(x.regime, {}).setdefault(x.metric, []).append(x.ratio)
         pooled.setdefault(x.metric, []).append(x.ratio)
     table = {regime: {m: _quantiles(v, BAND_QUANTILES) for m, v in sorted(metrics.items())
@@ -816,28 +839,15 @@ def widened_bands(found: Sequence[Residual]) -> tuple[
     """The bands as shipped: each regime-metric band of ``band_table(found)`` (and each wide
     band) widened by the smallest factor of ``WIDEN_FACTORS`` at which at least
     ``BAND_TARGET`` of its rows lie inside the band computed without their own document and
-    widened by that factor (the largest factor, ``held`` False, when none does)."""
+    widened by that factor (the largest factor, ``held`` False, when none does). A legacy
+    regime's metric with at least ``BAND_MIN_ROWS`` rows (``serving.SERVING_LEGACY_BAND``)
+    is the wide band widened the same way, judged on that regime's rows alone (each by the
+    wide band computed without its document): the wide band, made to hold on the earlier
+    core's rows (decision: engine-version regime)."""
     table, wide = band_table(found)
     docs = sorted({x.document for x in found})
     without = {d: band_table([x for x in found if x.document != d]) for d in docs}
-
-    def entry(low: float, high: float, judged: Sequence[Residual],
-              own: Callable[[Residual], tuple[float, float] | None]) -> BandEntry:
-        last = None
-        for factor in WIDEN_FACTORS:
-            inside = n = 0
-            for x in judged:
-                band = own(x)
-                if band is None:
-                    continue
-                n += 1
-                inside += band[0] / factor <= x.ratio <= band[1] * factor
-            last = BandEntry(round(low / factor, 4), round(high * factor, 4), factor, inside,
-                             n, n > 0 and inside >= BAND_TARGET * n)
-            if last.held:
-                return last
-        assert last is not None
-        return last
+    entry = _widened
 
     shipped: dict[BandRegime, dict[str, BandEntry]] = {}
     for regime, metrics in table.items():
@@ -854,14 +864,49 @@ def widened_bands(found: Sequence[Residual]) -> tuple[
             w = without[x.document][1]
             return w.get(metric)
         shipped_wide[metric] = entry(low, high, _judged(found, metric), own_wide)
+    legacy: dict[BandRegime, dict[str, list[Residual]]] = {}
+    for x in found:
+        if x.regime.legacy:
+            legacy.setdefault(x.regime, {}).setdefault(x.metric, []).append(x)
+    for regime, by_metric in sorted(legacy.items(), key=lambda kv: str(kv[0])):
+        for metric, judged in sorted(by_metric.items()):
+            if len(judged) >= BAND_MIN_ROWS and metric in wide:
+                def own_legacy(x: Residual, metric: str = metric) -> tuple[float, float] | None:
+                    return without[x.document][1].get(metric)
+                shipped.setdefault(regime, {})[metric] = entry(*wide[metric], judged,
+                                                               own_legacy)
     return shipped, shipped_wide
+
+
+def _widened(low: float, high: float, judged: Sequence[Residual],
+             own: Callable[[Residual], tuple[float, float] | None]) -> BandEntry:
+    """The band (``low``, ``high``) widened by the smallest factor of ``WIDEN_FACTORS`` at
+    which at least ``BAND_TARGET`` of the ``judged`` rows lie inside ``own(x)`` (the band
+    computed without the row's document; None: the row is not judged) widened by that
+    factor; the largest factor, ``held`` False, when none does."""
+    last = None
+    for factor in WIDEN_FACTORS:
+        inside = n = 0
+        for x in judged:
+            band = own(x)
+            if band is None:
+                continue
+            n += 1
+            inside += band[0] / factor <= x.ratio <= band[1] * factor
+        last = BandEntry(round(low / factor, 4), round(high * factor, 4), factor, inside,
+                         n, n > 0 and inside >= BAND_TARGET * n)
+        if last.held:
+            return last
+    assert last is not None
+    return last
 
 
 def shipped_band_of(x: Residual, shipped: Mapping[BandRegime, Mapping[str, BandEntry]],
                     wide: Mapping[str, BandEntry]) -> BandEntry | None:
-    """The shipped band a row's answer carries: its regime's on a calibrated pair, else the
-    wide one (None: the metric has no band)."""
-    own = shipped.get(x.regime, {}).get(x.metric) if x.calibrated else None
+    """The shipped band a row's answer carries: its regime's on a calibrated pair (a legacy
+    regime's on any pair), else the wide one (None: the metric has no band)."""
+    own = (shipped.get(x.regime, {}).get(x.metric) if x.calibrated or x.regime.legacy
+           else None)
     return own if own is not None else wide.get(x.metric)
 
 
@@ -937,14 +982,17 @@ def print_band(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec])
     fitted without it."""
     found = residuals(rows, accelerators)
     shipped, wide = widened_bands(found)
-    print("SERVING_BAND = MappingProxyType({")
-    for regime, metrics in shipped.items():
-        print(f"    (Engine.{regime.engine.name}, {regime.moe}, {regime.open_loop}): "
-              "MappingProxyType({")
-        for metric, e in metrics.items():
-            print(f"        {metric!r}: {e!r},")
-        print("    }),")
-    print("})")
+    for name, legacy in (("SERVING_BAND", False), ("SERVING_LEGACY_BAND", True)):
+        print(f"{name} = MappingProxyType({{")
+        for regime, metrics in shipped.items():
+            if regime.legacy is not legacy:
+                continue
+            print(f"    (Engine.{regime.engine.name}, {regime.moe}, {regime.open_loop}): "
+                  "MappingProxyType({")
+            for metric, e in metrics.items():
+                print(f"        {metric!r}: {e!r},")
+            print("    }),")
+        print("})")
     print("SERVING_WIDE_BAND = MappingProxyType({")
     for metric, e in wide.items():
         print(f"    {metric!r}: {e!r},")
@@ -955,15 +1003,41 @@ def print_band(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec])
           "without it | each document by the shipped band without it")
     for key in sorted(ins, key=str):
         (a, n), (b, m), (c, k) = ins[key], outs.get(key, (0, 0)), nested.get(key, (0, 0))
-        print(f"  {key[0]!s:42s} {key[1]:20s} {a:3d}/{n:<3d} {a / n:6.1%} | "
+        print(f"  {key[0]!s:55s} {key[1]:20s} {a:3d}/{n:<3d} {a / n:6.1%} | "
               f"{b:3d}/{m:<3d} {b / m if m else 0:6.1%} | {c:3d}/{k:<3d} "
               f"{c / k if k else 0:6.1%}")
+    print_by_version(rows, found)
     unwarned, out_count = unwarned_outside(rows, accelerators, found)
     print(f"\nrows outside the shipped band fitted without their document: {out_count}; "
           f"without a coded warning: {len(unwarned)}")
     for x, band in unwarned:
         print(f"  {x.row_id:44s} {x.metric:20s} ratio {x.ratio:7.3f} band "
               f"[{band.low:.3f}, {band.high:.3f}]")
+
+
+def print_by_version(rows: Sequence[Row], found: Sequence[Residual]) -> None:
+    """The out-of-sample ratios measured / model of output tokens/s of the dense closed-loop
+    rows of each named engine, by engine core (``is_legacy``) and ``engine_version``: the
+    evidence of ``serving.LEGACY_CORE_EVIDENCE``."""
+    by_id = {r["id"]: r for r in rows}
+    groups: dict[tuple[str, bool], dict[str, list[float]]] = {}
+    for x in found:
+        if x.metric != "output_tokens_per_s" or x.regime.moe or x.regime.open_loop:
+            continue
+        row = by_id[x.row_id]
+        if row["engine"] not in ENGINES:
+            continue
+        groups.setdefault((row["engine"], x.regime.legacy), {}).setdefault(
+            row["engine_version"] or "(not stated)", []).append(x.ratio)
+    print("\nby engine core: dense closed-loop output tokens/s, measured / model out of "
+          "sample, by engine_version")
+    for (engine, legacy), versions in sorted(groups.items()):
+        ratios = [r for v in versions.values() for r in v]
+        print(f"  {engine} {'earlier core' if legacy else 'later core'}: {len(ratios)} rows, "
+              f"{min(ratios):.3f}-{max(ratios):.3f} (median {statistics.median(ratios):.3f})")
+        for version, values in sorted(versions.items()):
+            print(f"    {version:32s} {len(values):3d} rows {min(values):.3f}-"
+                  f"{max(values):.3f} (median {statistics.median(values):.3f})")
 
 
 def load() -> list[Row]:

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -256,29 +257,64 @@ BAND_METRICS = ("output_tokens_per_s", "ttft_s", "tpot_s")
 """The figures a band is given for: output tokens/s, and the p50 of TTFT and TPOT."""
 
 SERVING_BAND: Mapping[tuple[Engine, bool, bool], Mapping[str, BandEntry]] = MappingProxyType({
-    (Engine.VLLM, False, False): MappingProxyType({
-        "output_tokens_per_s": BandEntry(low=0.0887, high=1.3668, factor=2.0, inside=45,
-                                         rows=56, held=True),
-        "tpot_s": BandEntry(low=1.4794, high=17.5061, factor=1.25, inside=16, rows=19,
-                            held=True),
-        "ttft_s": BandEntry(low=1.5247, high=11.8484, factor=1.0, inside=19, rows=19,
-                            held=True),
-    }),
-    (Engine.VLLM, True, False): MappingProxyType({
-        "output_tokens_per_s": BandEntry(low=0.1996, high=0.3496, factor=1.0, inside=10,
-                                         rows=12, held=True),
-        "tpot_s": BandEntry(low=2.1418, high=4.682, factor=1.0, inside=12, rows=12,
-                            held=True),
-        "ttft_s": BandEntry(low=9.3354, high=1420.6353, factor=3.0, inside=4, rows=12,
-                            held=False),
-    }),
 })
 """(engine, mixture of experts, open loop) -> metric -> band, for an engine x accelerator pair
 in ``CALIBRATED_PAIRS``: the 10th-90th percentile of out-of-sample ratios measured / model
 (each row predicted by the table fitted without its document) over that regime's rows of
 calibrated pairs (at least 5), widened until it holds 80 % of rows of documents left out of
 it. Printed by ``python -m benchmarks.serving_validation --band`` (decision 396);
-``tests/core/test_serving_band.py`` checks it equals the benchmark's."""
+``tests/core/test_serving_band.py`` checks it equals the benchmark's.
+
+Empty since the engine-version regime (issue 40, helper enginever): the two vLLM regimes it
+held, dense and MoE closed loop, were made only of rows of vLLM 0.6-0.7 (V0: dstack's
+405B and DeepSeek-R1 documents), whose pairs are calibrated by other documents; they are
+``SERVING_LEGACY_BAND``'s now. No later-core regime has 5 rows whose engine x accelerator pair
+is calibrated without their own document (vLLM 0.9-0.19's 11 dense rows are each their pair's
+only document), so every other answer takes ``SERVING_WIDE_BAND``, which holds on them
+(11 of 11 vLLM rows of those releases inside, out of sample)."""
+
+SERVING_LEGACY_BAND: Mapping[tuple[Engine, bool, bool], Mapping[str, BandEntry]] = (
+    MappingProxyType({
+        (Engine.VLLM, False, False): MappingProxyType({
+            "output_tokens_per_s": BandEntry(low=0.1879, high=1.3082, factor=1.0, inside=45,
+                                             rows=56, held=True),
+            "tpot_s": BandEntry(low=0.6675, high=11.3421, factor=1.25, inside=16, rows=19,
+                                held=True),
+            "ttft_s": BandEntry(low=0.1745, high=193.6423, factor=1.0, inside=19, rows=19,
+                                held=True),
+        }),
+        (Engine.VLLM, True, False): MappingProxyType({
+            "output_tokens_per_s": BandEntry(low=0.1879, high=1.3082, factor=1.0, inside=10,
+                                             rows=12, held=True),
+            "tpot_s": BandEntry(low=0.8344, high=9.0737, factor=1.0, inside=12, rows=12,
+                                held=True),
+            "ttft_s": BandEntry(low=0.0582, high=580.9269, factor=3.0, inside=4, rows=12,
+                                held=False),
+        }),
+    }))
+"""(engine, mixture of experts, open loop) -> metric -> band of an answer for a release of an
+earlier core (``LEGACY_ENGINE_CORES``: vLLM before 0.8, V0), on any pair: the wide band's 5th
+and 95th percentiles widened by the smallest factor at which 80 % of that regime's rows (at
+least 5) lie in the wide band computed without their document and so widened. The earlier
+core's own rows are not a band of their own: its two dense documents lie 2-3x apart (dstack's
+405B FP8 runs at 0.32-0.71 of the model, its 405B bf16 MI300X runs at 0.05-0.55), so a band
+from one never held the other (27 of 56 rows inside out of sample), where the wide band holds
+45 of 56. A metric or regime not listed takes ``SERVING_WIDE_BAND``. Printed by
+``python -m benchmarks.serving_validation --band``; ``tests/core/test_serving_band.py``
+checks it equals the benchmark's."""
+
+LEGACY_CORE_EVIDENCE = (
+    "on the published rows of vLLM 0.6.2-0.6.4 we hold (Llama 3.1 405B on 8 x H100 and "
+    "4-8 x MI300X, dstack's two 2024 documents) measured output tokens/s was 0.05-0.71 of "
+    "this model's, against 0.81-1.25 for vLLM 0.9-0.19 rows predicted out of sample (the V1 "
+    "blog reports V1 up to 1.7x V0's throughput)")
+"""Why a V0 answer is ``outside_validated_range`` (the message's evidence): the out-of-sample
+ratios measured / model of output tokens/s of the dense closed-loop vLLM rows by
+``engine_version`` (``python -m benchmarks.serving_validation --band``, its "by engine core"
+lines; decisions-enginever): V0 56 rows 0.051-0.712, V1 (0.9.1, 0.10.2, 0.19.1 and the
+versionless CI builds) 11 rows 0.81-1.25. All V0 dense rows are Llama 3.1 405B and all V1
+rows 8B or 70B, so model size is not ruled out; TGI on the same 405B MI300X document
+measures 0.36-0.76."""
 
 SERVING_WIDE_BAND: Mapping[str, BandEntry] = MappingProxyType({
     "output_tokens_per_s": BandEntry(low=0.1879, high=1.3082, factor=1.0, inside=170,
@@ -340,7 +376,7 @@ OPEN_LOOP_TTFT_NOTE = (
     "fixed request rates, the measured median TTFT was 1.9-4.7x this model's p50 for SGLang "
     "serving Llama 3.3 70B on 4 x H200 and Llama 3.1 405B on 8 x H200 at 1-8 requests/s "
     "(DataCrunch's h200-benchmarks; 45-130 ms more per request even at light load, and growing "
-    "sooner with load), 9-52x for vLLM serving Llama 3.1 405B FP8 on 8 x H100 and 8 x MI300X "
+    "sooner with load), 8-50x for vLLM serving Llama 3.1 405B FP8 on 8 x H100 and 8 x MI300X "
     "at 16 requests/s (dstack's benchmarks), and 17-42x for SGLang serving DeepSeek-V3 (MoE) "
     "on 8 x H200 at 1-8 requests/s (DataCrunch's blog); allow that margin before relying on a "
     "TTFT SLO")
@@ -470,19 +506,135 @@ where the deployment sets no ``max_batch``; ``unknown`` has none (KV memory alon
 batch)."""
 
 
+ENGINE_VERSION_PATTERN = re.compile(
+    r"v?(?P<release>\d{1,4}(?:\.\d{1,4}){1,3})(?P<pre>(?:a|b|rc)\d{1,4})?"
+    r"(?P<post>\.post\d{1,4})?(?P<dev>\.dev\d{1,6})?(?:\+[0-9a-z][0-9a-z.]{0,40})?",
+    re.IGNORECASE)
+"""An engine release as the engines number them (PEP 440's public versions, the scheme vLLM,
+SGLang and TensorRT-LLM publish on PyPI, https://peps.python.org/pep-0440/): a release of
+two to four numbers (``0.6``, ``0.6.3``), an optional pre-release (``rc1``), post-release
+(``.post2``), development release (``.dev308``) and local build label (``+gb489fc3c``),
+optionally written with a leading ``v`` (``v0.4.1``, as the engines tag them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRelease:
+    """A parsed engine version: its release numbers and whether it comes before that
+    release (a pre- or development release of it, PEP 440's ordering)."""
+
+    release: tuple[int, ...]
+    before_release: bool
+
+    @classmethod
+    def parse(cls, version: str) -> EngineRelease | None:
+        """The release ``version`` names, or None when it is not one
+        (``ENGINE_VERSION_PATTERN``)."""
+        match = ENGINE_VERSION_PATTERN.fullmatch(version)
+        if match is None:
+            return None
+        numbers = [int(x) for x in match["release"].split(".")]
+        while len(numbers) > 1 and numbers[-1] == 0:
+            numbers.pop()  # 0.8.0 is 0.8 (PEP 440: trailing zeros are equal)
+        before = match["pre"] is not None or (match["dev"] is not None
+                                              and match["post"] is None)
+        return cls(tuple(numbers), before)
+
+    def at_or_above(self, final: EngineRelease) -> bool:
+        """Whether this version is ``final``'s release or later (``final``: a release as
+        ``ENGINE_LIMITS`` documents them, without a pre- or development part): a
+        development build of 0.6.4 is above 0.6 and below 0.6.4."""
+        if self.release != final.release:
+            return self.release > final.release
+        return not self.before_release
+
+
+def _release(version: str) -> EngineRelease:
+    parsed = EngineRelease.parse(version)
+    assert parsed is not None, version  # noqa: S101 - the documented versions parse
+    return parsed
+
+
 def engine_limits(engine: Engine, version: str | None) -> EngineLimits | None:
-    """The defaults of ``engine`` at ``version`` (the latest known when None); None for an
-    engine with none documented. An unknown version is refused, naming the known ones."""
+    """The defaults of ``engine`` at ``version``: the newest documented version at or below
+    it (a release such as 0.6.3 takes 0.6's), the latest known when None; None for an engine
+    with none documented. A malformed version, one older than the oldest documented, or any
+    version of an engine with none documented is refused, naming the known ones."""
     known = ENGINE_LIMITS[engine]
     if version is None:
         return known[-1] if known else None
-    for limits in known:
-        if limits.version == version:
-            return limits
     names = ", ".join(limits.version for limits in known) or "none"
-    raise InvalidSpecError(
-        f"engine_version {version!r} is not a documented {engine} version (known: {names})",
-        field="deployment.engine_version")
+    parsed = EngineRelease.parse(version)
+    if parsed is None:
+        raise InvalidSpecError(
+            f"engine_version {version!r} is not a version: give a release such as 0.6.3 "
+            f"(PEP 440, optionally v-prefixed); {engine}'s documented versions: {names}",
+            field="deployment.engine_version")
+    below = [limits for limits in known if parsed.at_or_above(_release(limits.version))]
+    if not below:
+        why = (f"older than the oldest documented {engine} version" if known
+               else f"{engine} has no documented versions")
+        raise InvalidSpecError(
+            f"engine_version {version!r} is {why} (known: {names})",
+            field="deployment.engine_version")
+    return below[-1]
+
+
+def engine_version_assumption(engine: Engine, version: str | None) -> str | None:
+    """The sentence for ``assumptions`` when ``version`` is not itself a documented version
+    but maps to one (``engine_limits``); None otherwise."""
+    if version is None:
+        return None
+    limits = engine_limits(engine, version)
+    if limits is None or limits.version == version:
+        return None
+    names = ", ".join(x.version for x in ENGINE_LIMITS[engine])
+    return (f"deployment.engine_version {version}: {engine}'s documented defaults at or below "
+            f"it are {limits.version}'s, the newest of the documented versions ({names}) that "
+            "is not later than it")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineCore:
+    """An engine's earlier core: the releases before ``until`` run it by default. The serving
+    efficiencies are fitted on rows of the later core only (``benchmarks.serving_validation``),
+    so an answer for one of these releases is ``outside_validated_range`` on
+    ``deployment.engine_version`` and takes the band measured on this core's rows
+    (``SERVING_LEGACY_BAND``)."""
+
+    name: str
+    until: str
+    """The first release that no longer runs it by default."""
+    source: str
+
+
+LEGACY_ENGINE_CORES: Mapping[Engine, EngineCore] = MappingProxyType({
+    Engine.VLLM: EngineCore(
+        name="V0", until="0.8",
+        source="vLLM blog, 'vLLM V1: A Major Upgrade to vLLM's Core Architecture' "
+               "(2025-01-27, https://blog.vllm.ai/2025/01/27/v1-alpha-release.html): V1 is "
+               "opt-in with VLLM_USE_V1=1 and 'we plan to transition V1 into the default "
+               "engine'; vLLM v0.8.0 release notes (2025-03-19, "
+               "https://github.com/vllm-project/vllm/releases/tag/v0.8.0): 'We have now "
+               "enabled V1 engine by default' (PR #13726, 'V1 Enablement Oracle', which falls "
+               "back to V0 only for features V1 lacks; docs v1_user_guide, PR #15064: "
+               "'To disable V1, please set the environment variable as: VLLM_USE_V1=0')"),
+})
+"""Per engine, the earlier core whose releases the fit holds no row of. vLLM before 0.8 runs
+V0 (its own scheduler, no always-on chunked prefill, CPU-bound between steps: the V1 blog's
+motivation); SGLang and TensorRT-LLM have no such split in the rows we hold (decision in
+docs/decisions.md, engine-version regime)."""
+
+
+def legacy_core(engine: Engine, version: str | None) -> EngineCore | None:
+    """The earlier core ``engine`` ``version`` runs (``LEGACY_ENGINE_CORES``), or None (also
+    for no version: the latest is assumed). ``version`` is one ``engine_limits`` accepts."""
+    core = LEGACY_ENGINE_CORES.get(engine)
+    if core is None or version is None:
+        return None
+    parsed = EngineRelease.parse(version)
+    if parsed is None or parsed.at_or_above(_release(core.until)):
+        return None
+    return core
 
 
 SATURATED = "saturated"
@@ -504,7 +656,8 @@ class Deployment:
     speculative_acceptance_rate: float | None = None
     speculative_draft_tokens: int = DEFAULT_DRAFT_TOKENS
     engine_version: str | None = None
-    """One of ``ENGINE_LIMITS[engine]``'s versions; None: the latest known."""
+    """The engine's release (``ENGINE_VERSION_PATTERN``, e.g. 0.6.3): its defaults are the
+    newest of ``ENGINE_LIMITS[engine]`` at or below it; None: the latest known."""
     replicas: int | None = None
     """Pinned replica count: online traffic is not sized but served by these (saturated past
     their capacity); None: sized."""
@@ -526,7 +679,7 @@ class Deployment:
         if rate is not None and not 0.0 <= rate < 1.0:
             raise InvalidSpecError("speculative acceptance rate must be in [0, 1)",
                                    field="deployment.speculative.acceptance_rate")
-        engine_limits(self.engine, self.engine_version)  # refuses an unknown version
+        engine_limits(self.engine, self.engine_version)  # refuses a malformed or too old one
         if self.replicas is not None and not 1 <= self.replicas <= MAX_REPLICAS:
             raise InvalidSpecError(f"replicas must be in [1, {MAX_REPLICAS}]",
                                    field="deployment.replicas")
@@ -683,17 +836,24 @@ class ServingBand:
     entries: Mapping[str, BandEntry]
     own: bool
     """Whether the bands are the regime's own (else the wide ones)."""
+    legacy: str | None = None
+    """The earlier core whose band it is (``SERVING_LEGACY_BAND``), e.g. 'vllm V0'; None
+    otherwise."""
 
 
 def band_entries(model: ModelSpec, deployment: Deployment,
                  traffic: Traffic) -> tuple[dict[str, BandEntry], bool]:
     """The bands an answer carries, per metric, and whether they are its regime's own: the
-    regime (engine, mixture of experts, open loop) of a pair in ``CALIBRATED_PAIRS`` where
-    ``SERVING_BAND`` has it, else the wide band."""
+    regime (engine, mixture of experts, open loop) of a release of an earlier core
+    (``legacy_core``) where ``SERVING_LEGACY_BAND`` has it, else of a pair in
+    ``CALIBRATED_PAIRS`` where ``SERVING_BAND`` has it, else the wide band."""
     open_loop = traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None
     calibrated = (deployment.engine, deployment.accelerator.id) in CALIBRATED_PAIRS
-    regime = (SERVING_BAND.get((deployment.engine, model.num_experts > 0, open_loop), {})
-              if calibrated else {})
+    key = (deployment.engine, model.num_experts > 0, open_loop)
+    if legacy_core(deployment.engine, deployment.engine_version) is not None:
+        regime = SERVING_LEGACY_BAND.get(key, {})
+    else:
+        regime = SERVING_BAND.get(key, {}) if calibrated else {}
     entries = {m: regime.get(m, SERVING_WIDE_BAND[m]) for m in BAND_METRICS}
     return entries, all(m in regime for m in BAND_METRICS)
 
@@ -706,6 +866,7 @@ def serving_band(model: ModelSpec, deployment: Deployment, traffic: Traffic, *,
     up, so throughput's band is [min(load, capacity x low), min(load, capacity x high)]: the
     uncertainty is in the capacity, and the slow end is where the load is no longer met."""
     entries, own = band_entries(model, deployment, traffic)
+    core = legacy_core(deployment.engine, deployment.engine_version)
     out, ttft, tpot = (entries[m] for m in BAND_METRICS)
     if traffic.mode is TrafficMode.ONLINE and traffic.requests_per_s is not None:
         throughput = (min(output_tokens_per_s, capacity_output_tokens_per_s * out.low),
@@ -716,7 +877,8 @@ def serving_band(model: ModelSpec, deployment: Deployment, traffic: Traffic, *,
         output_tokens_per_s=throughput,
         ttft_p50_s=None if ttft_p50_s is None else (ttft_p50_s * ttft.low,
                                                     ttft_p50_s * ttft.high),
-        tpot_p50_s=(tpot_p50_s * tpot.low, tpot_p50_s * tpot.high), entries=entries, own=own)
+        tpot_p50_s=(tpot_p50_s * tpot.low, tpot_p50_s * tpot.high), entries=entries, own=own,
+        legacy=None if core is None else f"{deployment.engine} {core.name}")
 
 
 def slow_end_factor(band: ServingBand) -> float:
@@ -752,12 +914,19 @@ def band_assumption(band: ServingBand) -> str:
     """The band's basis, in one sentence for ``assumptions``."""
     parts = [f"{m} x{e.low:.3g} to x{e.high:.3g} (widened x{e.factor:g}; held {e.inside} of "
              f"{e.rows})" for m, e in band.entries.items()]
-    which = ("this engine's regime" if band.own else
-             "the wide band (an uncalibrated pair, or a regime with too few rows)")
-    return (f"band: {which}, measured / model from out-of-sample residuals of published "
-            "rows (each predicted by the fit without its document), 10th-90th percentile "
-            "widened until it held 80 % of rows of documents left out of it: "
-            + "; ".join(parts))
+    if band.legacy is not None and band.own:
+        which = (f"the wide band made to hold on {band.legacy} rows (the earlier core's "
+                 "regime), measured / model from out-of-sample residuals of published rows "
+                 "(each predicted by the fit without its document), 5th-95th percentile of "
+                 f"every row widened until it held 80 % of the {band.legacy} rows of "
+                 "documents left out of it")
+    else:
+        which = ("this engine's regime" if band.own else
+                 "the wide band (an uncalibrated pair, or a regime with too few rows)")
+        which += (", measured / model from out-of-sample residuals of published rows (each "
+                  "predicted by the fit without its document), 10th-90th percentile widened "
+                  "until it held 80 % of rows of documents left out of it")
+    return f"band: {which}: " + "; ".join(parts)
 
 
 # -- the model, written once ------------------------------------------------------------------
@@ -1221,6 +1390,9 @@ def serve(model: ModelSpec, deployment: Deployment, traffic: Traffic,
                    else f"max_batch {deployment.max_batch} given, in place of the default")
         described = limits.describe(deployment.engine, deployment.accelerator)
         assumptions.append(f"engine limits: {described}; {applied}")
+        if (mapped := engine_version_assumption(deployment.engine,
+                                                deployment.engine_version)) is not None:
+            assumptions.append(mapped)
         if deployment.engine_version is None:
             known = ", ".join(x.version for x in ENGINE_LIMITS[deployment.engine])
             message = (f"deployment.engine_version not given: {deployment.engine} "
@@ -1367,6 +1539,10 @@ def validation_warnings(model: ModelSpec, deployment: Deployment, traffic: Traff
             message=(f"uncalibrated engine: no published row of {engine} on {accelerator} "
                      f"was fitted ({why}); the figures are a conservative prior and the band "
                      "is the wide one")))
+    if (core := legacy_core(engine, deployment.engine_version)) is not None:
+        details.append(WarningDetail(
+            code=OUTSIDE_VALIDATED_RANGE, field="deployment.engine_version",
+            message=legacy_core_warning(engine, deployment.engine_version, core)))
     if model.num_experts > 0:
         details.append(WarningDetail(code=OUTSIDE_VALIDATED_RANGE, field="model",
                                      message=MOE_SERVING_WARNING))
@@ -1387,6 +1563,15 @@ def validation_warnings(model: ModelSpec, deployment: Deployment, traffic: Traff
                      "sequences, where the validated serving rows run at most "
                      f"{validated.running_batch_max:,.0f}")))
     return details
+
+
+def legacy_core_warning(engine: Engine, version: str | None, core: EngineCore) -> str:
+    """The message of ``outside_validated_range`` on ``deployment.engine_version`` for a
+    release of an earlier core (``LEGACY_ENGINE_CORES``)."""
+    return (f"outside the validated range: {engine} {version} runs the {core.name} engine "
+            f"(releases before {core.until}); the efficiencies are fitted on rows of later "
+            f"releases only, and {LEGACY_CORE_EVIDENCE}; the band is the wide one, widened "
+            f"until it held on the {core.name} rows")
 
 
 def _size(r: _Replica, traffic: Traffic, largest: float, capacity: float,

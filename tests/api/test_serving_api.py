@@ -196,9 +196,38 @@ def test_engine_version_defaults_to_the_latest_and_an_unknown_one_is_refused(
     assert any(a.startswith("engine limits: trtllm") for a in e["assumptions"])
     pinned = client.post("/v1/serving-estimates", json=body(engine_version="0.16")).json()
     assert pinned["warning_details"] == []
-    problem = assert_problem(client.post("/v1/serving-estimates",
-                                         json=body(engine_version="7.0")),
-                             422, "deployment.engine_version")
-    assert all(x.version in problem["detail"] for x in ENGINE_LIMITS[Engine.TRTLLM])
+    for version in ("seven", "0.15.0", "0.16 ", "0.16.0-final"):  # malformed, or too old
+        problem = assert_problem(client.post("/v1/serving-estimates",
+                                             json=body(engine_version=version)),
+                                 422, "deployment.engine_version")
+        assert all(x.version in problem["detail"] for x in ENGINE_LIMITS[Engine.TRTLLM])
     assert_problem(client.post("/v1/serving-estimates", json=body(replicas=0)), 422,
                    "deployment.replicas")
+
+
+def test_a_release_is_accepted_and_mapped_to_the_documented_defaults_at_or_below_it(
+        client: TestClient) -> None:
+    """issue 40: ``engine_version`` takes a release such as 0.6.3 (before, only a documented
+    version, 0.6 or 0.10 for vLLM): the newest documented defaults at or below it, named in
+    the assumptions; vLLM before 0.8 runs V0, coded on the field."""
+    request = body(engine="vllm", engine_version="0.6.3")
+    response = client.post("/v1/serving-estimates", json=request)
+    assert response.status_code == 200, response.text
+    e = response.json()
+    [mapped] = [a for a in e["assumptions"] if a.startswith("deployment.engine_version 0.6.3")]
+    assert "0.6's" in mapped
+    assert any(a.startswith("engine limits: vllm 0.6 defaults") for a in e["assumptions"])
+    [v0] = [d for d in e["warning_details"] if d["field"] == "deployment.engine_version"]
+    assert v0["code"] == "outside_validated_range"
+    assert "V0" in v0["message"]
+    later = client.post("/v1/serving-estimates", json=body(engine="vllm",
+                                                           engine_version="0.10.2")).json()
+    assert not [d for d in later["warning_details"]
+                if d["field"] == "deployment.engine_version"]
+    assert any(a.startswith("deployment.engine_version 0.10.2") for a in later["assumptions"])
+    assert_problem(client.post("/v1/serving-estimates",
+                               json=body(engine="vllm", engine_version="0.6.three")),
+                   422, "deployment.engine_version")
+    assert_problem(client.post("/v1/serving-estimates",
+                               json=body(engine="vllm", engine_version="0.5.4")),
+                   422, "deployment.engine_version")

@@ -86,14 +86,69 @@ def test_an_omitted_engine_version_is_the_latest_and_a_coded_defaulted_input() -
     assert pinned.batch == e.batch
 
 
-def test_an_unknown_engine_version_is_refused_naming_the_field_and_the_known_ones() -> None:
-    with pytest.raises(InvalidSpecError) as error:
-        deployment(engine_version="9.9")
-    assert error.value.field == "deployment.engine_version"
-    for limits in s.ENGINE_LIMITS[s.Engine.VLLM]:
-        assert limits.version in str(error.value)
+def test_a_malformed_or_too_old_engine_version_is_refused_naming_the_field_and_the_known_ones(
+        ) -> None:
+    for version in ("nine", "0.6.3 ", "6", "0.6.x", "0.5.4", "0.6.0rc1", "0.6.0.dev3"):
+        with pytest.raises(InvalidSpecError) as error:
+            deployment(engine_version=version)
+        assert error.value.field == "deployment.engine_version", version
+        for limits in s.ENGINE_LIMITS[s.Engine.VLLM]:
+            assert limits.version in str(error.value), version
+    with pytest.raises(InvalidSpecError) as too_old:
+        deployment(engine=s.Engine.TRTLLM, engine_version="0.15.0")
+    assert "older than the oldest" in str(too_old.value)
     with pytest.raises(InvalidSpecError):
         deployment(engine=s.Engine.UNKNOWN, engine_version="0.10")
+
+
+@pytest.mark.parametrize(("engine", "version", "documented"), [
+    (s.Engine.VLLM, "0.6", "0.6"),
+    (s.Engine.VLLM, "0.6.3", "0.6"),
+    (s.Engine.VLLM, "v0.6.2", "0.6"),
+    (s.Engine.VLLM, "0.6.4.dev4+gc9fc1608", "0.6"),       # a build after 0.6.3: above 0.6
+    (s.Engine.VLLM, "0.9.1", "0.6"),
+    (s.Engine.VLLM, "0.10.0rc1", "0.6"),                  # before 0.10.0 (PEP 440)
+    (s.Engine.VLLM, "0.10.0", "0.10"),
+    (s.Engine.VLLM, "0.10.2", "0.10"),
+    (s.Engine.VLLM, "0.19.1", "0.10"),
+    (s.Engine.TRTLLM, "0.16.0", "0.16"),
+    (s.Engine.TRTLLM, "0.17.1", "0.16"),
+    (s.Engine.TRTLLM, "1.0.0", "0.18"),
+    (s.Engine.SGLANG, "0.4.3.post2", "0.4"),
+    (s.Engine.SGLANG, "0.5.7", "0.4"),
+])
+def test_a_release_takes_the_newest_documented_defaults_at_or_below_it(
+        engine: s.Engine, version: str, documented: str) -> None:
+    d = deployment(engine=engine, engine_version=version)
+    assert d.limits == s.engine_limits(engine, documented)
+    e = s.serve(L8, d, OFFLINE)
+    assert e.batch == s.serve(L8, deployment(engine=engine, engine_version=documented),
+                              OFFLINE).batch
+    mapped = [a for a in e.assumptions if a.startswith("deployment.engine_version")]
+    if version == documented:
+        assert not mapped
+    else:
+        [line] = mapped
+        assert version in line
+        assert f"are {documented}'s" in line
+    assert not [x for x in e.warning_details if x.code == DEFAULTED_INPUT]
+
+
+def test_pep440_ordering_of_development_and_pre_releases() -> None:
+    parse = s.EngineRelease.parse
+    final = parse("0.8")
+    assert final is not None
+    assert parse("0.8.0") == final  # trailing zeros are the same release
+    for below in ("0.7.4.dev181+gf35f8e22", "0.8.0rc2", "0.8.0.dev5", "0.7.99"):
+        version = parse(below)
+        assert version is not None
+        assert not version.at_or_above(final), below
+    for above in ("0.8.0", "0.8.0.post1", "0.8.1.dev3", "0.8.0.post1.dev2", "1.0"):
+        version = parse(above)
+        assert version is not None
+        assert version.at_or_above(final), above
+    for malformed in ("", "0", "0.8-beta", "latest", "0.8.0 ", "0..8"):
+        assert parse(malformed) is None, malformed
 
 
 def test_a_pinned_replica_at_twice_its_capacity_reports_saturation() -> None:

@@ -61,14 +61,20 @@ class DeploymentIn(RequestModel):
         description="Largest running batch (max_num_seqs); default: the engine version's "
                     "documented limit (vLLM max_num_seqs, TensorRT-LLM max_batch_size, "
                     "SGLang max_running_requests), named in assumptions.")
-    engine_version: Annotated[str, TextRule(min_length=1, max_length=16)] | None = Field(
+    engine_version: Annotated[str, TextRule(min_length=1, max_length=64)] | None = Field(
         default=None,
-        description="The engine's version, one of its documented ones: "
+        description="The engine's release, as the engine numbers it (PEP 440, optionally "
+                    "v-prefixed: 0.6.3, v0.4.1, 0.6.4.dev4+gc9fc1608). It takes the newest "
+                    "documented defaults at or below it (named in assumptions); documented: "
                     + "; ".join(f"{engine}: {', '.join(x.version for x in known)}"
                                 for engine, known in serving.ENGINE_LIMITS.items() if known)
-                    + ". Default: the engine's latest (a defaulted_input warning detail). "
-                      "It selects the documented defaults that apply where max_batch is "
-                      "not given.")
+                    + ". A malformed release, one older than the engine's oldest documented "
+                      "one, or any release of unknown is refused (422 on this field). vLLM "
+                      "before 0.8 runs the V0 engine, which the fit holds no row of: such an "
+                      "answer carries outside_validated_range on this field and the V0 band. "
+                      "Default: the engine's latest (a defaulted_input warning detail). It "
+                      "selects the documented defaults that apply where max_batch is not "
+                      "given.")
     replicas: int | None = Field(
         strict=True, default=None, ge=1, le=serving.MAX_REPLICAS,
         description="Pin the replica count: online traffic is not sized but served by "
@@ -371,7 +377,9 @@ class ServingResponse(BaseModel):
         "traffic.prompt_tokens or traffic.output_tokens for a mean length beyond the "
         "validated serving rows; traffic.concurrency or traffic.batch_size for a closed-loop "
         "running batch beyond them; deployment.engine for a band that did not hold 80% of "
-        "published rows of documents left out of it, even widened 3 times)."))
+        "published rows of documents left out of it, even widened 3 times; "
+        "deployment.engine_version for a release of an earlier engine core the fit holds no "
+        "row of: vLLM before 0.8, V0)."))
 
     @classmethod
     def from_core(cls, e: serving.ServingEstimate, deployment: DeploymentIn,

@@ -21,9 +21,9 @@ from decimal import Decimal
 from service.core.units import HOURS_PER_YEAR, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 DEFAULT_MAX_REASONABLE_TRAIN_S = 365 * SECONDS_PER_DAY
-"""A year of wall-clock time: longer than any published pre-training run (Llama 3 405B took
-about 54 days, Dubey et al. 2024, arXiv 2407.21783, section 3.3.4), and longer than hardware
-stays current. The service's default for CQ_MAX_REASONABLE_TRAIN_DAYS."""
+"""A year of wall-clock time: longer than any published pre-training run we know of (the
+largest take weeks to a few months), and longer than hardware stays current. A judgement;
+the service's default for CQ_MAX_REASONABLE_TRAIN_DAYS."""
 
 COST_RATIO_LIMIT = 10
 """An alternative costing more than ten times the cheapest one in the same answer is not a

@@ -76,19 +76,19 @@ _PRESETS: tuple[Preset, ...] = (
     ),
     _p(
         "llama3.1-8b", 8.03e9,
-        "Dubey et al. 2024 (The Llama 3 Herd of Models), Table 3; meta-llama/Llama-3.1-8B config",
+        "meta-llama/Llama-3.1-8B config.json (Hugging Face)",
         num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
         ffn_hidden_size=14336, vocab_size=128256,
     ),
     _p(
         "llama3.1-70b", 70.55e9,
-        "Dubey et al. 2024, Table 3; meta-llama/Llama-3.1-70B config",
+        "meta-llama/Llama-3.1-70B config.json (Hugging Face)",
         num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
         ffn_hidden_size=28672, vocab_size=128256,
     ),
     _p(
         "llama3.1-405b", 405.85e9,
-        "Dubey et al. 2024, Table 3; meta-llama/Llama-3.1-405B config",
+        "meta-llama/Llama-3.1-405B config.json (Hugging Face)",
         num_layers=126, hidden_size=16384, num_heads=128, num_kv_heads=8,
         ffn_hidden_size=53248, vocab_size=128256,
     ),
@@ -177,9 +177,9 @@ GPT2_VOCAB = VocabDefault(50_257, "GPT-2's BPE vocabulary (Radford et al. 2019, 
                                   "e.g. to 51,200 in Narayanan et al. 2021")
 LLAMA2_VOCAB = VocabDefault(32_000, "Llama 2's tokenizer (Touvron et al. 2023, arXiv 2307.09288, "
                                     "section 2.1: 32k tokens, as Llama 1)")
-LLAMA3_VOCAB = VocabDefault(128_256, "Llama 3's tokenizer (Dubey et al. 2024, arXiv 2407.21783, "
-                                     "section 3.2: 128K tokens; 128,256 with the special "
-                                     "tokens, tokenizer.json)")
+LLAMA3_VOCAB = VocabDefault(128_256, "Llama 3's tokenizer (meta-llama/Llama-3.1-8B "
+                                     "config.json vocab_size 128,256: 128K tokens with the "
+                                     "special tokens, tokenizer.json)")
 _VOCAB_BY_NAME: tuple[tuple[tuple[str, ...], VocabDefault], ...] = (
     (("llama3", "llama-3", "llama 3"), LLAMA3_VOCAB),
     (("llama2", "llama-2", "llama 2", "llama1", "llama-1", "llama 1"), LLAMA2_VOCAB),

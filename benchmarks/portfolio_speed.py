@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
                                  headers={"Authorization": f"Bearer {key}",
                                           "Idempotency-Key": uuid.uuid4().hex})
             wall_s = time.perf_counter() - started
+            # Reproducibility at scale: the stored plan solved again must match to the cent.
+            verified = None if answer.status_code != 201 else client.post(
+                f"/v1/portfolios/{answer.json()['id']}/verify",
+                headers={"Authorization": f"Bearer {key}"}).json()
     finally:
         portfolios.solve = original  # type: ignore[assignment]
         dispose(app)
@@ -128,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         "purchases": len(body["purchases"]),
         "jobs_run": sum(1 for j in body["jobs"] if j["run"]),
         "baselines": {b["name"]: b["total_usd"] for b in body["baselines"]},
-        "verdict": body["verdict"]}, indent=1))
+        "verdict": body["verdict"],
+        "verify_matches": None if verified is None else verified.get("matches")}, indent=1))
     return 0
 
 

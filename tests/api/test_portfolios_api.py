@@ -143,6 +143,9 @@ def test_a_fleet_follows_its_monthly_load_and_a_higher_load_costs_more(
     assert replicas == sorted(replicas)
     assert replicas[0] < replicas[-1]  # the load quadruples over the horizon
     assert all(month for month in plan["fleets"][0]["months"])  # served every month
+    assert plan["baselines"]
+    assert all(Decimal(plan["totals"]["objective_usd"]) <= Decimal(b["total_usd"])
+               for b in plan["baselines"])  # never worse than a baseline
     higher = client.post(f"/v1/portfolios/{plan['id']}/what-if", headers=keys["owner"],
                           json={"change": "demand", "fleet": "chat", "month": "2027-03",
                                 "factor": 4.0})  # past the 4 replicas of its 2 instances
@@ -213,6 +216,10 @@ def test_past_the_work_budget_best_stores_the_best_plan_with_its_gap_and_it_veri
     assert optimum["solver"]["optimal"] is True
     best_total = Decimal(made.json()["totals"]["objective_usd"])
     assert best_total >= Decimal(optimum["totals"]["objective_usd"])
+    # Never worse than a baseline that keeps the limits, even stopped before the root node.
+    kept = [b for b in made.json()["baselines"] if b["within_limits"]]
+    assert kept
+    assert all(best_total <= Decimal(b["total_usd"]) for b in kept), made.json()["baselines"]
     # Reproducible: the same request and versions give the same plan, so it verifies.
     verified = client.post(f"/v1/portfolios/{made.json()['id']}/verify",
                            headers=keys["owner"])

@@ -53,16 +53,25 @@ REJECTED = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422"
             "5xx"]
 CONFIG = {"auth": {"openapi": {"bearerAuth": {"bearer": KEY}}},
           "checks": {"negative_data_rejection": {"expected-statuses": REJECTED}}}
-# create_portfolio's coverage phase runs on PINNED below, not here: on the full document it
-# made 5,716 cases (47 s of requests, the most of any operation), 5,316 of them inside
-# jobs[].workload and fleets[].workload, the WorkloadIn and ServingWorkload components that
-# create_quote's coverage phase already walks case by case. Its examples and fuzzing phases
-# (positive and negative, nested workloads included) still run here on the full document.
-schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=SchemathesisConfig.from_dict(
-    {**CONFIG, "operations": [{"include-operation-id": "create_portfolio",
-                               "phases": {"coverage": {"enabled": False}}}]}))
+schema = schemathesis.openapi.from_asgi("/openapi.json", app,
+                                       config=SchemathesisConfig.from_dict(CONFIG))
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
                                 max_examples=EXAMPLES)
+
+# create_portfolio is fuzzed by the two tests after test_every_operation. On the full
+# document its coverage phase made 5,716 cases (47 s of requests, the most of any operation),
+# 5,316 of them inside jobs[].workload and fleets[].workload: the WorkloadIn and
+# ServingWorkload components that create_quote's coverage phase already walks case by case.
+# So its examples and fuzzing phases (positive and negative, nested workloads included) run
+# on the full document (FULL_PORTFOLIO), and its coverage phase on the document with the
+# workloads pinned (PINNED).
+PORTFOLIO_OPERATION = ["create_portfolio"]
+FULL_PORTFOLIO = schemathesis.openapi.from_asgi(
+    "/openapi.json", app, config=SchemathesisConfig.from_dict(
+        {**CONFIG, "phases": {"coverage": {"enabled": False}}})).include(
+    operation_id=PORTFOLIO_OPERATION)
+FULL_PORTFOLIO.config.generation.update(
+    modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=EXAMPLES)
 
 
 # create_portfolio's coverage phase over its own keywords (name, horizon, jobs' ids, windows
@@ -91,7 +100,7 @@ def _pinned_document() -> dict[str, Any]:
 PINNED = schemathesis.openapi.from_dict(_pinned_document(), config=SchemathesisConfig.from_dict(
     {**CONFIG, "phases": {"examples": {"enabled": False}, "fuzzing": {"enabled": False},
                           "stateful": {"enabled": False}}})).include(
-    operation_id=["create_portfolio"])
+    operation_id=PORTFOLIO_OPERATION)
 PINNED.app = app
 PINNED.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
                                 max_examples=EXAMPLES)
@@ -124,8 +133,13 @@ def _call_and_validate(case: Any) -> None:
     case.validate_response(response, excluded_checks=EXCLUDED)
 
 
-@schema.parametrize()
+@schema.exclude(operation_id=PORTFOLIO_OPERATION).parametrize()
 def test_every_operation(case: Any) -> None:
+    _call_and_validate(case)
+
+
+@FULL_PORTFOLIO.parametrize()
+def test_create_portfolio_examples_and_fuzzing(case: Any) -> None:
     _call_and_validate(case)
 
 

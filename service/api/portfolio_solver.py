@@ -5,16 +5,20 @@ and priced again in ``Decimal``, and the baselines (all on-demand, the cheapest 
 committed term, spot where the policy allows) priced by the same ``price_decisions``.
 
 Outside the core because scipy is no dependency of the core (decision in
-docs/portfolio.md). Deterministic: HiGHS runs single-threaded on the same arrays, so the
-same problem gives the same plan; a node limit is the work budget, a time limit the time
-budget (a plan stopped by the time limit is reported with its gap and ``optimal: false``).
+docs/portfolio.md). Deterministic: HiGHS runs single-threaded with a fixed seed on the same
+arrays, so the same problem gives the same plan. A node limit per HiGHS solve is the work
+budget (counted, so a plan it stops is the same on every machine); a wall-clock limit over
+the whole chain is only a guard: a solve it stops is marked ``time_limit`` and never stored
+(docs/portfolio.md, "Work and time budgets").
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
@@ -55,15 +59,42 @@ class Solution:
     that is a point of the programme beat the incumbent of a solve stopped by a limit."""
 
 
-POLISH_SHARE = 0.6
-"""Of a solve's time, the share the whole programme gets; the rest goes to the polish: a
-solve stopped by its limit fixes each job's placement in the best plan found and solves the
-rest (commitments, fleets, on-demand) again, a much smaller programme (fix-and-optimise)."""
+DEFAULT_NODE_LIMIT = 200
+"""The work budget of one HiGHS solve, in branch-and-bound nodes (HiGHS ``mip_max_nodes``),
+when the request names none. Nodes are counted, not timed: single-threaded HiGHS on the same
+arrays and options explores the same nodes in the same order on every machine, so a plan
+stopped by this limit is the same plan everywhere and verifies (docs/portfolio.md, "Work and
+time budgets")."""
 
 
-def solve(problem: pf.Problem, *, time_limit_s: float = 10.0, node_limit: int | None = None,
-          mip_rel_gap: float = DEFAULT_MIP_REL_GAP, polish: bool = True) -> Solution:
+class _Clock:
+    """The wall-clock guard shared by one solve and its sub-solves: each HiGHS call gets what
+    is left of it, and ``stopped`` records whether it stopped any of them (then the plan
+    depends on the machine's speed and is never stored)."""
+
+    def __init__(self, time_limit_s: float) -> None:
+        self.until = time.perf_counter() + time_limit_s
+        self.stopped = False
+
+    def left_s(self) -> float:
+        return self.until - time.perf_counter()
+
+
+def _is_clock(result: Any) -> bool:
+    return "time limit" in str(getattr(result, "message", "")).lower()
+
+
+def solve(problem: pf.Problem, *, time_limit_s: float = 10.0,
+          node_limit: int | None = DEFAULT_NODE_LIMIT,
+          mip_rel_gap: float = DEFAULT_MIP_REL_GAP, polish: bool = True,
+          clock: _Clock | None = None) -> Solution:
+    """The programme solved within ``node_limit`` nodes per HiGHS call (the work budget,
+    deterministic) and ``time_limit_s`` of wall clock for the whole (the guard). Stopped by
+    the nodes: status ``node_limit``, the best plan found (the same on every machine).
+    Stopped by the clock: status ``time_limit`` (machine-dependent; the API never stores it).
+    """
     started = time.perf_counter()
+    clock = clock or _Clock(time_limit_s)
     form = pf.formulate(problem)
     n = form.num_columns
     if n == 0:
@@ -77,36 +108,41 @@ def solve(problem: pf.Problem, *, time_limit_s: float = 10.0, node_limit: int | 
     if form.num_rows:
         a = coo_matrix((form.vals, (form.rows, form.cols)), shape=(form.num_rows, n)).tocsr()
         constraints.append(LinearConstraint(a, form.row_lower, form.row_upper))
-    left_s = max(0.1, time_limit_s - (time.perf_counter() - started))
-    if polish:
-        left_s *= POLISH_SHARE
-    options: dict[str, object] = {"time_limit": left_s, "presolve": True,
-                                  "mip_rel_gap": float(mip_rel_gap), "disp": False}
+    common_size = {"num_columns": n, "num_rows": form.num_rows,
+                   "num_integer": int(np.sum(form.integrality)),
+                   "options_dropped": form.options_dropped}
+    if clock.left_s() <= 0:
+        clock.stopped = True
+        return Solution(status="time_limit", decisions=None, priced=None, optimal=False,
+                        objective_usd=None, dual_bound_usd=None, gap_usd=None,
+                        gap_fraction=None, nodes=0, solve_s=time.perf_counter() - started,
+                        message="no time left", **common_size)  # type: ignore[arg-type]
+    options: dict[str, object] = {"time_limit": max(0.01, clock.left_s()), "presolve": True,
+                                  "mip_rel_gap": float(mip_rel_gap), "disp": False,
+                                  "threads": 1, "random_seed": 0}
     if node_limit is not None:
         options["node_limit"] = int(node_limit)
-    result = milp(form.c, constraints=constraints, integrality=form.integrality,
-                  bounds=Bounds(form.lower, form.upper), options=options)
-    elapsed = time.perf_counter() - started
+    result = _milp(form, constraints, options)
+    if _is_clock(result):
+        clock.stopped = True
     x = getattr(result, "x", None)
     dual = getattr(result, "mip_dual_bound", None)
     nodes = getattr(result, "mip_node_count", None)
-    common = {"solve_s": elapsed, "num_columns": n, "num_rows": form.num_rows,
-              "num_integer": int(np.sum(form.integrality)), "nodes": nodes,
-              "options_dropped": form.options_dropped,
-              "message": str(result.message)}
+    common = {"solve_s": time.perf_counter() - started, "nodes": nodes,
+              "message": str(result.message), **common_size}
     dual_f = None if dual is None or not np.isfinite(dual) else float(dual)
     if result.status != 0 and result.status != 2:
         # Stopped by a limit: a baseline that is a point of the programme and beats HiGHS's
         # incumbent (or stands in for none) is the best plan found (what a warm start
         # would give); the dual bound still bounds it.
+        if dual_f is None:
+            dual_f = _relaxation_bound(form, constraints, clock)
         found = None if x is None else pf.decode(problem, form, x)
         better = _best_point(problem, found)
         if polish:
-            left = time_limit_s - (time.perf_counter() - started)
-            tries = [(_split(problem, left / 2, mip_rel_gap), "split")]
+            tries = [(_split(problem, node_limit, mip_rel_gap, clock), "split")]
             if better is not None:
-                left = time_limit_s - (time.perf_counter() - started)
-                tries.append((_polish(problem, better[0], left, mip_rel_gap),
+                tries.append((_polish(problem, better[0], node_limit, mip_rel_gap, clock),
                               better[1] + "+polish"))
             for polished, name in tries:
                 if polished is None:
@@ -119,20 +155,24 @@ def solve(problem: pf.Problem, *, time_limit_s: float = 10.0, node_limit: int | 
                        _weighted(problem, better[0], pf.price_decisions(problem, better[0])))
                 if old is None or weighted < old - OPTIMAL_WITHIN_USD:
                     better = (polished, name)
+        status = "time_limit" if clock.stopped else "node_limit"
+        common["solve_s"] = time.perf_counter() - started
         if better is not None:
             decisions, source = better
-            common["solve_s"] = time.perf_counter() - started
             priced = pf.price_decisions(problem, decisions)
             weighted = _weighted(problem, decisions, priced)
             gap = None if dual_f is None else max(0.0, weighted - dual_f)
             cost = float(priced.objective_usd)
-            status = "node_limit" if "node" in str(result.message).lower() else "time_limit"
             return Solution(status=status, decisions=decisions, priced=priced,
                             optimal=gap is not None and gap <= OPTIMAL_WITHIN_USD,
                             objective_usd=cost,
                             dual_bound_usd=None if gap is None else cost - gap,
                             gap_usd=gap, gap_fraction=None if gap is None else gap / max(
                                 cost, 1e-9), source=source, **common)  # type: ignore[arg-type]
+        return Solution(status="time_limit" if clock.stopped else "no_solution",
+                        decisions=None, priced=None, optimal=False, objective_usd=None,
+                        dual_bound_usd=None, gap_usd=None, gap_fraction=None,
+                        **common)  # type: ignore[arg-type]
     if x is None:
         status = "infeasible" if result.status == 2 else "no_solution"
         return Solution(status=status, decisions=None, priced=None, optimal=False,
@@ -141,30 +181,56 @@ def solve(problem: pf.Problem, *, time_limit_s: float = 10.0, node_limit: int | 
     decisions = pf.decode(problem, form, x)
     priced = pf.price_decisions(problem, decisions)
     fun = float(result.fun)
-    gap = None if dual is None or not np.isfinite(dual) else max(0.0, fun - float(dual))
+    gap = None if dual_f is None else max(0.0, fun - dual_f)
     cost = float(priced.objective_usd)
-    optimal = result.status == 0 and gap is not None and gap <= OPTIMAL_WITHIN_USD
-    if result.status == 0:
-        status = "optimal" if optimal else "gap_tolerance"
-    else:
-        status = "node_limit" if "node" in str(result.message).lower() else "time_limit"
-    return Solution(status=status, decisions=decisions, priced=priced, optimal=optimal,
-                    objective_usd=cost, dual_bound_usd=None if gap is None else cost - gap,
+    optimal = gap is not None and gap <= OPTIMAL_WITHIN_USD
+    return Solution(status="optimal" if optimal else "gap_tolerance", decisions=decisions,
+                    priced=priced, optimal=optimal, objective_usd=cost,
+                    dual_bound_usd=None if gap is None else cost - gap,
                     gap_usd=gap, gap_fraction=None if gap is None else gap / max(cost, 1e-9),
                     **common)  # type: ignore[arg-type]
 
 
-def _split(problem: pf.Problem, time_limit_s: float, mip_rel_gap: float,
+def _milp(form: pf.Formulation, constraints: list[LinearConstraint],
+          options: dict[str, object]) -> Any:
+    with warnings.catch_warnings():
+        # scipy passes the options it does not name (threads, random_seed) to HiGHS verbatim
+        # and says so with a RuntimeWarning.
+        warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
+        return milp(form.c, constraints=constraints, integrality=form.integrality,
+                    bounds=Bounds(form.lower, form.upper), options=options)
+
+
+def _relaxation_bound(form: pf.Formulation, constraints: list[LinearConstraint],
+                      clock: _Clock) -> float | None:
+    """The LP relaxation's optimum: a dual bound when HiGHS stopped before it had one (a
+    node limit of 0). Deterministic, like every HiGHS call here."""
+    if clock.left_s() <= 0:
+        clock.stopped = True
+        return None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
+        result = milp(form.c, constraints=constraints,
+                      integrality=np.zeros_like(form.integrality),
+                      bounds=Bounds(form.lower, form.upper),
+                      options={"time_limit": max(0.01, clock.left_s()), "presolve": True,
+                               "disp": False, "threads": 1, "random_seed": 0})
+    if _is_clock(result):
+        clock.stopped = True
+    if result.status != 0 or result.fun is None:
+        return None
+    return float(result.fun)
+
+
+def _split(problem: pf.Problem, node_limit: int | None, mip_rel_gap: float, clock: _Clock,
            ) -> pf.Decisions | None:
     """A plan in two smaller programmes (each fast where the whole is not: the spot limits'
     knapsacks and the commitments' coverage together make the relaxation weak): first
     without commitments, which places the jobs on spot within the spot limits; then with
-    those spot placements fixed and every other job off spot, with the commitments."""
-    if time_limit_s < 0.4:
-        return None
-    started = time.perf_counter()
-    first = solve(replace(problem, only_terms=frozenset()), time_limit_s=time_limit_s / 2,
-                  mip_rel_gap=mip_rel_gap, polish=False)
+    those spot placements fixed and every other job off spot, with the commitments. Each
+    gets ``node_limit`` nodes."""
+    first = solve(replace(problem, only_terms=frozenset()), node_limit=node_limit,
+                  mip_rel_gap=mip_rel_gap, polish=False, clock=clock)
     if first.decisions is None:
         return None
     jobs = []
@@ -181,9 +247,8 @@ def _split(problem: pf.Problem, time_limit_s: float, mip_rel_gap: float,
         keep = [i for i, o in enumerate(job.options) if not o.spot]
         index[j] = keep
         jobs.append(replace(job, options=tuple(job.options[i] for i in keep)))
-    left = time_limit_s - (time.perf_counter() - started)
-    second = solve(replace(problem, jobs=tuple(jobs)), time_limit_s=max(0.1, left),
-                   mip_rel_gap=mip_rel_gap, polish=False)
+    second = solve(replace(problem, jobs=tuple(jobs)), node_limit=node_limit,
+                   mip_rel_gap=mip_rel_gap, polish=False, clock=clock)
     if second.decisions is None:
         return None
     return pf.Decisions(
@@ -193,12 +258,10 @@ def _split(problem: pf.Problem, time_limit_s: float, mip_rel_gap: float,
         fleet_instances=second.decisions.fleet_instances)
 
 
-def _polish(problem: pf.Problem, decisions: pf.Decisions, time_limit_s: float,
-            mip_rel_gap: float) -> pf.Decisions | None:
-    """``decisions``' job placements fixed, everything else solved again (None when no time
-    is left or the smaller programme finds nothing)."""
-    if time_limit_s < 0.2:
-        return None
+def _polish(problem: pf.Problem, decisions: pf.Decisions, node_limit: int | None,
+            mip_rel_gap: float, clock: _Clock) -> pf.Decisions | None:
+    """``decisions``' job placements fixed, everything else solved again within
+    ``node_limit`` nodes (None when the smaller programme finds nothing)."""
     jobs = []
     index: dict[int, int] = {}
     for j, job in enumerate(problem.jobs):
@@ -211,7 +274,8 @@ def _polish(problem: pf.Problem, decisions: pf.Decisions, time_limit_s: float,
         jobs.append(replace(job, options=(option,), earliest_month=placed[1],
                             deadline_month=placed[1] + option.months() - 1, must_run=True))
     fixed = replace(problem, jobs=tuple(jobs))
-    got = solve(fixed, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, polish=False)
+    got = solve(fixed, node_limit=node_limit, mip_rel_gap=mip_rel_gap, polish=False,
+                clock=clock)
     if got.decisions is None:
         return None
     return pf.Decisions(

@@ -263,8 +263,12 @@ def _usd(amount: Decimal) -> str:
 def solve_request(body: PortfolioRequest, resolved: Resolved,
                   seconds_left: float | None = None) -> tuple[Solution, Solution]:
     """(the plan, the plan without the budget): the second names the periods a budget that
-    no plan meets is exceeded in. The solve's time is the request's ``time_limit_s`` or what
-    is left of the request's deadline (``CQ_SEARCH_DEADLINE_S``), whichever is less."""
+    no plan meets is exceeded in. Each HiGHS solve gets the request's ``node_limit`` nodes
+    (the work budget); the clock guard is the request's ``time_limit_s`` or what is left of
+    the request's deadline (``CQ_SEARCH_DEADLINE_S``), whichever is less. A solve the clock
+    stopped is 503 whatever ``on_limit`` says: how far it got depends on the machine, and a
+    stored plan must verify. One the node limit stopped is 503 under ``on_limit: refuse``
+    and the best plan found, with its gap, under ``on_limit: best``."""
     problem = resolved.problem
     limit_s = body.time_limit_s if seconds_left is None else max(
         0.05, min(body.time_limit_s, seconds_left))
@@ -272,20 +276,28 @@ def solve_request(body: PortfolioRequest, resolved: Resolved,
         raise SearchDeadlineError(body.time_limit_s, (
             "the portfolio's jobs and fleets took the request's whole deadline "
             "(CQ_SEARCH_DEADLINE_S) before the solve; nothing was stored"))
-    solution = solve(problem, time_limit_s=limit_s)
+    solution = solve(problem, time_limit_s=limit_s, node_limit=body.node_limit)
     free = solution
     if problem.budget is not None and solution.decisions is None:
         free = solve(pf.Problem(**{name: getattr(problem, name)
                                    for name in problem.__dataclass_fields__ if name != "budget"}),
-                     time_limit_s=limit_s)
+                     time_limit_s=limit_s, node_limit=body.node_limit)
     for got in (solution, free):
-        if got.status in ("time_limit", "node_limit", "no_solution") and (
-                body.on_limit == "refuse" or got.decisions is None):
-            raise SearchDeadlineError(body.time_limit_s, (
+        if got.status == "time_limit":
+            raise SearchDeadlineError(limit_s, (
                 f"the portfolio's programme ({got.num_columns} columns, {got.num_rows} rows) "
-                f"was not solved within time_limit_s {body.time_limit_s:g} s (status "
-                f"{got.status}, gap {got.gap_fraction}); nothing was stored: raise "
-                "time_limit_s, narrow the offers, or set on_limit 'best'"))
+                f"was stopped by the clock ({limit_s:g} s: time_limit_s or the request's "
+                "deadline) before its work budget (node_limit "
+                f"{body.node_limit}) was spent; a plan cut by the clock depends on the "
+                "machine's speed and would not verify, so nothing was stored: raise "
+                "time_limit_s, lower node_limit, or narrow the offers"))
+        if got.status in ("node_limit", "no_solution") and (
+                body.on_limit == "refuse" or got.decisions is None):
+            raise SearchDeadlineError(limit_s, (
+                f"the portfolio's programme ({got.num_columns} columns, {got.num_rows} rows) "
+                f"was not solved within node_limit {body.node_limit} (status {got.status}, "
+                f"gap {got.gap_fraction}); nothing was stored: raise node_limit, narrow the "
+                "offers, or set on_limit 'best'"))
     return solution, free
 
 

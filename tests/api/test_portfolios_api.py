@@ -11,6 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from service.api import portfolio_solver
+from service.catalog.models import Portfolio
 from tests.factories import auth_headers
 
 JOB = {"gpu_hours": {"accelerator": "h100-sxm5-80gb", "gpu_hours": 20000, "num_gpus": 16}}
@@ -141,6 +143,9 @@ def test_a_fleet_follows_its_monthly_load_and_a_higher_load_costs_more(
     assert replicas == sorted(replicas)
     assert replicas[0] < replicas[-1]  # the load quadruples over the horizon
     assert all(month for month in plan["fleets"][0]["months"])  # served every month
+    assert plan["baselines"]
+    assert all(Decimal(plan["totals"]["objective_usd"]) <= Decimal(b["total_usd"])
+               for b in plan["baselines"])  # never worse than a baseline
     higher = client.post(f"/v1/portfolios/{plan['id']}/what-if", headers=keys["owner"],
                           json={"change": "demand", "fleet": "chat", "month": "2027-03",
                                 "factor": 4.0})  # past the 4 replicas of its 2 instances
@@ -151,3 +156,85 @@ def test_a_fleet_follows_its_monthly_load_and_a_higher_load_costs_more(
                                 "factor": 2.0})
     assert unknown.status_code == 422
     assert "fleet" in unknown.text
+
+
+# --- Bounds: the work budget (node_limit, counted) and the clock guard (time_limit_s) -------
+#
+# node_limit 0 stops every HiGHS solve before its root node, whatever the machine's speed:
+# the limit is a count, so these tests never depend on how fast the machine is.
+
+def _job(index: int, gpus: int, gpu_hours: int) -> dict[str, Any]:
+    return {"id": f"k{index}", "workload": {"gpu_hours": {
+        "accelerator": "h100-sxm5-80gb", "gpu_hours": gpu_hours, "num_gpus": gpus}},
+        "earliest_start": "2027-01", "deadline": "2027-04", "must_run": index % 3 != 2}
+
+
+KNAPSACK = {**BODY, "horizon": {"start": "2027-01", "months": 4}, "jobs": [
+    _job(i, gpus, hours) for i, (gpus, hours) in enumerate(
+        [(16, 9000), (24, 20000), (32, 15000), (16, 30000), (40, 12000), (24, 8000)])]}
+"""Six jobs competing for the zone's 64 spot GPUs over four months: a knapsack that HiGHS's
+presolve does not solve by itself, so a node limit of 0 stops it (the BODY above is solved
+by presolve alone)."""
+
+
+def _stored(db_session: Session) -> int:
+    return db_session.query(Portfolio).count()
+
+
+def _is_deadline_problem(response: Any) -> None:
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["type"].endswith(":problems/search-deadline")
+    assert "Retry-After" in response.headers
+    assert "nothing was stored" in response.json()["detail"]
+
+
+def test_past_the_work_budget_refuse_is_503_with_nothing_stored(
+        client: TestClient, keys: dict[str, dict[str, str]], db_session: Session) -> None:
+    before = _stored(db_session)
+    refused = _post(client, keys["owner"], {**KNAPSACK, "node_limit": 0})  # on_limit: refuse
+    _is_deadline_problem(refused)
+    assert "node_limit 0" in refused.json()["detail"]
+    assert _stored(db_session) == before
+
+
+def test_past_the_work_budget_best_stores_the_best_plan_with_its_gap_and_it_verifies(
+        client: TestClient, keys: dict[str, dict[str, str]], db_session: Session) -> None:
+    before = _stored(db_session)
+    made = _post(client, keys["owner"], {**KNAPSACK, "node_limit": 0, "on_limit": "best"})
+    assert made.status_code == 201, made.text
+    assert _stored(db_session) == before + 1
+    solver = made.json()["solver"]
+    assert solver["status"] == "node_limit"
+    assert solver["optimal"] is False
+    assert solver["gap_usd"] is not None
+    assert solver["gap_usd"] > 0
+    assert solver["gap_fraction"] is not None
+    assert solver["gap_fraction"] > 0
+    # Never cheaper than the proven optimum of the same request without the limit.
+    optimum = _post(client, keys["owner"], KNAPSACK).json()
+    assert optimum["solver"]["optimal"] is True
+    best_total = Decimal(made.json()["totals"]["objective_usd"])
+    assert best_total >= Decimal(optimum["totals"]["objective_usd"])
+    # Never worse than a baseline that keeps the limits, even stopped before the root node.
+    kept = [b for b in made.json()["baselines"] if b["within_limits"]]
+    assert kept
+    assert all(best_total <= Decimal(b["total_usd"]) for b in kept), made.json()["baselines"]
+    # Reproducible: the same request and versions give the same plan, so it verifies.
+    verified = client.post(f"/v1/portfolios/{made.json()['id']}/verify",
+                           headers=keys["owner"])
+    assert verified.status_code == 200, verified.text
+    assert verified.json()["matches"], verified.text
+
+
+def test_a_solve_the_clock_stops_is_503_even_under_on_limit_best(
+        client: TestClient, keys: dict[str, dict[str, str]], db_session: Session,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The clock guard is injected as spent, so no test waits on (or races) a real clock: a
+    # plan cut by the clock depends on the machine's speed and would not verify.
+    monkeypatch.setattr(portfolio_solver._Clock, "left_s", lambda self: 0.0)
+    before = _stored(db_session)
+    refused = _post(client, keys["owner"], {**KNAPSACK, "on_limit": "best"})
+    _is_deadline_problem(refused)
+    assert "stopped by the clock" in refused.json()["detail"]
+    assert _stored(db_session) == before

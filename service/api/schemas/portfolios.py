@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 from typing_extensions import TypeAliasType
 
+from service.api.portfolio_solver import DEFAULT_NODE_LIMIT
 from service.api.schemas.common import RequestModel, TextRule
 from service.api.schemas.quotes import MoneyIn, PolicyField, ServingWorkload, Slug, WorkloadIn
 
@@ -108,10 +109,18 @@ class PortfolioRequest(RequestModel):
                     "spot) as candidates; null keeps every pool. optimal is proven over the "
                     "kept candidates (solver.options_dropped counts the rest).")
     time_limit_s: float = Field(strict=True, default=10.0, gt=0, le=30,
-                                description="The solver's time budget, seconds.")
+                                description="The solve's wall-clock guard, seconds. A solve "
+                                            "it stops depends on the machine's speed, so it "
+                                            "is always 503 search-deadline, nothing stored.")
+    node_limit: int = Field(
+        strict=True, default=DEFAULT_NODE_LIMIT, ge=0, le=100_000,
+        description="The solve's work budget: branch-and-bound nodes per HiGHS solve (the "
+                    "whole programme and each of its smaller re-solves). Counted, not timed, "
+                    "so a plan it stops is the same on every machine and verifies.")
     on_limit: OnLimit = Field(
-        default="refuse", description="Past the time budget: 503 search-deadline with nothing "
-                                      "stored, or the best plan found with its gap.")
+        default="refuse", description="Past the work budget (node_limit): 503 search-deadline "
+                                      "with nothing stored, or the best plan found with its "
+                                      "gap and optimal false.")
 
     @model_validator(mode="after")
     def _checks(self) -> Self:

@@ -168,6 +168,13 @@ def case_of(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) -> Ca
     return Case(row=row, model=model, cluster=cluster, plan=plan, framework=framework)
 
 
+def stated_rollout_tp(case: Case) -> int | None:
+    """The row's rollout engine tp where the model can hold it (within a node: rl._rollout
+    does not span nodes); None (searched) where the row states none or one across nodes."""
+    tp = int(_num(case.row, "rollout_tp") or 0)
+    return tp if 0 < tp <= case.cluster.gpus_per_node else None
+
+
 def run(case: Case, response_tokens: int) -> Estimate:
     row = case.row
     prompts = int(_num(row, "prompts_per_step") or NOMINAL_BATCH_PROMPTS)
@@ -179,6 +186,7 @@ def run(case: Case, response_tokens: int) -> Estimate:
     prompt += -(prompt + response_tokens) % case.plan.cp
     rl = RlSpec(steps=1, prompts_per_step=prompts, samples_per_prompt=samples,
                 prompt_tokens=prompt, response_tokens=response_tokens,
+                rollout_tp=stated_rollout_tp(case),
                 reference_model=row.get("reference_model") == "true", max_response_tokens=max(
                     response_tokens, int(_num(row, "max_response_tokens") or response_tokens)),
                 placement=RlPlacement(row["placement"]), rollout_engine=Engine(
@@ -374,8 +382,11 @@ def report() -> str:
                 digits = 1 if phase == "weight_sync" else 0
                 cells.append(f"{value:.{digits}f}" if m is None else
                              f"{value:.{digits}f} vs {m:.0f} ({error(value, m):+.0%})")
+            stated_tp = int(_num(row, "rollout_tp") or 0)
+            mark = ("" if not stated_tp or stated_rollout_tp(case) else
+                    f" (rollout tp {stated_tp} spans nodes: searched)")
             stated_lines.append(
-                f"| {row['id']} | {int(outcome.response_tokens):,} | " + " | ".join(cells)
+                f"| {row['id']}{mark} | {int(outcome.response_tokens):,} | " + " | ".join(cells)
                 + f" | {outcome.step_s:.0f} vs {outcome.measured_step_s:.0f} | "
                 f"{outcome.step_error:+.0%} |")
             continue

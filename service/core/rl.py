@@ -7,8 +7,9 @@ policy):
 
 - **generation**: the rollout engine generates ``prompts x samples`` responses. It is the
   serving model (``serving.serve``) at the batch the rollouts make: each replica of
-  ``rollout_tp`` GPUs takes its share of the sequences in one fixed batch (all prefills, then
-  ``response_tokens`` decode steps), in waves of the batch its KV memory and the engine's
+  ``rollout_tp`` GPUs (the fastest within a node, or ``RlSpec.rollout_tp``) takes its share
+  of the sequences in one fixed batch (all prefills, then ``response_tokens`` decode steps),
+  in waves of the batch its KV memory and the engine's
   ``max_num_seqs`` admit (``ROLLOUT_MAX_NUM_SEQS``).
   When ``max_response_tokens`` is given, the step also waits for the longest response, which
   decodes its tail alone (``_tail_s``).

@@ -7,8 +7,9 @@ policy):
 
 - **generation**: the rollout engine generates ``prompts x samples`` responses. It is the
   serving model (``serving.serve``) at the batch the rollouts make: each replica of
-  ``rollout_tp`` GPUs takes its share of the sequences in one fixed batch (all prefills, then
-  ``response_tokens`` decode steps), in waves of the batch its KV memory and the engine's
+  ``rollout_tp`` GPUs (the fastest within a node, or ``RlSpec.rollout_tp``) takes its share
+  of the sequences in one fixed batch (all prefills, then ``response_tokens`` decode steps),
+  in waves of the batch its KV memory and the engine's
   ``max_num_seqs`` admit (``ROLLOUT_MAX_NUM_SEQS``).
   When ``max_response_tokens`` is given, the step also waits for the longest response, which
   decodes its tail alone (``_tail_s``).
@@ -177,8 +178,9 @@ def weight_bytes(model: ModelSpec) -> float:
 
 def _rollout(model: ModelSpec, cluster: ClusterSpec, rl: RlSpec, gpus: int,
              resident_bytes: float) -> tuple[float, int, float, float, float] | None:
-    """(generation s, tp, batch, waves, engine bytes per GPU) of the fastest rollout tp on
-    ``gpus`` GPUs with ``resident_bytes`` per GPU held by training state; None if no tp fits."""
+    """(generation s, tp, batch, waves, engine bytes per GPU) of the fastest rollout tp (or of
+    ``rl.rollout_tp`` where given) on ``gpus`` GPUs with ``resident_bytes`` per GPU held by
+    training state; None if no tp fits."""
     acc = cluster.accelerator
     room = acc.memory_bytes - resident_bytes
     if room <= 0:
@@ -189,6 +191,10 @@ def _rollout(model: ModelSpec, cluster: ClusterSpec, rl: RlSpec, gpus: int,
     best: tuple[float, int, float, float, float] | None = None
     tp = 1
     limit = min(acc.scaleup_domain_size, cluster.gpus_per_node, gpus)
+    if rl.rollout_tp is not None:
+        # The job's own engine tp: only it is tried (none fits if it spans nodes).
+        tp = rl.rollout_tp
+        limit = tp if tp <= limit else 0
     while tp <= limit:
         if gpus % tp == 0 and model.num_heads % tp == 0:
             replicas = gpus // tp

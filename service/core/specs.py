@@ -357,9 +357,16 @@ class RlSpec:
     step waits for it (verl one_step_off docs: "model updates must wait for the longest output
     in the generation phase to complete"): the straggler decodes alone after the others end.
     None: every response has ``response_tokens`` (no tail)."""
+    rollout_tp: int | None = None
+    """The rollout engine's tensor-parallel size per replica, where the job fixes it (verl's
+    ``rollout.tensor_model_parallel_size``, NeMo RL's ``generation.vllm_cfg.
+    tensor_parallel_size``); None: the fastest power of two within a node that fits (decision
+    402). Core only: not in the API contract."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.steps, "training.rl.steps", maximum=MAX_RL_STEPS)
+        if self.rollout_tp is not None:
+            _require_positive_int(self.rollout_tp, "training.rl.rollout_tp", maximum=1024)
         _require_positive_int(self.prompts_per_step, "training.rl.prompts_per_step",
                               maximum=MAX_RL_ROLLOUTS)
         _require_positive_int(self.samples_per_prompt, "training.rl.samples_per_prompt",

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from service.core.attention import kernel_for
 from service.core.calibration import DEFAULT_CALIBRATION, Band, Calibration
@@ -473,7 +475,7 @@ FINETUNE_METHODS = (TrainingMethod.FULL_FINETUNE, TrainingMethod.LORA, TrainingM
 """The methods whose stacks differ most in their loss kernel (torchtune's chunked loss,
 Liger's and Unsloth's fused ones, transformers' standard one): a loss kernel left out there
 is named as a ``defaulted_input``."""
-LOSS_KERNEL_NOTES = {
+LOSS_KERNEL_NOTES: Mapping[LossKernel, str] = MappingProxyType({
     LossKernel.STANDARD: "loss: standard cross-entropy, the micro-batch's logits upcast to "
                          "fp32 and saved with their log-softmax (10 B per logit at the loss)",
     LossKernel.CHUNKED: "loss: chunked cross-entropy (torchtune CEWithChunkedOutputLoss): the "
@@ -481,7 +483,7 @@ LOSS_KERNEL_NOTES = {
     LossKernel.FUSED: "loss: fused linear cross-entropy (Liger Kernel, Cut Cross-Entropy): "
                       "the logits never materialised, a chunk's working set only (6 B per "
                       "token and hidden unit)",
-}
+})
 """The assumption each named loss kernel adds (``memory.LOSS_KERNELS``); the step time is the
 same for all three (the loss's FLOPs do not change)."""
 ADAMW_8BIT_NOTE = ("adamw_8bit: bitsandbytes 8-bit AdamW, both moments block-wise quantised "

@@ -137,9 +137,20 @@ def test_fail_on_reject_exits_3_and_warn_exits_4(local: str) -> None:
               *spot).exit_code == 0
     assert cq("serve-quote", "--local", "--fail-on", "warn", *SERVING_FLAGS,
               *spot).exit_code == 4
-    on_demand = ["--provider", "aws", "--term", "on_demand", "--budget", "10000000"]
-    assert cq("serve-quote", "--local", "--fail-on", "warn", *SERVING_FLAGS,
-              *on_demand).exit_code == 0
+    # A budget the fleet meets but its band's slow end does not (decision 428) warns
+    # estimate_uncertain; one that covers the slow end passes clean.
+    on_demand = ["--provider", "aws", "--term", "on_demand"]
+    plenty = serve_quote_json(*on_demand, "--budget", "1000000000")
+    line = plenty["recommended"]
+    slow_end = line["uncertainty"]["commitment_total"]["p90"]
+    assert float(slow_end) > float(line["total"])
+    between = serve_quote_json(*on_demand, "--budget", line["total"])
+    assert ("estimate_uncertain", "warn") in [
+        (d["code"], d["outcome"]) for d in between["reason_details"]]
+    assert cq("serve-quote", "--local", "--fail-on", "warn", *SERVING_FLAGS, *on_demand,
+              "--budget", line["total"]).exit_code == 4
+    assert cq("serve-quote", "--local", "--fail-on", "warn", *SERVING_FLAGS, *on_demand,
+              "--budget", slow_end).exit_code == 0
 
 
 def test_markdown_shows_the_fleet_and_the_days_held(local: str) -> None:

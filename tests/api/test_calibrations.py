@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -224,18 +224,18 @@ def test_bad_runs_are_422_naming_the_run_and_field(
     assert refused(good[:1] * 10_001) == (422, "runs")
 
 
-def test_ten_thousand_runs_fit_within_bounded_time(
-        client: TestClient, keys: dict[str, dict[str, str]]) -> None:
-    """The largest request: 10,000 runs (each one estimate) fit and store well within the
-    search deadline (about 2-4 s of CPU measured; the bound is generous)."""
+def test_ten_thousand_runs_fit_and_store(
+        app_with: Callable[..., TestClient], keys: dict[str, dict[str, str]]) -> None:
+    """The largest request: 10,000 runs (each one estimate) fit and store (about 2-4 s of CPU
+    measured). The deadline is raised for this test: the 10 s default is wall-clock and a
+    loaded CI machine can pass it, which would test the machine, not the fit (no test may
+    depend on how fast the machine is); the refusal at the deadline is tested elsewhere."""
+    client = app_with(search_deadline_s=600)
     runs = runs_at(client, 1.15, LAYOUTS)
     many = [runs[i % len(runs)] for i in range(10_000)]
-    started = time.monotonic()
     response = create(client, keys["owner"], many)
-    elapsed = time.monotonic() - started
     assert response.status_code == 201, response.text[:300]
     assert response.json()["runs_used"] == 10_000
-    assert elapsed < 120
     # Many consistent runs make the band the runs' own: narrower than the project's.
     band = response.json()["bands"][0]
     assert band["high_fraction"] - band["low_fraction"] < 0.2

@@ -308,8 +308,14 @@ def is_held_out(row: Row) -> bool:
     return document(row) in HELD_OUT_DOCUMENTS
 
 
-def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> dict[
-        s.Engine, s.EngineEfficiency]:
+EngineFits = dict[tuple[s.Engine, tuple[str, ...]], s.EngineEfficiency]
+"""One call's engine fits by (engine, the ids of the rows fitted): ``fold_tables`` passes
+one to every fold's ``fit``, so a fold that leaves out another engine's document reuses this
+engine's fit instead of searching the same grid on the same rows again."""
+
+
+def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
+        fits: EngineFits | None = None) -> dict[s.Engine, s.EngineEfficiency]:
     """Each named engine fitted on its dense rows in ``rows`` (prior when it has none), and
     ``unknown`` the conservative of them. Rows run as ``unknown`` and rows of
     ``HELD_OUT_DOCUMENTS`` fit nothing. MoE rows are
@@ -322,6 +328,10 @@ def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> dic
         mine = [r for r in rows if ENGINES.get(r["engine"]) is engine and not is_moe(r)
                 and not is_held_out(r)]
         if not mine:
+            continue
+        key = (engine, tuple(r["id"] for r in mine))
+        if fits is not None and key in fits:
+            table[engine] = fits[key]
             continue
         prior = s.ENGINE_PRIORS[engine]
         best: tuple[float, s.EngineEfficiency] | None = None
@@ -338,6 +348,8 @@ def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec]) -> dic
         table[engine] = dataclasses.replace(
             best[1], basis=f"fitted on {len(mine)} rows of {'; '.join(ids)}: "
                            f"{', '.join(r['id'] for r in mine)}")
+        if fits is not None:
+            fits[key] = table[engine]
     table[s.Engine.UNKNOWN] = conservative(table)
     return table
 
@@ -371,8 +383,16 @@ Fitter = Callable[[Sequence[Row], Mapping[str, AcceleratorSpec]], Table]
 
 def fold_tables(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
                 fitter: Fitter = fit) -> dict[str, Table]:
-    """For each document, the table fitted on the other documents' rows."""
-    return {held_out: fitter([r for r in rows if document(r) != held_out], accelerators)
+    """For each document, the table fitted on the other documents' rows. With ``fit``, an
+    engine whose rows a fold leaves unchanged is fitted once (``EngineFits``): the same
+    grid on the same rows gives the same efficiency, so the tables are those of a fit per
+    fold, at a fifth of the work."""
+    fits: EngineFits = {}
+
+    def fitted(kept: Sequence[Row]) -> Table:
+        return fit(kept, accelerators, fits) if fitter is fit else fitter(kept, accelerators)
+
+    return {held_out: fitted([r for r in rows if document(r) != held_out])
             for held_out in sorted({document(r) for r in rows})}
 
 

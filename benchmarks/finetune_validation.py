@@ -147,6 +147,19 @@ ACTIVATION_OFFLOAD_ROWS = ("tt_flags_l32_3b_full_actoffload", "tt_flags_l32_3b_l
 QLoRA, which do not use optimizer_in_bwd or AdamW8bit": its LoRA and QLoRA rows keep
 activation offloading (and chunked cross-entropy, which the estimate does not model)."""
 
+LITGPT_BNB_FRAMEWORK = "litgpt"
+"""LitGPT's QLoRA (``--quantize bnb.nf4[-dq]``) runs Lightning's ``BitsandbytesPrecision``,
+which replaces every ``torch.nn.Linear`` built under ``fabric.init_module``, the
+``lm_head`` included (``LoraSpec.quantize_head``), with bitsandbytes older than 0.43.2, whose
+``MatMul4Bit`` keeps each 4-bit matmul's input (``LoraSpec.keeps_matmul_inputs``): the
+resource tables' header states "Bitsandbytes 0.41.1"; the config-hub table's QLoRA rows were
+written at Lightning-AI/litgpt@e5493986 (2024-07-22) and its Llama 3.2 rows at 00af8b0d
+(2024-09-27), whose pyproject.toml pins ``bitsandbytes==0.42.0``."""
+SINGLE_QUANT_ROW_MARKERS = ("_qlora_nf4_", "litgpt_hub_")
+"""LitGPT QLoRA rows run without double quantisation (``LoraSpec.double_quant`` False): the
+resource tables' ``bnb.nf4`` rows (as against ``bnb.nf4-dq``) and every config-hub QLoRA row
+(its qlora.yaml files say ``quantize: bnb.nf4``)."""
+
 RESERVED_DOCUMENTS = ("MetaMathQA",)
 """Documents whose peak is the allocator's reserved memory (the others: allocated/active)."""
 
@@ -298,11 +311,15 @@ def row_case(row: dict[str, str],
                           gpus_per_node=min(accelerator.scaleup_domain_size, gpus))
     lora = None
     if adapters:
+        litgpt = row["framework"] == LITGPT_BNB_FRAMEWORK
         lora = LoraSpec(rank=int(row["lora_rank"]),
                         target_modules=frozenset(LoraTarget(t) for t in
                                                  row["target_modules"].split(";")),
                         base_precision=BasePrecision(row["base_precision"] or (
-                            "nf4" if method == TrainingMethod.QLORA else "bf16")))
+                            "nf4" if method == TrainingMethod.QLORA else "bf16")),
+                        double_quant=not (litgpt and any(
+                            marker in row["id"] for marker in SINGLE_QUANT_ROW_MARKERS)),
+                        quantize_head=litgpt, keeps_matmul_inputs=litgpt)
     compile_off = row["id"] in ("tt_flags_l32_3b_full_baseline", "tt_flags_l32_3b_full_packed")
     loss_kernel = LOSS_KERNELS.get(row["id"])
     if loss_kernel is None and document_of(row).startswith(STANDARD_LOSS_DOCUMENTS):

@@ -133,3 +133,29 @@ def test_loss_kernels_and_eight_bit_adamw_follow_the_documents(evaluated: Evalua
     drop = (by_id["tt_flags_l32_3b_full_actoffload"].predicted_peak_gib
             - by_id["tt_flags_l32_3b_full_adamw8bit"].predicted_peak_gib)
     assert 3.0 < drop < 8.0
+
+
+def test_peft_rows_are_timed_at_the_mean_example_and_sized_at_the_truncation_length() -> None:
+    """PEFT's MetaMathQA files state 4,198,051 train tokens over 20,000 samples (about 210
+    each, truncated at 768): a step's throughput is estimated at batch x 210 tokens, its peak
+    memory at batch x 768 (the longest batch)."""
+    import dataclasses
+
+    from benchmarks.accuracy import seed_accelerators
+    from service.core.estimate import estimate
+
+    accelerators = {**seed_accelerators(), **fv.HELD_ACCELERATORS}
+    row = next(r for r in fv.load_rows() if r["id"] == "peft_metamath_lora_l32_3b_rank32")
+    case = fv.row_case(row, accelerators)
+    assert isinstance(case, fv.Case)
+    assert case.training.seq_len == 768
+    result = fv.evaluate(case)
+    at_cap = estimate(case.model, case.cluster, case.plan, case.training)
+    at_mean = estimate(case.model, case.cluster, case.plan,
+                       dataclasses.replace(case.training, seq_len=210))
+    assert result.predicted_peak_gib * fv.GIB == pytest.approx(
+        float(at_cap.memory.reserved_bytes))
+    assert result.predicted_tokens_per_s_per_gpu == pytest.approx(
+        float(at_mean.throughput.tokens_per_s_per_gpu))
+    assert (result.predicted_tokens_per_s_per_gpu
+            < float(at_cap.throughput.tokens_per_s_per_gpu))

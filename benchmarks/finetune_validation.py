@@ -152,7 +152,8 @@ LITGPT_BNB_FRAMEWORK = "litgpt"
 """LitGPT's QLoRA (``--quantize bnb.nf4[-dq]``) runs Lightning's ``BitsandbytesPrecision``,
 which replaces every ``torch.nn.Linear`` built under ``fabric.init_module``, the
 ``lm_head`` included (``LoraSpec.quantize_head``), with bitsandbytes older than 0.43.2, whose
-``MatMul4Bit`` keeps each 4-bit matmul's input (``LoraSpec.keeps_matmul_inputs``): the
+``MatMul4Bit`` keeps each 4-bit matmul's input (``LoraSpec.keeps_matmul_inputs``), and it
+quantises from fp16 while LitGPT computes in bf16 (``LoraSpec.dequant_cast``): the
 resource tables' header states "Bitsandbytes 0.41.1"; the config-hub table's QLoRA rows were
 written at Lightning-AI/litgpt@e5493986 (2024-07-22) and its Llama 3.2 rows at 00af8b0d
 (2024-09-27), whose pyproject.toml pins ``bitsandbytes==0.42.0``."""
@@ -328,7 +329,8 @@ def row_case(row: dict[str, str],
                             "nf4" if method == TrainingMethod.QLORA else "bf16")),
                         double_quant=not (litgpt and any(
                             marker in row["id"] for marker in SINGLE_QUANT_ROW_MARKERS)),
-                        quantize_head=litgpt, keeps_matmul_inputs=litgpt)
+                        quantize_head=litgpt, keeps_matmul_inputs=litgpt,
+                        dequant_cast=litgpt)
     compile_off = row["id"] in ("tt_flags_l32_3b_full_baseline", "tt_flags_l32_3b_full_packed")
     loss_kernel = LOSS_KERNELS.get(row["id"])
     if loss_kernel is None and document_of(row).startswith(STANDARD_LOSS_DOCUMENTS):

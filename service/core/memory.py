@@ -633,7 +633,8 @@ def memory_breakdown(
             if quantized_head(training):
                 dequantised = xp.maximum(largest_matrix,
                                          geometry.head_params_per_gpu * 1.0)
-            gather_buffers = gather_buffers + ACTIVATION_BYTES * dequantised
+            copies = 2.0 if training.lora_spec.dequant_cast else 1.0
+            gather_buffers = gather_buffers + copies * ACTIVATION_BYTES * dequantised
     if layout.caching_allocator:
         # The largest block the step allocates at once: the fp32 logits on the stage that
         # holds the head, else one MLP intermediate (ALLOCATOR_HEADROOM_NOTE).

@@ -328,6 +328,13 @@ class LoraSpec:
     before 0.43.2 (``MatMul4Bit.forward``: ``ctx.tensors = (A, B)``; fixed by commit 9e75374,
     "fix QLoRA mem bug: delete useless buffered activation", PR #1270, 2024-07-16). LitGPT's
     published QLoRA rows ran bitsandbytes 0.41.1 and 0.42.0. Core only."""
+    dequant_cast: bool = False
+    """The quantised weights record fp16 as their dtype while the matmuls run in bf16, so each
+    dequantisation writes an fp16 copy and casts it (bitsandbytes ``quantize_4bit`` keeps
+    ``dtype=A.dtype`` in the QuantState and ``dequantize_4bit`` allocates that dtype;
+    ``MatMul4Bit`` then calls ``.to(A.dtype)``; Lightning's ``BitsandbytesPrecision``
+    quantises ``weight.to(dtype=torch.half)``): both copies live at the cast, 4 B per weight
+    of the dequantised matrix instead of 2. Core only."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.rank, "training.lora.rank", maximum=MAX_LORA_RANK)

@@ -30,9 +30,10 @@ def _plan(recompute: RecomputeMode = RecomputeMode.NONE) -> ParallelismPlan:
 
 
 def _qlora(seq_len: int = 1024, *, double_quant: bool = True, quantize_head: bool = False,
-           keeps_matmul_inputs: bool = False) -> TrainingSpec:
+           keeps_matmul_inputs: bool = False, dequant_cast: bool = False) -> TrainingSpec:
     lora = LoraSpec(rank=8, target_modules=QV, double_quant=double_quant,
-                    quantize_head=quantize_head, keeps_matmul_inputs=keeps_matmul_inputs)
+                    quantize_head=quantize_head, keeps_matmul_inputs=keeps_matmul_inputs,
+                    dequant_cast=dequant_cast)
     return training(seq_len=seq_len, global_batch_seqs=1, tokens=1e7,
                     method=TrainingMethod.QLORA, framework=Framework.FSDP, lora=lora)
 
@@ -113,3 +114,14 @@ def test_a_quantised_head_adds_its_dequantisation_traffic_to_the_step() -> None:
     plain = _estimate(_qlora()).throughput.step.step_s
     quantised = _estimate(_qlora(quantize_head=True)).throughput.step.step_s
     assert quantised > plain
+
+
+def test_an_fp16_quant_state_cast_to_bf16_holds_two_copies_of_the_dequantised_matrix() -> None:
+    # Lightning quantises weight.to(torch.half): dequantize_4bit writes fp16 and MatMul4Bit
+    # casts to bf16, both live at the cast. The largest matrix of Llama 2 7B is h x f.
+    plain = _estimate(_qlora()).memory.other_bytes
+    cast = _estimate(_qlora(dequant_cast=True)).memory.other_bytes
+    assert cast - plain == pytest.approx(2.0 * 4096 * 11008, rel=1e-9)
+    head = _estimate(_qlora(quantize_head=True, dequant_cast=True)).memory.other_bytes
+    head_plain = _estimate(_qlora(quantize_head=True)).memory.other_bytes
+    assert head - head_plain == pytest.approx(2.0 * 32_000 * 4096, rel=1e-9)

@@ -36,6 +36,7 @@ Mapping of a row to the core specs (``row_case``):
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import statistics
 import sys
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.accuracy import seed_accelerators
+from service.core.errors import InvalidSpecError
 from service.core.estimate import Estimate, estimate
 from service.core.presets import PRESETS
 from service.core.specs import (
@@ -52,7 +54,6 @@ from service.core.specs import (
     BasePrecision,
     ClusterSpec,
     Framework,
-    InvalidSpecError,
     LoraSpec,
     LoraTarget,
     LossKernel,
@@ -146,6 +147,28 @@ ACTIVATION_OFFLOAD_ROWS = ("tt_flags_l32_3b_full_actoffload", "tt_flags_l32_3b_l
 """torchtune's flags table adds each technique on top of the previous ones, "except for LoRA and
 QLoRA, which do not use optimizer_in_bwd or AdamW8bit": its LoRA and QLoRA rows keep
 activation offloading (and chunked cross-entropy, which the estimate does not model)."""
+
+LITGPT_BNB_FRAMEWORK = "litgpt"
+"""LitGPT's QLoRA (``--quantize bnb.nf4[-dq]``) runs Lightning's ``BitsandbytesPrecision``,
+which replaces every ``torch.nn.Linear`` built under ``fabric.init_module``, the
+``lm_head`` included (``LoraSpec.quantize_head``), with bitsandbytes older than 0.43.2, whose
+``MatMul4Bit`` keeps each 4-bit matmul's input (``LoraSpec.keeps_matmul_inputs``), and it
+quantises from fp16 while LitGPT computes in bf16 (``LoraSpec.dequant_cast``): the
+resource tables' header states "Bitsandbytes 0.41.1"; the config-hub table's QLoRA rows were
+written at Lightning-AI/litgpt@e5493986 (2024-07-22) and its Llama 3.2 rows at 00af8b0d
+(2024-09-27), whose pyproject.toml pins ``bitsandbytes==0.42.0``."""
+SINGLE_QUANT_ROW_MARKERS = ("_qlora_nf4_", "litgpt_hub_")
+"""LitGPT QLoRA rows run without double quantisation (``LoraSpec.double_quant`` False): the
+resource tables' ``bnb.nf4`` rows (as against ``bnb.nf4-dq``) and every config-hub QLoRA row
+(its qlora.yaml files say ``quantize: bnb.nf4``)."""
+
+MEAN_EXAMPLE_TOKENS: dict[str, float] = {"MetaMathQA": 4_198_051 / 20_000}
+"""Unpacked documents that state the mean example length: PEFT's MetaMathQA results files
+give "train total tokens" 4,198,051 over 20,000 samples (max_steps 5000 x batch_size 4), about
+210 tokens each, against a truncation length of 768. Batches are length-bucketed and padded
+to their longest sample, so a step holds about batch x mean tokens, not batch x 768: the
+step's throughput is estimated at that length, while the peak memory stays at the truncation
+length (the longest batch sets it)."""
 
 RESERVED_DOCUMENTS = ("MetaMathQA",)
 """Documents whose peak is the allocator's reserved memory (the others: allocated/active)."""
@@ -298,11 +321,16 @@ def row_case(row: dict[str, str],
                           gpus_per_node=min(accelerator.scaleup_domain_size, gpus))
     lora = None
     if adapters:
+        litgpt = row["framework"] == LITGPT_BNB_FRAMEWORK
         lora = LoraSpec(rank=int(row["lora_rank"]),
                         target_modules=frozenset(LoraTarget(t) for t in
                                                  row["target_modules"].split(";")),
                         base_precision=BasePrecision(row["base_precision"] or (
-                            "nf4" if method == TrainingMethod.QLORA else "bf16")))
+                            "nf4" if method == TrainingMethod.QLORA else "bf16")),
+                        double_quant=not (litgpt and any(
+                            marker in row["id"] for marker in SINGLE_QUANT_ROW_MARKERS)),
+                        quantize_head=litgpt, keeps_matmul_inputs=litgpt,
+                        dequant_cast=litgpt)
     compile_off = row["id"] in ("tt_flags_l32_3b_full_baseline", "tt_flags_l32_3b_full_packed")
     loss_kernel = LOSS_KERNELS.get(row["id"])
     if loss_kernel is None and document_of(row).startswith(STANDARD_LOSS_DOCUMENTS):
@@ -322,9 +350,16 @@ def evaluate(case: Case) -> Result:
     out: Estimate = estimate(case.model, case.cluster, case.plan, case.training)
     row = case.row
     document = document_of(row)
+    timed = out
+    mean = next((tokens for name, tokens in MEAN_EXAMPLE_TOKENS.items() if name in document),
+                None)
+    if mean is not None:
+        seq_len = max(1, round(mean))
+        timed = estimate(case.model, case.cluster, case.plan, dataclasses.replace(
+            case.training, seq_len=seq_len, tokens=case.training.tokens))
     reserved = any(name in document for name in RESERVED_DOCUMENTS)
     peak = float(out.memory.reserved_bytes if reserved else out.memory.allocated_bytes)
-    predicted_tps = float(out.throughput.tokens_per_s_per_gpu)
+    predicted_tps = float(timed.throughput.tokens_per_s_per_gpu)
     measured_tps = _float(row["measured_tokens_per_s"])
     if measured_tps is not None and row["tokens_per_s_scope"] == "total":
         measured_tps /= int(row["num_gpus"])
@@ -333,9 +368,9 @@ def evaluate(case: Case) -> Result:
         gpus=case.cluster.num_gpus, memory_kind="reserved" if reserved else "allocated",
         predicted_peak_gib=peak / GIB, measured_peak_gib=_float(row["measured_peak_memory_gib"]),
         predicted_tokens_per_s_per_gpu=predicted_tps, measured_tokens_per_s_per_gpu=measured_tps,
-        predicted_step_s=float(out.throughput.step.step_s),
+        predicted_step_s=float(timed.throughput.step.step_s),
         measured_step_s=_float(row["measured_step_time_s"]), fits=bool(out.memory.fits),
-        predicted_mfu=float(out.throughput.mfu_fraction))
+        predicted_mfu=float(timed.throughput.mfu_fraction))
 
 
 def run(path: Path = DATA) -> tuple[list[Result], dict[str, str]]:

@@ -157,6 +157,10 @@ NF4_DOUBLE_QUANT_BITS_PER_PARAM = 0.127
 """QLoRA's quantisation constants with double quantisation: 8-bit constants per block of 64
 weights plus fp32 second-level constants per 256 blocks, 8/64 + 32/(64*256) = 0.127 bits per
 parameter, down from 0.5 (QLoRA, section 3, "Double Quantization")."""
+NF4_SINGLE_QUANT_BITS_PER_PARAM = 32.0 / 64.0
+"""Without double quantisation one fp32 absmax per block of 64 weights: 32/64 = 0.5 bits per
+parameter (QLoRA, section 3, "Double Quantization": "with a blocksize of 64 ... 32/64 = 0.5
+bits per parameter on average"; bitsandbytes ``quantize_4bit(compress_statistics=False)``)."""
 BASE_BYTES_PER_PARAM: Mapping[BasePrecision, float] = MappingProxyType({
     BasePrecision.BF16: 2.0,
     BasePrecision.FP8: 1.0,
@@ -167,7 +171,9 @@ stay bf16 (``FROZEN_EMBEDDING_BYTES_PER_PARAM``)."""
 FROZEN_EMBEDDING_BYTES_PER_PARAM = 2.0
 """bitsandbytes quantises ``nn.Linear`` layers only, and PEFT's QLoRA recipes skip the output
 head (transformers ``BitsAndBytesConfig``: ``llm_int8_skip_modules`` keeps ``lm_head``), so
-the embedding and the head stay bf16 on every base precision."""
+the embedding and the head stay bf16 on every base precision; LitGPT's head is the exception
+(``LoraSpec.quantize_head``). The embedding is never quantised (Lightning's
+``BitsandbytesPrecision``: "TODO: this could also support replacing `Embedding`")."""
 ADAPTER_ACTIVATION_BYTES = 2.0
 """LoRA saves the bf16 rank-r output of A (x A) per adapted matrix per token for B's weight
 gradient; its input x is the frozen layer's input, stored already."""
@@ -180,8 +186,41 @@ PAGED_OPTIMIZER_NOTE = ("QLoRA's paged optimizer (NVIDIA unified memory) pages o
 
 
 def frozen_base_bytes_per_param(training: TrainingSpec) -> float:
-    """Bytes per frozen transformer-layer weight at the training's base precision."""
+    """Bytes per frozen transformer-layer weight at the training's base precision (an nf4
+    base without double quantisation: ``NF4_SINGLE_QUANT_BITS_PER_PARAM``)."""
+    if training.base_precision == BasePrecision.NF4 and not training.lora_spec.double_quant:
+        return NF4_BYTES_PER_PARAM + NF4_SINGLE_QUANT_BITS_PER_PARAM / 8.0
     return BASE_BYTES_PER_PARAM[training.base_precision]
+
+
+def quantized_head(training: TrainingSpec) -> bool:
+    """Whether an untied output head is stored at the base precision (``LoraSpec.quantize_head``
+    on an nf4 base) instead of bf16."""
+    return (training.adapters and training.base_precision == BasePrecision.NF4
+            and training.lora_spec.quantize_head)
+
+
+def retained_input_bytes_per_token(model: ModelSpec, plan: PlanVars, training: TrainingSpec,
+                                   xp: Num = SCALAR) -> Num:
+    """Per token and layer, the bf16 inputs that a 4-bit matmul keeps for nothing
+    (``LoraSpec.keeps_matmul_inputs``: bitsandbytes before 0.43.2 stores ``ctx.tensors = (A,
+    B)`` in ``MatMul4Bit.forward``; its backward computes only the input gradient, from B).
+    A frozen layer's matmuls keep no input otherwise: PyTorch saves a matmul's input only for
+    its weight's gradient (autograd's codegen guards ``mm``'s saved ``self`` on
+    ``should_compute_output`` of ``mat2``), which is why the frozen-layer count validates on
+    bf16 LoRA rows without them. The layer's distinct matmul inputs: the attention and MLP
+    norm outputs (2h each, outside the tensor-parallel region), the attention output that the
+    output projection reads (a contiguous copy of the kernel's output: LitGPT's and
+    transformers' ``transpose(1, 2)`` then reshape) and the MLP's down-projection input (f);
+    the QKV and gate/up matmuls share their input."""
+    if not (training.adapters and training.base_precision == BasePrecision.NF4
+            and training.lora_spec.keeps_matmul_inputs):
+        return 0.0
+    norms = 2 * ACTIVATION_BYTES * model.hidden_size
+    norms = xp.where(plan.sequence_parallel, norms / plan.tp, norms)
+    inside = ACTIVATION_BYTES * (model.num_heads * model.value_head_dim
+                                 + model.ffn_hidden_size) / plan.tp
+    return norms + inside
 
 
 def adapter_activation_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> float:
@@ -467,7 +506,8 @@ def stage_activation_bytes(
         model, plan, moe_layer=False, unfused_attention_seq_len=unfused, xp=xp,
     )
     if training.adapters:
-        dense = dense + adapter_activation_bytes_per_token(model, training)
+        dense = (dense + adapter_activation_bytes_per_token(model, training)
+                 + retained_input_bytes_per_token(model, plan, training, xp))
     moe = (
         layer_activation_bytes_per_token(
             model, plan, moe_layer=True, unfused_attention_seq_len=unfused, xp=xp,
@@ -536,10 +576,11 @@ def memory_breakdown(
     last_params = xp.where(single_stage, first_params, last_params)
 
     if training.adapters:
-        first_states = _adapter_state_bytes(model, first_params, plan, geometry, training,
-                                            layout, xp)
-        last_states = _adapter_state_bytes(model, last_params, plan, geometry, training,
-                                           layout, xp)
+        first_head = xp.where(single_stage, geometry.head_params_per_gpu, 0.0)
+        first_states = _adapter_state_bytes(model, first_params, first_head, plan, geometry,
+                                            training, layout, xp)
+        last_states = _adapter_state_bytes(model, last_params, geometry.head_params_per_gpu,
+                                           plan, geometry, training, layout, xp)
     else:
         first_states = _model_state_bytes(first_params, geometry.expert_params_per_gpu, plan,
                                           geometry, layout, xp)
@@ -585,7 +626,15 @@ def memory_breakdown(
         gather_buffers = xp.where((plan.zero_stage == 3) & single_stage,
                                   frozen_base_bytes_per_param(training) * live, 0.0)
         if dequantises(training):
-            gather_buffers = gather_buffers + ACTIVATION_BYTES * largest_matrix
+            # A quantised head is the largest matrix dequantised (its forward and input
+            # gradient, beside the logits): bitsandbytes MatMul4Bit dequantises the whole
+            # weight, ``F.dequantize_4bit(B, quant_state).to(A.dtype)``.
+            dequantised = largest_matrix
+            if quantized_head(training):
+                dequantised = xp.maximum(largest_matrix,
+                                         geometry.head_params_per_gpu * 1.0)
+            copies = 2.0 if training.lora_spec.dequant_cast else 1.0
+            gather_buffers = gather_buffers + copies * ACTIVATION_BYTES * dequantised
     if layout.caching_allocator:
         # The largest block the step allocates at once: the fp32 logits on the stage that
         # holds the head, else one MLP intermediate (ALLOCATOR_HEADROOM_NOTE).
@@ -677,19 +726,23 @@ def adapter_params_per_gpu(model: ModelSpec, training: TrainingSpec, geometry: G
 
 
 def _adapter_state_bytes(
-    model: ModelSpec, params: Num, plan: PlanVars, geometry: Geometry, training: TrainingSpec,
-    layout: StateLayout, xp: Num,
+    model: ModelSpec, params: Num, head_params: Num, plan: PlanVars, geometry: Geometry,
+    training: TrainingSpec, layout: StateLayout, xp: Num,
 ) -> tuple[Num, Num, Num]:
     """Weights, gradients and optimizer bytes with a frozen base (lora, qlora): the base's
     layers at the base precision and its embedding and head in bf16, neither with gradients
     or optimizer state, sharded over the shard group under ZeRO-3 (FSDP shards every
     parameter, frozen or not; held whole under pipeline stages, as trainable weights are);
     the adapters with the stack's full per-parameter state (``state_layout``), sharded by
-    ZeRO like any trainable parameters."""
+    ZeRO like any trainable parameters. ``head_params`` is the untied head's share of
+    ``params``, at the base precision where the head is quantised (``quantized_head``)."""
     layer_params = geometry.layer_params_per_gpu
     embedding_params = params - layer_params
     base = (frozen_base_bytes_per_param(training) * layer_params
             + FROZEN_EMBEDDING_BYTES_PER_PARAM * embedding_params)
+    if quantized_head(training):
+        base = base - (FROZEN_EMBEDDING_BYTES_PER_PARAM
+                       - frozen_base_bytes_per_param(training)) * head_params
     base = xp.where((plan.zero_stage == 3) & (plan.pp == 1),
                     base / geometry.shard_group_size, base)
     if plan.offload_weights:

@@ -309,6 +309,32 @@ class LoraSpec:
     rank: int = 16
     target_modules: frozenset[LoraTarget] = frozenset(LoraTarget)
     base_precision: BasePrecision | None = None
+    double_quant: bool = True
+    """An nf4 base's quantisation constants are themselves quantised (QLoRA's double
+    quantisation, Dettmers et al. 2023, section 3: 0.127 bits per parameter); False keeps one
+    fp32 absmax per block of 64 (0.5 bits per parameter: bitsandbytes ``compress_statistics=
+    False``, LitGPT's ``bnb.nf4`` as against ``bnb.nf4-dq``). Core only, not in the API: the
+    API's nf4 is QLoRA's, double-quantised."""
+    quantize_head: bool = False
+    """An nf4 base also quantises the (untied) output head. PEFT/transformers keep ``lm_head``
+    in bf16 (``llm_int8_skip_modules``) and torchtune's QLoRA builders leave ``output_proj`` an
+    ``nn.Linear`` ("quantize_base is not applied to final output_proj currently",
+    torchtune/models/llama3_1/_component_builders.py at 30b8519e8); Lightning's
+    ``BitsandbytesPrecision``, which LitGPT's ``--quantize bnb.nf4`` uses, replaces every
+    ``torch.nn.Linear`` built under ``init_module`` (module_init_context, Lightning 2.1-2.3),
+    LitGPT's ``lm_head`` (a ``LoRALinear`` around ``torch.nn.Linear``) included. Core only."""
+    keeps_matmul_inputs: bool = False
+    """The 4-bit matmul keeps its input for a backward that never uses it: bitsandbytes
+    before 0.43.2 (``MatMul4Bit.forward``: ``ctx.tensors = (A, B)``; fixed by commit 9e75374,
+    "fix QLoRA mem bug: delete useless buffered activation", PR #1270, 2024-07-16). LitGPT's
+    published QLoRA rows ran bitsandbytes 0.41.1 and 0.42.0. Core only."""
+    dequant_cast: bool = False
+    """The quantised weights record fp16 as their dtype while the matmuls run in bf16, so each
+    dequantisation writes an fp16 copy and casts it (bitsandbytes ``quantize_4bit`` keeps
+    ``dtype=A.dtype`` in the QuantState and ``dequantize_4bit`` allocates that dtype;
+    ``MatMul4Bit`` then calls ``.to(A.dtype)``; Lightning's ``BitsandbytesPrecision``
+    quantises ``weight.to(dtype=torch.half)``): both copies live at the cast, 4 B per weight
+    of the dequantised matrix instead of 2. Core only."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.rank, "training.lora.rank", maximum=MAX_LORA_RANK)

@@ -64,6 +64,7 @@ from service.core.memory import (
     adapter_params_per_gpu,
     dequantises,
     frozen_base_bytes_per_param,
+    quantized_head,
     state_layout,
 )
 from service.core.ops import SCALAR, Num
@@ -497,6 +498,11 @@ def _micro_batch_time(
             half_peak * eff_adapter)
         if dequantises(training):
             linear_s = linear_s + passes * geo.layer_params_per_gpu * (
+                frozen_base_bytes_per_param(training) + ACTIVATION_BYTES) / acc.hbm_bytes_per_s
+        if quantized_head(training):
+            # A quantised head (LoraSpec.quantize_head) is dequantised for its forward and
+            # its input gradient, as the layers' matmuls are.
+            logits_s = logits_s + 2.0 * geo.head_params_per_gpu * (
                 frozen_base_bytes_per_param(training) + ACTIVATION_BYTES) / acc.hbm_bytes_per_s
 
     # FlashAttention: causal half of the full score work, per GPU. Without it the full

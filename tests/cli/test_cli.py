@@ -1017,18 +1017,23 @@ FINETUNE_LAYOUT = ["--model", "llama3.1-8b", "--accelerator", "h100-sxm5-80gb", 
                    "--recompute", "full"]
 
 
+def _finetune_body(**training: Any) -> dict[str, Any]:
+    """FINETUNE_LAYOUT's request body at 1e9 tokens of 2,048, 64 a batch, with ``training``."""
+    return {
+        "model": {"preset": "llama3.1-8b"},
+        "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "recompute": "full"},
+        "training": {"seq_len": 2048, "global_batch_seqs": 64, "tokens": 1e9, **training}}
+
+
 def test_lora_rank_reaches_the_estimate(local: str, api: TestClient) -> None:
     result = cq("estimate", "--local", "--json", *FINETUNE_LAYOUT, "--tokens", "1e9",
                 "--seq-len", "2048", "--global-batch", "64", "--method", "lora",
                 "--lora-rank", "16")
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    expected = api.post("/v1/estimates", json={
-        "model": {"preset": "llama3.1-8b"},
-        "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8},
-        "parallelism": {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "recompute": "full"},
-        "training": {"seq_len": 2048, "global_batch_seqs": 64, "tokens": 1e9,
-                     "method": "lora", "lora": {"rank": 16}}}).json()
+    expected = api.post("/v1/estimates", json=_finetune_body(
+        method="lora", lora={"rank": 16})).json()
     assert answer == expected
     assert answer["params"]["trainable"] < answer["params"]["total"] / 50
 
@@ -1043,13 +1048,8 @@ def test_optimizer_and_loss_kernel_reach_the_estimate(local: str, api: TestClien
                 "--loss-kernel", "fused")
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    expected = api.post("/v1/estimates", json={
-        "model": {"preset": "llama3.1-8b"},
-        "cluster": {"accelerator": "h100-sxm5-80gb", "num_gpus": 8},
-        "parallelism": {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "recompute": "full"},
-        "training": {"seq_len": 2048, "global_batch_seqs": 64, "tokens": 1e9,
-                     "method": "lora", "lora": {"rank": 16}, "optimizer": "adamw_8bit",
-                     "loss_kernel": "fused"}}).json()
+    expected = api.post("/v1/estimates", json=_finetune_body(
+        method="lora", lora={"rank": 16}, optimizer="adamw_8bit", loss_kernel="fused")).json()
     assert answer == expected
     plain = json.loads(cq("estimate", "--local", "--json", *flags).stdout)
     assert answer["memory"]["peak_bytes_per_gpu"] < plain["memory"]["peak_bytes_per_gpu"]

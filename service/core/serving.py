@@ -381,15 +381,15 @@ MOE_SERVING_WARNING = (
     "mixture-of-experts serving is not validated: on the published MoE runs we hold "
     "(DeepSeek-R1 and V3 on 8 x H200, 8 x MI300X and 8 x B200: dstack's vLLM 0.7 and SGLang 0.4 "
     "runs, early 2025, the SGLang cookbook's SGLang 0.5.6-0.5.7 runs, and one TensorRT-LLM run "
-    "on 8 x H200 at 1,024 concurrent requests), measured output tokens/s ranged from 5.8x below "
+    "on 8 x H200 at 1,024 concurrent requests), measured output tokens/s ranged from 5.7x below "
     "this model's to 1.4x above it, and median TTFT, where stated, was 4.5x or more above it; "
     "the throughput can be wrong either way: size with margin")
 """Decision 144 (docs/serving.md, Validation): the model's MoE decode reads only the experts
 a batch touches at the engine's dense efficiencies; what MoE kernels at small per-rank
 shapes and expert routing cost on top is not modelled. The documents measuring it (dstack,
 'DeepSeek R1 inference performance: MI300X vs. H200', 2025-03-18, raw data
-dstackai/benchmarks@7f37e66 Deepseek-R1/raw_data/online_results.csv: 2.8-5.8x below; and,
-added 2026-12-02, the SGLang cookbook's DeepSeek pages, 1.5-5.4x below, and TensorRT-LLM's
+dstackai/benchmarks@7f37e66 Deepseek-R1/raw_data/online_results.csv: 2.7-5.7x below; and,
+added 2026-12-02, the SGLang cookbook's DeepSeek pages, 1.4-5.3x below, and TensorRT-LLM's
 'How to get best performance on DeepSeek-R1' H200 max-throughput run: 1.4x above, no TTFT
 stated) show the gap above; those rows are evaluated, and fit nothing."""
 
@@ -397,7 +397,7 @@ OPEN_LOOP_TTFT_NOTE = (
     "time to first token at a request rate is not validated: on the published runs we hold at "
     "fixed request rates, the measured median TTFT was 1.6-3.8x this model's p50 for SGLang "
     "serving Llama 3.3 70B on 4 x H200 and Llama 3.1 405B on 8 x H200 at 1-8 requests/s "
-    "(DataCrunch's h200-benchmarks; 35-85 ms more per request even at light load, and growing "
+    "(DataCrunch's h200-benchmarks; 35-110 ms more per request even at light load, and growing "
     "sooner with load), 6-37x for vLLM serving Llama 3.1 405B FP8 on 8 x H100 and 8 x MI300X "
     "at 16 requests/s (dstack's benchmarks), and 13-26x for SGLang serving DeepSeek-V3 (MoE) "
     "on 8 x H200 at 1-8 requests/s (DataCrunch's blog); allow that margin before relying on a "

@@ -234,7 +234,8 @@ def _linear(r: sv._Replica, traffic: sv.Traffic) -> _Linear:
         a1 = np.where(split, 2.0 * r.layers_per_gpu * 2.0 * (r.tp - 1) / r.tp * r.spec_tokens
                       * r.model.hidden_size * 2.0 / r.scaleup_bytes_per_s, 0.0)
     return _Linear(
-        m0=(r.dense_weight_bytes_per_gpu if r.moe else r.weights_bytes_per_gpu) / hbm,
+        m0=(r.dense_weight_bytes_per_gpu if r.moe else r.weights_bytes_per_gpu) / hbm
+        + r.attention_floor_s(),
         m1=context * r.kv_bytes_per_token_per_gpu / hbm,
         e=r.expert_bytes_per_gpu / hbm if r.moe else np.zeros_like(hbm),
         c1=r.spec_tokens * (r.matmul_flops_per_token_per_gpu + r.decode_attention(context))
@@ -355,7 +356,8 @@ def _size(r: sv._Replica, traffic: sv.Traffic, largest: Floats, capacity: Floats
                                 mean[check], exact=False)
             ttft = rows.ttft(traffic, per_replica[check], load.prefill_share, mean[check],
                              sv._decode_work_share(np, per_replica[check],
-                                                   capacity[active][check], load.prefill_share))
+                                                   capacity[active][check], load.prefill_share),
+                             batch=load.batch, step=load.step_s)
             tpot = rows.tpot(traffic, load.step_s, load.prefill_share, per_replica[check])
             within = sv._within_slo(traffic.slo, ttft, tpot)
             done[check] = True if within is None else within

@@ -53,8 +53,9 @@ def test_a_memory_bound_decode_step_is_bytes_moved_over_bandwidth_times_efficien
     weights = count_parameters(L8).total * 1.0  # fp8: one byte per weight
     kv = context * 2 * 32 * 8 * 128 * 2  # Llama 3.1 8B: 32 layers, 8 KV heads of 128
     eff = s.ENGINE_EFFICIENCY[s.Engine.VLLM]
-    assert memory_s == pytest.approx((weights + kv) / (H100.hbm_bytes_per_s * eff.hbm_fraction),
-                                     rel=1e-12)
+    floor = 32 * 16.0e-6  # 32 layers x the paged decode-attention kernel's fixed 16 us
+    assert memory_s == pytest.approx(
+        (weights + kv) / (H100.hbm_bytes_per_s * eff.hbm_fraction) + floor, rel=1e-12)
     assert memory_s > 10 * compute_s  # batch 1 is far below the roofline's ridge
     assert step == pytest.approx(memory_s + eff.step_overhead_s, rel=1e-12)  # tp 1: no all-reduce
 
@@ -296,3 +297,62 @@ def test_an_answer_at_a_request_rate_states_the_measured_ttft_gap() -> None:
                    traffic(mode=s.TrafficMode.OFFLINE)):
         answer = s.serve(L70, d, closed)
         assert s.OPEN_LOOP_TTFT_NOTE not in (*answer.assumptions, *answer.warnings)
+
+
+def test_the_iteration_wait_is_half_a_step_times_the_chance_a_sequence_is_decoding() -> None:
+    """Issue 40's per-request overhead, the part the schedule implies: an open-loop arrival
+    waits for the decode step in flight, the residual of a step being uniform on [0, step]
+    and a sequence decoding with probability 1 - exp(-batch) (hand-computed)."""
+    r = s._Replica.build(L8, deployment())
+    busy = 1.0 - math.exp(-2.0)  # 0.864665
+    p50, p99 = r.iteration_wait(2.0, 0.020)
+    assert p50 == pytest.approx(0.020 * 0.5 * busy) == pytest.approx(0.0086466, rel=1e-4)
+    assert p99 == pytest.approx(0.020 * 0.99 * busy) == pytest.approx(0.0171204, rel=1e-4)
+    assert r.iteration_wait(0.0, 0.020) == (0.0, 0.0)
+
+
+def test_an_open_loop_ttft_adds_the_iteration_wait_and_a_closed_loop_does_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TTFT of an answer at a request rate is the one without the wait plus exactly
+    (1 - exp(-batch)) x step / 2 of its own batch and step; a fixed concurrency's arrivals
+    come at an iteration's end, so its TTFT is unchanged."""
+    d = deployment()
+    online = traffic(mode=s.TrafficMode.ONLINE, requests_per_s=2.0)
+    closed = traffic(mode=s.TrafficMode.ONLINE, concurrency=16)
+    with_wait, closed_with = s.serve(L8, d, online, replicas=1), s.serve(L8, d, closed)
+    monkeypatch.setattr(s._Replica, "iteration_wait", lambda self, batch, step: (0.0, 0.0))
+    without, closed_without = s.serve(L8, d, online, replicas=1), s.serve(L8, d, closed)
+    assert with_wait.batch == without.batch
+    assert with_wait.batch > 0.5
+    expected = (1.0 - math.exp(-with_wait.batch)) * with_wait.decode_step_s * 0.5
+    assert with_wait.ttft_s.p50 - without.ttft_s.p50 == pytest.approx(expected, rel=1e-9)
+    assert expected > 0.002  # a few ms: the step of an 8B model at this batch
+    assert with_wait.ttft_s.p99 - without.ttft_s.p99 == pytest.approx(
+        expected / 0.5 * 0.99, rel=1e-9)
+    assert closed_with.ttft_s == closed_without.ttft_s
+
+
+def test_decode_attention_costs_a_fixed_16_us_per_layer_so_its_bandwidth_share_grows_with_kv(
+) -> None:
+    """Issue 40's decode attention efficiency: each layer's kernel takes 16 us plus its KV
+    bytes at the engine's HBM efficiency (onnxruntime PR #21414's FA2 paged-decode table).
+    Llama 3.1 70B on 4 H100, bf16 KV: 80 layers, 2 KV heads of 128 per GPU, so 81,920 bytes
+    per token; at batch 64 and 256 tokens of context the KV read is 1.342 GB, and the
+    attention's share of its bandwidth roofline is t_kv / (t_kv + 80 x 16 us) (hand-computed)."""
+    d = deployment(gpus_per_replica=4, tp=4)
+    r = s._Replica.build(L70, d)
+    assert r.attention_floor_s() == pytest.approx(80 * 16.0e-6)
+    hbm = H100.hbm_bytes_per_s * s.ENGINE_EFFICIENCY[s.Engine.VLLM].hbm_fraction
+    per_token = 2 * 80 * 2 * 128 * 2
+    assert r.kv_bytes_per_token_per_gpu == per_token == 81920
+
+    def share(batch: float, context: float) -> float:
+        t_kv = batch * context * per_token / hbm
+        _, short, _ = r.decode_step(batch, context)
+        _, none, _ = r.decode_step(batch, 0.0)
+        assert short - none == pytest.approx(t_kv, rel=1e-9)  # the KV bytes at hbm
+        return t_kv / (t_kv + 80 * 16.0e-6)
+
+    low, high = share(64, 256.0), share(64, 4096.0)
+    assert low == pytest.approx(1 / (1 + 80 * 16.0e-6 * hbm / (64 * 256 * 81920)), rel=1e-12)
+    assert low < 0.3 < 0.8 < high  # short KV: the kernel's floor dominates; long: bandwidth

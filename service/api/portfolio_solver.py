@@ -192,12 +192,14 @@ def solve(problem: pf.Problem, *, time_limit_s: float = 10.0,
 
 
 def _milp(form: pf.Formulation, constraints: list[LinearConstraint],
-          options: dict[str, object]) -> Any:
+          options: dict[str, object], integrality: Any = None) -> Any:
+    """HiGHS on ``form`` (``integrality``: the formulation's, unless given)."""
     with warnings.catch_warnings():
         # scipy passes the options it does not name (threads, random_seed) to HiGHS verbatim
         # and says so with a RuntimeWarning.
         warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
-        return milp(form.c, constraints=constraints, integrality=form.integrality,
+        return milp(form.c, constraints=constraints,
+                    integrality=form.integrality if integrality is None else integrality,
                     bounds=Bounds(form.lower, form.upper), options=options)
 
 
@@ -208,13 +210,10 @@ def _relaxation_bound(form: pf.Formulation, constraints: list[LinearConstraint],
     if clock.left_s() <= 0:
         clock.stopped = True
         return None
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
-        result = milp(form.c, constraints=constraints,
-                      integrality=np.zeros_like(form.integrality),
-                      bounds=Bounds(form.lower, form.upper),
-                      options={"time_limit": max(0.01, clock.left_s()), "presolve": True,
-                               "disp": False, "threads": 1, "random_seed": 0})
+    result = _milp(form, constraints, {"time_limit": max(0.01, clock.left_s()),
+                                       "presolve": True, "disp": False, "threads": 1,
+                                       "random_seed": 0},
+                   integrality=np.zeros_like(form.integrality))
     if _is_clock(result):
         clock.stopped = True
     if result.status != 0 or result.fun is None:

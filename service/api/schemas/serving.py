@@ -323,16 +323,14 @@ def _serving_cost(price: str, num_gpus: int, output_per_s: float,
         return _cost_figure(per_hour * Decimal(1_000_000) / (Decimal(repr(rate)) * HOUR_S),
                             cents)
 
-    cost = ServingCostOut(usd_per_hour=_cost_figure(per_hour, Decimal("0.01")),
-                          usd_per_million_output_tokens=per_million(output_per_s),
-                          usd_per_million_total_tokens=per_million(tokens_per_s))
-    missing = [name for name, value in cost.model_dump().items() if value is None
-               and name != "usd_per_hour_at_band_slow_end"]
+    figures = {"usd_per_hour": _cost_figure(per_hour, Decimal("0.01")),
+               "usd_per_million_output_tokens": per_million(output_per_s),
+               "usd_per_million_total_tokens": per_million(tokens_per_s)}
     if slow_end_num_gpus is not None:
-        slow = _cost_figure(Decimal(price) * slow_end_num_gpus, Decimal("0.01"))
-        cost.usd_per_hour_at_band_slow_end = slow
-        if slow is None:
-            missing.append("usd_per_hour_at_band_slow_end")
+        figures["usd_per_hour_at_band_slow_end"] = _cost_figure(
+            Decimal(price) * slow_end_num_gpus, Decimal("0.01"))
+    cost = ServingCostOut(**figures)
+    missing = [name for name, value in figures.items() if value is None]
     warnings = [f"cost: {', '.join(missing)} not given: over {MAX_COST_FIGURE_USD:.0E} USD "
                 "(the load is far below what the fleet serves, or the fleet is very large)"
                 ] if missing else []

@@ -108,3 +108,19 @@ def test_the_cost_at_the_band_slow_end_is_the_slow_end_fleet_at_the_price(
         gpus = plan["deployment"]["gpus_per_replica"]
         assert estimate["cost"]["usd_per_hour_at_band_slow_end"] == (
             f"{2.5 * gpus * estimate['sizing']['replicas_at_band_slow_end']:.2f}")
+
+
+def test_a_slow_end_cost_past_the_largest_figure_is_null_and_named() -> None:
+    """The slow-end cost obeys the bound every cost figure does (issue 36): past 10^15 USD it
+    is null and the warning names it; without a slow end it is null and not named."""
+    from service.api.schemas.serving import MAX_COST_FIGURE_USD, _serving_cost
+
+    price = str(MAX_COST_FIGURE_USD / 100)  # 4 GPUs stay under the bound, 400 do not
+    cost, warnings = _serving_cost(price, 4, 100.0, 200.0, slow_end_num_gpus=400)
+    assert cost.usd_per_hour is not None
+    assert cost.usd_per_hour_at_band_slow_end is None
+    assert len(warnings) == 1
+    assert "usd_per_hour_at_band_slow_end" in warnings[0]
+    plain, none = _serving_cost("2.50", 4, 100.0, 200.0)
+    assert plain.usd_per_hour_at_band_slow_end is None
+    assert none == []

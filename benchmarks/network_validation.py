@@ -13,7 +13,11 @@ on each row's setup and prints the error (predicted / measured - 1):
   ``fabric.loss_goodput_fraction`` at the row's link rate, latency and MTU;
 - ``tcp_flow``: one TCP flow's throughput under loss, against the core's per-flow Mathis term
   (``fabric.mathis_flow_bytes_per_s``), capped at the line rate;
-- ``mfu``: a large-scale run's MFU, against ``estimate`` on the stated layout.
+- ``mfu``: a large-scale run's MFU, against ``estimate`` on the stated layout;
+- ``powersgd_numbers``: the numbers PowerSGD sends over the uncompressed gradient's, against
+  the core's ``fabric.powersgd_fraction`` over ``fabric.matrix_shapes`` of the row's
+  transformer, sharded over the row's ``gpus_per_node`` GPUs, at its per-GPU rank
+  (``POWERSGD_SETUPS``).
 
 Each row states a tolerance and whether the model is expected ``within`` it or has a
 ``known_gap`` (a mechanism the model leaves out, named in the row's notes and in
@@ -45,6 +49,8 @@ from service.core.fabric import (
     fabric_terms,
     loss_goodput_fraction,
     mathis_flow_bytes_per_s,
+    matrix_shapes,
+    powersgd_fraction,
 )
 from service.core.specs import (
     ClusterSpec,
@@ -72,6 +78,37 @@ GPT3_175B = ModelSpec(name="gpt3-175b", num_layers=96, hidden_size=12288, num_he
                       mlp=MlpKind.GELU, linear_bias=True, learned_position_embeddings=2048)
 """GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads; a GELU MLP
 of 4 d_model; the GPT-2 vocabulary padded to 51,200 as Megatron-LM pads it)."""
+
+
+DALLE_TEXT_VOCAB = 16384
+DALLE_IMAGE_VOCAB = 8192
+"""DALL-E's BPE text vocabulary and dVAE image codebook (Ramesh et al. 2021, section 2)."""
+DALLE_12B = ModelSpec(name="dall-e-12b", num_layers=64, hidden_size=3968, num_heads=62,
+                      num_kv_heads=62, ffn_hidden_size=4 * 3968,
+                      vocab_size=DALLE_TEXT_VOCAB + DALLE_IMAGE_VOCAB, mlp=MlpKind.GELU)
+"""DALL-E's 12B transformer (Ramesh et al. 2021, "Zero-Shot Text-to-Image Generation",
+arXiv 2102.12092, appendix B.1: 64 attention layers, 62 heads of 64, d_model 3968; an MLP of
+4 d_model, Table 2)."""
+DALLE_2_8B = ModelSpec(name="dall-e-2.8b", num_layers=64, hidden_size=1920, num_heads=30,
+                       num_kv_heads=30, ffn_hidden_size=4 * 1920,
+                       vocab_size=DALLE_TEXT_VOCAB + DALLE_IMAGE_VOCAB, mlp=MlpKind.GELU)
+"""DALL-E's 2.8B model (Table 1: d_model 1920; the depth is not stated and does not enter
+the fraction, every layer having the same matrices; 64 taken, as the 12B's)."""
+DALLE_5_6B = ModelSpec(name="dall-e-5.6b", num_layers=64, hidden_size=2688, num_heads=42,
+                       num_kv_heads=42, ffn_hidden_size=4 * 2688,
+                       vocab_size=DALLE_TEXT_VOCAB + DALLE_IMAGE_VOCAB, mlp=MlpKind.GELU)
+"""DALL-E's 5.6B model (Table 1: d_model 2688 in the arXiv text read here; another copy prints
+2880, but only 2688 gives Table 1's ~85% by appendix E.1's 1 - 5r/(8 d_model); depth as the
+2.8B's)."""
+POWERSGD_SETUPS: dict[str, tuple[ModelSpec, int]] = {
+    "dalle-12b-r896": (DALLE_12B, 896),
+    "dalle-5.6b-r640": (DALLE_5_6B, 640),
+    "dalle-2.8b-r512": (DALLE_2_8B, 512),
+}
+"""Each ``powersgd_numbers`` row's model and total compression rank (Ramesh et al. 2021,
+Table 1); each of a machine's GPUs compresses its parameter shard at the total over the
+GPUs per machine (appendix B.2: "total compression rank 896 (so that each GPU uses a
+compression rank of 112 for its parameter shards)")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +196,21 @@ def megascale_estimate(row: dict[str, str]) -> Estimate:
     return estimate(GPT3_175B, cluster, plan, training)
 
 
+def powersgd_numbers(row: dict[str, str], total_rank: int | None = None) -> float:
+    """The numbers PowerSGD sends over the gradient's: ``fabric.powersgd_fraction`` over the
+    transformer layers' matrices of ``fabric.matrix_shapes`` sharded over the row's GPUs per
+    node (the GPUs of a machine each compress their shard: DALL-E's sharding is along the
+    same axes as Megatron's column- and row-parallel split), at the per-GPU rank. The
+    embedding and output head are left out: DALL-E does not compress them and its figure
+    excludes them (appendix E, E.1). ``total_rank`` replaces the row's (a test's)."""
+    model, row_rank = POWERSGD_SETUPS[row["id"]]
+    total_rank = row_rank if total_rank is None else total_rank
+    shards = int(row["gpus_per_node"])
+    layers = tuple(shape for shape in matrix_shapes(model, shards)
+                   if shape[1] != model.vocab_size / shards)
+    return float(powersgd_fraction(layers, total_rank // shards))
+
+
 def predicted(row: dict[str, str]) -> float:
     """The core's figure for the row, in the row's unit."""
     kind = row["kind"]
@@ -172,6 +224,8 @@ def predicted(row: dict[str, str]) -> float:
         return tcp_flow_gbit_per_s(row)
     if kind == "mfu":
         return megascale_estimate(row).throughput.mfu_fraction
+    if kind == "powersgd_numbers":
+        return powersgd_numbers(row)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -219,6 +273,9 @@ WHAT_IF_VARIANTS: tuple[tuple[str, dict[str, Any] | None, dict[str, Any] | None]
     ("EFA", {"protocol": "efa"}, None),
     ("sockets (ethernet_tcp), 0.1% loss",
      {"protocol": "ethernet_tcp", "packet_loss_fraction": 0.001}, None),
+    # The rank at which this model sends about the share of its gradient's numbers DALL-E
+    # needed for an unchanged training loss (about 14%; rows dalle-* of the CSV).
+    ("RoCE + PowerSGD r256", {"protocol": "roce"}, {"method": "powersgd", "rank": 256}),
 )
 COMM_PARTS = ("tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_exposed_s")
 """The step's communication parts (as ``api.schemas.whatifs.COMM_PARTS``)."""
@@ -291,14 +348,19 @@ def validation_table(checked: Sequence[Checked] | None = None) -> str:
              "|---|---|---|---|---|---|---|"]
     for item in check() if checked is None else checked:
         row = item.row
-        setup = [row["protocol"]]
+        setup = [row["protocol"]] if row["protocol"] else []
+        if row["kind"] == "powersgd_numbers":
+            total_rank = POWERSGD_SETUPS[row["id"]][1]
+            shards = int(row["gpus_per_node"])
+            setup.append(f"rank {total_rank // shards} per GPU shard of {shards}")
         if row["size_bytes"]:
             setup.append(_size(float(row["size_bytes"])))
         if float(row["loss_fraction"] or 0) > 0:
             setup.append(f"loss {float(row['loss_fraction']) * 100:g}%")
         error = f"{item.error:+.1%}".replace("-", "−")
+        what = row["kind"] + (f" ({', '.join(setup)})" if setup else "")
         lines.append(
-            f"| `{row['id']}` | {row['kind']} ({', '.join(setup)}) | {item.measured:.4g} "
+            f"| `{row['id']}` | {what} | {item.measured:.4g} "
             f"{row['measured_unit']} | {item.predicted:.4g} | {error} | "
             f"±{item.tolerance:.0%} | {row['expect'].replace('_', ' ')} |")
     return "\n".join(lines)

@@ -196,7 +196,9 @@ def loss_goodput_fraction(recovery: Recovery, loss: float, nic_bytes_per_s: floa
     - link retry and selective repeat: 1 - p (each lost packet is sent again, once);
     - go-back-N: (1 - p) / (1 + (W - 1) p) with W the window in flight
       (``go_back_n_window_packets``): each loss resends W packets, the textbook go-back-n
-      efficiency (Bertsekas and Gallager, Data Networks, 2nd ed. 1992, section 2.4); this
+      efficiency (Bertsekas and Gallager, Data Networks, 2nd ed. 1992, section 2.4; Guo et
+      al., "RDMA over Commodity Ethernet at Scale", SIGCOMM 2016, section 4.1: "up to RTT x C
+      bytes can be wasted for a single packet drop"); this
       omits the retransmission timeouts of tail losses, so it is the least a go-back-N NIC
       loses (Wang et al., ICCCN 2019, "Error Recovery of RDMA Packets in Data Center
       Networks", measure plain go-back-N RoCE near zero throughput at 1% loss);

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import network_validation as nv
-from service.core.fabric import PROTOCOL_DEFAULTS
+from service.core.fabric import PROTOCOL_DEFAULTS, powersgd_fraction
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 ROWS = nv.load_rows()
@@ -26,7 +26,8 @@ ROWS = nv.load_rows()
 def test_every_row_names_its_document_and_figure() -> None:
     assert len(ROWS) >= 12
     kinds = {row["kind"] for row in ROWS}
-    assert {"allreduce_busbw", "allreduce_time", "loss_goodput", "mfu"} <= kinds
+    assert {"allreduce_busbw", "allreduce_time", "loss_goodput", "mfu",
+            "powersgd_numbers"} <= kinds
     for row in ROWS:
         assert row["document"]
         assert row["url"].startswith("https://")
@@ -66,6 +67,28 @@ def test_infiniband_bus_bandwidth_comes_from_the_nic_rate() -> None:
     halved = {**row, "nic_gbps_per_gpu": str(float(row["nic_gbps_per_gpu"]) / 2)}
     assert nv.bus_bandwidth_gb_per_s(halved) == pytest.approx(
         nv.bus_bandwidth_gb_per_s(row) / 2, rel=2e-3)
+
+
+@pytest.mark.parametrize("machine_gpus", [8, 4])
+def test_powersgd_fraction_on_dalle_s_shapes_is_its_formula(machine_gpus: int) -> None:
+    """On DALL-E's own per-GPU shard shapes (Ramesh et al. 2021, appendix E.1, Table 2: q, k,
+    v and the post-attention matrix d x d/m each, the MLP's d x 4d/m and 4d/m x d, each
+    GPU at rank r/m), the core's ``powersgd_fraction`` is the paper's r(m + 2)/(2dm), 5r/(8d)
+    at m = 8: the ``powersgd_numbers`` rows' gap comes from ``matrix_shapes`` (K and V taken
+    as one matrix), not from the counting."""
+    d, total_rank, m = 3968, 896, machine_gpus
+    shapes = ((d, d / m, 4.0), (d, 4 * d / m, 1.0), (4 * d / m, d, 1.0))
+    assert powersgd_fraction(shapes, total_rank // m) == pytest.approx(
+        total_rank * (m + 2) / (2 * d * m), rel=1e-12)
+
+
+def test_the_powersgd_rows_follow_the_rank() -> None:
+    """The prediction is the term, not a constant: halving DALL-E's rank halves the numbers
+    sent (r(n + m) is linear in r while it is below nm)."""
+    row = next(r for r in ROWS if r["id"] == "dalle-12b-r896")
+    _, rank = nv.POWERSGD_SETUPS[row["id"]]
+    assert nv.powersgd_numbers(row, rank // 2) == pytest.approx(
+        nv.powersgd_numbers(row) / 2, rel=1e-12)
 
 
 def test_the_claim_table_in_the_document_is_the_code_s() -> None:

@@ -376,13 +376,16 @@ def _colocated(model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
     acc = cluster.accelerator
     peak = acc.peak_for(training.precision)
     mem = update.memory
-    extra = _extra_weights_per_gpu(model, rl, n)
+    nemo = rl.weight_sync == RlWeightSync.OFFLOAD_FULL_GATHER
+    # NeMo RL keeps the reference weights on the host and swaps them into the policy's own
+    # buffers for its pass (use_reference_model): no reference shard on the GPU.
+    extra = _extra_weights_per_gpu(
+        model, dataclasses.replace(rl, reference_model=False) if nemo else rl, n)
     resident = float(mem.weights_bytes + mem.optimizer_bytes) + extra
     host_link = HOST_LINK_BY_ACCELERATOR.get(acc.id, HOST_LINK_BYTES_PER_S)
     kept = _rollout(model, cluster, rl, n, resident)
     offloaded = _rollout(model, cluster, rl, n, 0.0)
     offload_s = 2.0 * resident / host_link
-    nemo = rl.weight_sync == RlWeightSync.OFFLOAD_FULL_GATHER
     use_offload = nemo or kept is None or (offloaded is not None
                                            and offloaded[0] + offload_s < kept[0])
     rollout = offloaded if use_offload else kept
@@ -505,7 +508,7 @@ def rl_estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
             f"reward weights, of {chosen.capacity_bytes / 2**30:.1f} GiB"
             + ("" if math.isfinite(chosen.phases.generation_s) else
                ", and no rollout engine fits beside it")))
-    assumptions = (
+    assumptions: tuple[str, ...] = (
         "rl: one step = generation (the serving model, each rollout replica one fixed batch "
         f"in waves of at most {ROLLOUT_MAX_NUM_SEQS} sequences, verl's max_num_seqs), the "
         "policy's and reference's log-probabilities and the reward model's score (forward "
@@ -523,6 +526,13 @@ def rl_estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
         "data-parallel replicas is searched",
         "rl: no critic (GRPO); a reward_model of null is a rule-based reward, not timed",
     )
+    if rl.weight_sync == RlWeightSync.OFFLOAD_FULL_GATHER:
+        assumptions += (
+            "rl colocated weight sync offload_full_gather (NeMo RL v0.3.0-v0.6.0 "
+            "refit_policy_generation): the training weights and optimizer state go to the host "
+            "and back every step, the engine sleeps between rollouts, the reference weights are "
+            "swapped in from the host, and every GPU gathers each full bf16 tensor for the "
+            "engine; host moves at the host link's rate (a lower bound for pageable copies)",)
     response_tokens = rl.rollouts_per_step * (rl.response_tokens or 0)
     return RlEstimate(
         placement=rl.placement, faster_placement=faster.placement, colocated=colocated,

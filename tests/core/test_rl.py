@@ -206,7 +206,13 @@ def test_nemo_rl_protocol_moves_the_state_through_the_host(base: Any) -> None:
       (full_gather_s) + one copy into the engine (2 x 16.06 GB / 3.35 TB/s = 0.009588 s).
     The default (RESHARD) keeps the state resident here and is unchanged."""
     kept = base.rl.colocated
-    nemo = run(rl_spec(weight_sync=RlWeightSync.OFFLOAD_FULL_GATHER)).rl.colocated
+    nemo_rl = run(rl_spec(weight_sync=RlWeightSync.OFFLOAD_FULL_GATHER)).rl
+    nemo = nemo_rl.colocated
+    assert any("offload_full_gather" in a for a in nemo_rl.assumptions)
+    assert not any("offload_full_gather" in a for a in base.rl.assumptions)
+    # The reference is swapped in from the host: no bf16 reference shard (16,060,522,496 / 16
+    # = 1,003,782,656 B) beside the update's peak.
+    assert kept.training_peak_bytes - nemo.training_peak_bytes == pytest.approx(1_003_782_656)
     assert not kept.training_state_offloaded
     assert kept.phases.offload_s == 0.0
     assert nemo.training_state_offloaded

@@ -305,10 +305,11 @@ class HostMoves:
     gather and the copies into the engine, the training weights to the host
     (``offload_after_refit``)."""
     other_s: float
-    """Outside the four phases NeMo RL times: the engine's weights to the host when it sleeps
-    (vLLM ``sleep(level=1)``), the training weights back for the log-probabilities
-    (``prepare_for_lp_inference``), the optimizer state back for the update
-    (``prepare_for_training``)."""
+    """The rest, reported as ``offload``: the engine's weights to the host when it sleeps
+    (vLLM ``sleep(level=1)`` in ``finish_generation``, which NeMo RL times within
+    "generation"), the training weights back for the log-probabilities
+    (``prepare_for_lp_inference``, timed as "logprob_inference_prep") and the optimizer state
+    back for the update (``prepare_for_training``, "training_prep")."""
     reference_s: float
     """Within the log-probabilities: the reference swap (``REFERENCE_SWAP_COPIES``)."""
 

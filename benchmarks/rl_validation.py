@@ -37,7 +37,9 @@ holds them); the NVIDIA H20 from its datasheet (``H20``: not in the catalogue); 
 row states (Miles TP4/EP8) else 1; a row that states its training layout (``training_tp``,
 ``training_pp``, ``training_cp``, ``training_ep``), recomputation, reference pass, mean prompt or
 packing length (``packed_seq_len``: NeMo RL packs rollouts to ``max_total_sequence_length``) is
-run with it. Where the prompt length is not stated: ``PROMPT_TOKENS``.
+run with it; NeMo RL's colocated rows run its weight-sync protocol (``weight_sync_of``:
+``RlWeightSync.OFFLOAD_FULL_GATHER``), and their "Refit" is compared with the modelled weight
+sync alone. Where the prompt length is not stated: ``PROMPT_TOKENS``.
 """
 
 from __future__ import annotations

@@ -318,8 +318,13 @@ def host_moves(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, r
                plan: ParallelismPlan, update: Estimate, rollout_tp: int) -> HostMoves:
     """``HostMoves`` of one step: each move is its bytes per GPU over the host link each way
     (``timing.HOST_LINK_BY_ACCELERATOR``); the gather and copies as ``full_gather_s`` and
-    ``ENGINE_COPIES``. Gradients are not counted (NeMo RL frees or moves them with the
-    optimizer state; the DTensor worker's are None after ``zero_grad``)."""
+    ``ENGINE_COPIES``. Gradients are not counted: Megatron-LM's
+    ``_ParamAndGradBuffer.offload_to_cpu`` frees the gradient buffer (``storage().resize_(0)``)
+    and copies the parameters to pinned host memory (megatron/core/distributed/
+    param_and_grad_buffer.py), and the DTensor worker's gradients are None after
+    ``zero_grad``. The optimizer state goes to pageable memory (``v.to("cpu")``), which CUDA
+    stages through a pinned buffer; that slows it below the link's rate, which is not
+    modelled (a lower bound)."""
     acc = cluster.accelerator
     link = HOST_LINK_BY_ACCELERATOR.get(acc.id, HOST_LINK_BYTES_PER_S)
     weights = float(update.memory.weights_bytes)

@@ -37,7 +37,9 @@ holds them); the NVIDIA H20 from its datasheet (``H20``: not in the catalogue); 
 row states (Miles TP4/EP8) else 1; a row that states its training layout (``training_tp``,
 ``training_pp``, ``training_cp``, ``training_ep``), recomputation, reference pass, mean prompt or
 packing length (``packed_seq_len``: NeMo RL packs rollouts to ``max_total_sequence_length``) is
-run with it. Where the prompt length is not stated: ``PROMPT_TOKENS``.
+run with it; NeMo RL's colocated rows run its weight-sync protocol (``weight_sync_of``:
+``RlWeightSync.OFFLOAD_FULL_GATHER``), and their "Refit" is compared with the modelled weight
+sync alone. Where the prompt length is not stated: ``PROMPT_TOKENS``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from service.core.specs import (
     RecomputeMode,
     RlPlacement,
     RlSpec,
+    RlWeightSync,
     TrainingMethod,
     TrainingSpec,
 )
@@ -175,6 +178,15 @@ def stated_rollout_tp(case: Case) -> int | None:
     return tp if 0 < tp <= case.cluster.gpus_per_node else None
 
 
+def weight_sync_of(row: dict[str, str]) -> RlWeightSync:
+    """NeMo RL's rows ran its colocated protocol (``RlWeightSync.OFFLOAD_FULL_GATHER``: the
+    training state to the host and back each step, the engine asleep between rollouts, full
+    tensors gathered for the refit; NVIDIA-NeMo/RL v0.3.0-v0.6.0 ``refit_policy_generation``);
+    the other documents' rows keep the default."""
+    colocated_nemo = row["source"].startswith("NeMo") and row["placement"] == "colocated"
+    return RlWeightSync.OFFLOAD_FULL_GATHER if colocated_nemo else RlWeightSync.RESHARD
+
+
 def run(case: Case, response_tokens: int) -> Estimate:
     row = case.row
     prompts = int(_num(row, "prompts_per_step") or NOMINAL_BATCH_PROMPTS)
@@ -186,7 +198,7 @@ def run(case: Case, response_tokens: int) -> Estimate:
     prompt += -(prompt + response_tokens) % case.plan.cp
     rl = RlSpec(steps=1, prompts_per_step=prompts, samples_per_prompt=samples,
                 prompt_tokens=prompt, response_tokens=response_tokens,
-                rollout_tp=stated_rollout_tp(case),
+                rollout_tp=stated_rollout_tp(case), weight_sync=weight_sync_of(row),
                 reference_model=row.get("reference_model") == "true", max_response_tokens=max(
                     response_tokens, int(_num(row, "max_response_tokens") or response_tokens)),
                 placement=RlPlacement(row["placement"]), rollout_engine=Engine(
@@ -274,8 +286,14 @@ def stated_outcome(case: Case) -> StatedOutcome | str | None:
         # The rollout engine's tp is searched within a node (rl._rollout): a model whose bf16
         # weights and a batch exceed a node's memory has no rollout.
         return "no_rollout_within_a_node"
+    # NeMo RL's "Refit" is its prepare_for_generation timer, which holds the offload of the
+    # optimizer state and weights (the model's weight sync under OFFLOAD_FULL_GATHER); the
+    # other host moves (``offload``) are in the step only. Under RESHARD an offload is part
+    # of the sync, as before.
+    nemo = weight_sync_of(row) == RlWeightSync.OFFLOAD_FULL_GATHER
     modelled = {"generation": f["generation"], "log_probs": f["old_log_prob"] + f["reference"],
-                "update": f["update"], "weight_sync": f["weight_sync"] + f["offload"]}
+                "update": f["update"],
+                "weight_sync": f["weight_sync"] + (0.0 if nemo else f["offload"])}
     measured = {phase: value for phase, column in STATED_PHASE_COLUMNS.items()
                 if (value := _num(row, column))}
     return StatedOutcome(row_id=row["id"], document=document_of(row["url"]),
@@ -426,7 +444,7 @@ def report() -> str:
               "The row states its mean generated length, so nothing is solved: every phase is "
               "predicted, and compared where the document times it (model vs measured).", "",
               "| row | mean response | generation s | log-probs s (policy + reference) | "
-              "update s | sync + offload s | step s | error |",
+              "update s | weight sync s (NeMo RL: its refit) | step s | error |",
               "|---|---|---|---|---|---|---|---|", *stated_lines, "",
               summary_line(stated_results), ""]
     for phase, values in phase_errors_of(stated_results).items():

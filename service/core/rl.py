@@ -52,6 +52,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from service.core.collectives import collective_s
@@ -69,10 +70,12 @@ from service.core.serving import (
 )
 from service.core.specs import (
     ClusterSpec,
+    Framework,
     ModelSpec,
     ParallelismPlan,
     RlPlacement,
     RlSpec,
+    RlWeightSync,
     TrainingSpec,
 )
 from service.core.timing import HOST_LINK_BY_ACCELERATOR, HOST_LINK_BYTES_PER_S
@@ -92,6 +95,17 @@ DEFAULT_ROLLOUT_ENGINE = Engine.VLLM
 ``--vllm_num_engines``)."""
 MAX_SPLITS = 12
 """Data-parallel widths tried for the training side of a disaggregated split."""
+REFERENCE_SWAP_COPIES = 3.0
+"""NeMo RL's reference pass swaps weights through the host (``use_reference_model`` in the
+Megatron and DTensor policy workers, NVIDIA-NeMo/RL v0.3.0 ``b1c86a8``): the policy's weights
+are copied to the host, the reference's loaded from it, and the policy's loaded back: three
+copies of the training weights per GPU."""
+ENGINE_COPIES = MappingProxyType({Framework.MEGATRON: 2.0})
+"""HBM copies of each full tensor on a GPU during NeMo RL's refit (v0.3.0 ``b1c86a8``): the
+Megatron worker packs the gathered tensors into one buffer per dtype (``get_weights_ipc_handles``:
+``packed_tensors[dtype][...].copy_``) and vLLM copies each into its parameter
+(``load_weights``); the DTensor worker hands the gathered tensors over as they are (one copy,
+vLLM's). Each copy reads and writes the bytes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,6 +261,91 @@ def _sync_colocated_s(model: ModelSpec, cluster: ClusterSpec, gpus: int, rollout
     return gather + 2.0 * shard / acc.hbm_bytes_per_s
 
 
+def gathered_tensors(model: ModelSpec) -> int:
+    """Weight tensors a full-model gather walks, one collective each: per Megatron-Core layer
+    the fused QKV, the attention output, fc1 and fc2 and two norms (TransformerLayer's
+    ``linear_qkv``, ``linear_proj``, ``linear_fc1``, ``linear_fc2`` and their layer norms);
+    a MoE layer has the router and fc1 and fc2 per routed expert (TEGroupedMLP's
+    ``weight{i}``) instead of the dense MLP's two, plus its shared experts' two; and the
+    embedding, the final norm and the output layer (NVIDIA-NeMo/RL v0.3.0
+    ``nemo_rl/models/megatron/refit_utils.py`` ``gather_params``: one all-gather or broadcast
+    per key)."""
+    moe_layers = model.num_layers - model.num_dense_layers if model.num_experts else 0
+    dense_layers = model.num_layers - moe_layers
+    per_moe = 4 + 1 + 2 * model.num_experts + (2 if model.num_shared_experts else 0)
+    return dense_layers * 6 + moe_layers * per_moe + 3
+
+
+def full_gather_s(model: ModelSpec, cluster: ClusterSpec, group: int) -> float:
+    """Every training GPU materialises every full bf16 tensor of the model, one collective per
+    tensor over its model-parallel ``group`` (NeMo RL v0.3.0 ``gather_params``: TP all-gather,
+    PP broadcast, EP all-gather; the DTensor worker's ``full_tensor()``): ``gathered_tensors``
+    all-gathers of the mean tensor's bytes, each paying NCCL's latency
+    (``collectives.collective_s``)."""
+    if group <= 1:
+        return 0.0
+    acc = cluster.accelerator
+    count = gathered_tensors(model)
+    per_tensor = weight_bytes(model) / count
+    bandwidth = acc.scaleup_bytes_per_s if group <= cluster.gpus_per_node else (
+        acc.scaleout_bytes_per_s)
+    return count * float(collective_s(per_tensor, float(group),
+                                      float(min(group, cluster.gpus_per_node)), bandwidth,
+                                      False))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostMoves:
+    """NeMo RL's colocated protocol per step (``RlWeightSync.OFFLOAD_FULL_GATHER``), seconds
+    per GPU, by the timer it falls under."""
+
+    refit_s: float
+    """``prepare_for_generation``: the optimizer state to the host (``offload_before_refit``),
+    the engine's weights back from it (vLLM ``wake_up(tags=["weights"])``), the full-model
+    gather and the copies into the engine, the training weights to the host
+    (``offload_after_refit``)."""
+    other_s: float
+    """The rest, reported as ``offload``: the engine's weights to the host when it sleeps
+    (vLLM ``sleep(level=1)`` in ``finish_generation``, which NeMo RL times within
+    "generation"), the training weights back for the log-probabilities
+    (``prepare_for_lp_inference``, timed as "logprob_inference_prep") and the optimizer state
+    back for the update (``prepare_for_training``, "training_prep")."""
+    reference_s: float
+    """Within the log-probabilities: the reference swap (``REFERENCE_SWAP_COPIES``)."""
+
+
+def host_moves(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, rl: RlSpec,
+               plan: ParallelismPlan, update: Estimate, rollout_tp: int) -> HostMoves:
+    """``HostMoves`` of one step: each move is its bytes per GPU over the host link each way
+    (``timing.HOST_LINK_BY_ACCELERATOR``); the gather and copies as ``full_gather_s`` and
+    ``ENGINE_COPIES``. Gradients are not counted: Megatron-LM's
+    ``_ParamAndGradBuffer.offload_to_cpu`` frees the gradient buffer (``storage().resize_(0)``)
+    and copies the parameters to pinned host memory (megatron/core/distributed/
+    param_and_grad_buffer.py), and the DTensor worker's gradients are None after
+    ``zero_grad``. The optimizer state goes to pageable memory (``v.to("cpu")``), which CUDA
+    stages through a pinned buffer; that slows it below the link's rate, which is not
+    modelled (a lower bound)."""
+    acc = cluster.accelerator
+    link = HOST_LINK_BY_ACCELERATOR.get(acc.id, HOST_LINK_BYTES_PER_S)
+    weights = float(update.memory.weights_bytes)
+    optimizer = float(update.memory.optimizer_bytes)
+    engine = weight_bytes(model) / rollout_tp
+    if training.framework == Framework.MEGATRON:
+        # Dense tensors over tp, routed experts over ep (expert tp 1), stages broadcast over
+        # pp (gather_params); context parallelism does not shard the weights.
+        group = plan.pp * max(plan.tp, plan.ep)
+    else:
+        # FSDP's full_tensor() gathers over every shard of the mesh.
+        group = plan.tp * plan.cp * (plan.dp_shard or plan.dp)
+    group = min(group, cluster.num_gpus)
+    copies = ENGINE_COPIES.get(training.framework, 1.0)
+    copy_s = copies * 2.0 * weight_bytes(model) / acc.hbm_bytes_per_s
+    refit = (optimizer + engine + weights) / link + full_gather_s(model, cluster, group) + copy_s
+    other = (engine + weights + optimizer) / link
+    reference = REFERENCE_SWAP_COPIES * weights / link if rl.reference_model else 0.0
+    return HostMoves(refit_s=refit, other_s=other, reference_s=reference)
+
+
 def _sync_disaggregated_s(model: ModelSpec, cluster: ClusterSpec, training_gpus: int) -> float:
     """Gather the whole bf16 model on the sender, then broadcast it through one NIC."""
     acc = cluster.accelerator
@@ -277,20 +376,24 @@ def _forward_phases(model: ModelSpec, rl: RlSpec, training: TrainingSpec, update
     return policy, policy if rl.reference_model else 0.0, reward
 
 
-def _colocated(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, rl: RlSpec,
-               update: Estimate) -> RlPlacementFigures:
+def _colocated(model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
+               training: TrainingSpec, rl: RlSpec, update: Estimate) -> RlPlacementFigures:
     n = cluster.num_gpus
     acc = cluster.accelerator
     peak = acc.peak_for(training.precision)
     mem = update.memory
-    extra = _extra_weights_per_gpu(model, rl, n)
+    nemo = rl.weight_sync == RlWeightSync.OFFLOAD_FULL_GATHER
+    # NeMo RL keeps the reference weights on the host and swaps them into the policy's own
+    # buffers for its pass (use_reference_model): no reference shard on the GPU.
+    extra = _extra_weights_per_gpu(
+        model, dataclasses.replace(rl, reference_model=False) if nemo else rl, n)
     resident = float(mem.weights_bytes + mem.optimizer_bytes) + extra
     host_link = HOST_LINK_BY_ACCELERATOR.get(acc.id, HOST_LINK_BYTES_PER_S)
     kept = _rollout(model, cluster, rl, n, resident)
     offloaded = _rollout(model, cluster, rl, n, 0.0)
     offload_s = 2.0 * resident / host_link
-    use_offload = kept is None or (offloaded is not None
-                                   and offloaded[0] + offload_s < kept[0])
+    use_offload = nemo or kept is None or (offloaded is not None
+                                           and offloaded[0] + offload_s < kept[0])
     rollout = offloaded if use_offload else kept
     old, ref, reward = _forward_phases(model, rl, training, update, n, peak)
     tokens_per_s = float(update.throughput.tokens_per_s)
@@ -301,6 +404,9 @@ def _colocated(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, r
     else:
         gen_s, tp, batch, waves, engine_bytes = rollout
     sync = _sync_colocated_s(model, cluster, n, tp)
+    if nemo:
+        moves = host_moves(model, cluster, training, rl, plan, update, tp)
+        sync, offload_s, ref = moves.refit_s, moves.other_s, ref + moves.reference_s
     phases = RlPhases(generation_s=gen_s, old_log_prob_s=old, reference_s=ref,
                       reward_s=reward, policy_update_s=update_s, weight_sync_s=sync,
                       offload_s=offload_s if use_offload else 0.0)
@@ -382,7 +488,7 @@ def rl_estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
     rl = training.rl
     if rl is None:
         raise InvalidSpecError("training.method rl needs training.rl", field="training.rl")
-    colocated = _colocated(model, cluster, training, rl, update)
+    colocated = _colocated(model, cluster, plan, training, rl, update)
     disaggregated = _disaggregated(model, cluster, plan, training, rl, train)
     if rl.placement == RlPlacement.DISAGGREGATED and disaggregated is None:
         raise InvalidSpecError(
@@ -408,7 +514,7 @@ def rl_estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
             f"reward weights, of {chosen.capacity_bytes / 2**30:.1f} GiB"
             + ("" if math.isfinite(chosen.phases.generation_s) else
                ", and no rollout engine fits beside it")))
-    assumptions = (
+    assumptions: tuple[str, ...] = (
         "rl: one step = generation (the serving model, each rollout replica one fixed batch "
         f"in waves of at most {ROLLOUT_MAX_NUM_SEQS} sequences, verl's max_num_seqs), the "
         "policy's and reference's log-probabilities and the reward model's score (forward "
@@ -426,6 +532,13 @@ def rl_estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
         "data-parallel replicas is searched",
         "rl: no critic (GRPO); a reward_model of null is a rule-based reward, not timed",
     )
+    if rl.weight_sync == RlWeightSync.OFFLOAD_FULL_GATHER:
+        assumptions += (
+            "rl colocated weight sync offload_full_gather (NeMo RL v0.3.0-v0.6.0 "
+            "refit_policy_generation): the training weights and optimizer state go to the host "
+            "and back every step, the engine sleeps between rollouts, the reference weights are "
+            "swapped in from the host, and every GPU gathers each full bf16 tensor for the "
+            "engine; host moves at the host link's rate (a lower bound for pageable copies)",)
     response_tokens = rl.rollouts_per_step * (rl.response_tokens or 0)
     return RlEstimate(
         placement=rl.placement, faster_placement=faster.placement, colocated=colocated,

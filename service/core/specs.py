@@ -343,6 +343,22 @@ class LoraSpec:
                                    "module", field="training.lora.target_modules")
 
 
+class RlWeightSync(StrEnum):
+    """How a colocated RL job moves the trained weights into its rollout engine
+    (``service/core/rl.py``). ``reshard``: each GPU gathers only its engine shard and copies it
+    in place, the training state staying resident when it fits (HybridFlow's 3D-HybridEngine,
+    Sheng et al. 2024, arXiv 2409.19256, section 5). ``offload_full_gather``: NeMo RL's
+    colocated protocol (NVIDIA-NeMo/RL ``nemo_rl/algorithms/grpo.py`` ``refit_policy_generation``
+    and the Megatron and DTensor policy workers, v0.3.0 ``b1c86a8``; the same calls at v0.4.0-
+    v0.6.0): every step the training weights and optimizer state go to host memory and back,
+    the engine sleeps (vLLM ``sleep(level=1)``: weights backed up to the host) and wakes, the
+    reference weights are swapped in from the host, and each training GPU materialises every
+    full bf16 tensor of the model (gathered over its model-parallel group) for the engine."""
+
+    RESHARD = "reshard"
+    OFFLOAD_FULL_GATHER = "offload_full_gather"
+
+
 class RlPlacement(StrEnum):
     """Where an RL job's rollouts run (``service/core/rl.py``): ``colocated`` on the training
     GPUs in turn with the update (verl's hybrid engine, Sheng et al. 2024, HybridFlow, arXiv
@@ -388,6 +404,10 @@ class RlSpec:
     ``rollout.tensor_model_parallel_size``, NeMo RL's ``generation.vllm_cfg.
     tensor_parallel_size``); None: the fastest power of two within a node that fits (decision
     402). Core only: not in the API contract."""
+
+    weight_sync: RlWeightSync = RlWeightSync.RESHARD
+    """The colocated weight-sync protocol (``RlWeightSync``); the default keeps every answer as
+    it was. Core only: not in the API contract."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.steps, "training.rl.steps", maximum=MAX_RL_STEPS)

@@ -9,12 +9,13 @@ import pytest
 
 from service.core.errors import InvalidSpecError
 from service.core.estimate import estimate
-from service.core.rl import RlEstimate
+from service.core.rl import RlEstimate, full_gather_s, gathered_tensors
 from service.core.specs import (
     Framework,
     RecomputeMode,
     RlPlacement,
     RlSpec,
+    RlWeightSync,
     TrainingMethod,
     TrainingSpec,
 )
@@ -183,6 +184,52 @@ def test_a_stated_rollout_tp_is_the_one_used(base: Any) -> None:
     assert error.value.field == "training.rl.rollout_tp"
 
 
+def test_gathered_tensors_count_megatron_keys() -> None:
+    """Llama 3.1 8B: 32 dense layers x 6 (qkv, proj, fc1, fc2, two norms) + embedding, final
+    norm and output = 195. Qwen3-30B-A3B: 48 MoE layers x (4 + router + 2 x 128 experts) + 3
+    = 12,531."""
+    from benchmarks.rl_validation import MODELS
+
+    assert gathered_tensors(model("llama3.1-8b")) == 195
+    assert gathered_tensors(MODELS["Qwen3-30B-A3B"]) == 12_531
+    assert full_gather_s(model("llama3.1-8b"), cluster(16), 1) == 0.0  # nothing to gather
+
+
+def test_nemo_rl_protocol_moves_the_state_through_the_host(base: Any) -> None:
+    """RlWeightSync.OFFLOAD_FULL_GATHER (NeMo RL v0.3.0 refit_policy_generation), by hand on
+    Llama 3.1 8B, 16 H100 (ZeRO-3, dp 16), engine tp 4: training weights W = 2,007,564,288 B
+    and optimizer state O = 4,015,128,576 B per GPU (the update's memory), engine weights
+    E = 16,060,522,496 / 4 = 4,015,130,624 B, host link 64 GB/s (PCIe 5.0).
+    - offload (sleep E, weights back W, optimizer back O): 10,037,823,488 / 64e9 = 0.15684 s;
+    - reference swap 3 W / 64e9 = 0.094105 s on top of the reference pass;
+    - refit: the same three moves (0.15684 s) + the full gather over the 16 shards
+      (full_gather_s) + one copy into the engine (2 x 16.06 GB / 3.35 TB/s = 0.009588 s).
+    The default (RESHARD) keeps the state resident here and is unchanged."""
+    kept = base.rl.colocated
+    nemo_rl = run(rl_spec(weight_sync=RlWeightSync.OFFLOAD_FULL_GATHER)).rl
+    nemo = nemo_rl.colocated
+    assert any("offload_full_gather" in a for a in nemo_rl.assumptions)
+    assert not any("offload_full_gather" in a for a in base.rl.assumptions)
+    # The reference is swapped in from the host: no bf16 reference shard (16,060,522,496 / 16
+    # = 1,003,782,656 B) beside the update's peak.
+    assert kept.training_peak_bytes - nemo.training_peak_bytes == pytest.approx(1_003_782_656)
+    assert not kept.training_state_offloaded
+    assert kept.phases.offload_s == 0.0
+    assert nemo.training_state_offloaded
+    assert base.memory.weights_bytes == 2_007_564_288
+    assert base.memory.optimizer_bytes == 4_015_128_576
+    assert nemo.rollout_tp == 4
+    assert nemo.phases.offload_s == pytest.approx(0.15684, rel=1e-4)
+    assert nemo.phases.reference_s - kept.phases.reference_s == pytest.approx(0.094105,
+                                                                              rel=1e-4)
+    gather = full_gather_s(model("llama3.1-8b"), cluster(16), 16)
+    assert gather > 0
+    assert nemo.phases.weight_sync_s == pytest.approx(0.15684 + gather + 0.009588, rel=1e-4)
+    assert nemo.step_s > kept.step_s
+    assert (nemo.phases.generation_s, nemo.phases.policy_update_s) == (
+        kept.phases.generation_s, kept.phases.policy_update_s)
+
+
 def test_rows_that_state_the_mean_length_state_what_the_step_needs() -> None:
     """Section 4 of benchmarks/rl_validation runs these rows as stated: each names its batch,
     its training layout, a mean prompt and its packing length, and its notes quote the row."""
@@ -203,8 +250,9 @@ def test_rl_step_at_the_stated_length_issue_43_figures() -> None:
     """Issue 43's RL target, computed by the benchmark: the step at each row's stated mean
     response length (nothing solved, nothing fitted). The target (median |error| <= 25% on
     >= 8 rows of >= 2 documents) is not reached: the model is fast on every row (generation
-    about -30%, refit about -97% where timed; docs/model.md, "RL post-training"). This holds
-    today's figure so that a change that moves it is seen."""
+    about -30%, refit -73% to -92% where timed, with NeMo RL's host moves and full-model
+    gather; docs/model.md, "RL post-training"). This holds today's figure so that a change
+    that moves it is seen."""
     import statistics
 
     from benchmarks.rl_validation import phase_errors_of, stated_length_check
@@ -221,11 +269,13 @@ def test_rl_step_at_the_stated_length_issue_43_figures() -> None:
         "generation": 6, "log_probs": 6, "update": 6, "weight_sync": 6}
     assert statistics.median(abs(e) for e in phases["log_probs"]) <= 0.25
     assert all(e < 0 for e in phases["generation"])
-    assert all(e < -0.9 for e in phases["weight_sync"])
+    assert all(-0.95 < e < -0.6 for e in phases["weight_sync"])
+    assert 0.80 <= statistics.median(abs(e) for e in phases["weight_sync"]) <= 0.92
 
 
 @pytest.mark.xfail(strict=True, reason="issue 43's RL step target is not reached (median "
-                   "|error| 45% on 24 rows of 2 documents): see the test above")
+                   "|error| 42% on 24 rows of 2 documents, was 45% before NeMo RL's host "
+                   "moves and full-model gather): see the test above")
 def test_rl_step_target_issue_43() -> None:
     import statistics
 

@@ -320,9 +320,10 @@ def fit(rows: Sequence[Row], accelerators: Mapping[str, AcceleratorSpec],
     ``unknown`` the conservative of them. Rows run as ``unknown`` and rows of
     ``HELD_OUT_DOCUMENTS`` fit nothing. MoE rows are
     evaluated but fit nothing (decision 144): on dstack's DeepSeek-R1 runs (vLLM and SGLang,
-    early 2025) the model is 2.8-5.8x above the measured throughput (``MOE_SERVING_WARNING``
-    gives every MoE document's range), a gap one efficiency per engine cannot absorb without
-    making every dense row 20-40% pessimistic."""
+    early 2025) the model is 2.5-4.7x above the measured throughput (2.8-5.8x before the MoE
+    kernel terms of decisions-moe40; ``MOE_SERVING_WARNING`` gives every MoE document's
+    range), a gap one efficiency per engine cannot absorb without making every dense row
+    20-40% pessimistic."""
     table: dict[s.Engine, s.EngineEfficiency] = dict(s.ENGINE_PRIORS)
     for engine in NAMED:
         mine = [r for r in rows if ENGINES.get(r["engine"]) is engine and not is_moe(r)

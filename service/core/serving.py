@@ -281,17 +281,17 @@ only document), so every other answer takes ``SERVING_WIDE_BAND``, which holds o
 SERVING_LEGACY_BAND: Mapping[tuple[Engine, bool, bool], Mapping[str, BandEntry]] = (
     MappingProxyType({
         (Engine.VLLM, False, False): MappingProxyType({
-            "output_tokens_per_s": BandEntry(low=0.1762, high=1.4348, factor=1.1, inside=45,
+            "output_tokens_per_s": BandEntry(low=0.1694, high=1.6305, factor=1.25, inside=45,
                                              rows=56, held=True),
-            "tpot_s": BandEntry(low=0.6606, high=10.915, factor=1.25, inside=16, rows=19,
+            "tpot_s": BandEntry(low=0.6606, high=10.1998, factor=1.25, inside=16, rows=19,
                                 held=True),
             "ttft_s": BandEntry(low=0.1741, high=193.6423, factor=1.0, inside=19, rows=19,
                                 held=True),
         }),
         (Engine.VLLM, True, False): MappingProxyType({
-            "output_tokens_per_s": BandEntry(low=0.1938, high=1.3044, factor=1.0, inside=10,
+            "output_tokens_per_s": BandEntry(low=0.2118, high=1.3044, factor=1.0, inside=12,
                                              rows=12, held=True),
-            "tpot_s": BandEntry(low=0.8258, high=8.732, factor=1.0, inside=12, rows=12,
+            "tpot_s": BandEntry(low=0.8258, high=8.1598, factor=1.0, inside=12, rows=12,
                                 held=True),
             "ttft_s": BandEntry(low=0.058, high=580.9269, factor=3.0, inside=3, rows=12,
                                 held=False),
@@ -323,9 +323,9 @@ rows 8B or 70B, so model size is not ruled out; TGI on the same 405B MI300X docu
 measures 0.36-0.76."""
 
 SERVING_WIDE_BAND: Mapping[str, BandEntry] = MappingProxyType({
-    "output_tokens_per_s": BandEntry(low=0.1938, high=1.3044, factor=1.0, inside=172,
+    "output_tokens_per_s": BandEntry(low=0.2118, high=1.3044, factor=1.0, inside=174,
                                      rows=200, held=True),
-    "tpot_s": BandEntry(low=0.8258, high=8.732, factor=1.0, inside=150, rows=173, held=True),
+    "tpot_s": BandEntry(low=0.8258, high=8.1598, factor=1.0, inside=149, rows=173, held=True),
     "ttft_s": BandEntry(low=0.0871, high=387.2846, factor=2.0, inside=143, rows=173,
                         held=True),
 })
@@ -354,6 +354,22 @@ one source, measured on one kernel and GPU, so every engine and accelerator take
 the dense rows' leave-one-source-out throughput worse (median 24.7 % -> 32.2 %); it is not
 used."""
 
+MOE_LAYER_FIXED_S = 29.0e-6
+"""Fixed time of one layer's fused mixture-of-experts kernel in a decode step, on top of the
+touched experts' bytes at the engine's HBM efficiency (issue 40: MoE kernel efficiency at
+small per-expert token counts). Source: vLLM's ``benchmarks/kernels/benchmark_moe.py`` on
+H100 SXM in vllm-project/vllm PR #24700 (mgoin, 2025-09-11, "Improve default fused moe
+configs by analyzing tuned configs", section "Benchmarks on H100"): Mixtral 8x7B bf16 at
+tp 2 with its tuned config, 144.03 us at batch 1 and 483.14 us at batch 64, and Qwen3-30B-A3B
+fp8 at tp 1 with the PR's config, 40.44 us and 237.26 us. Through the bytes this model reads
+at those batches (the expected distinct experts of ``_Replica.weight_bytes_read``: Mixtral
+352 and 1,409 MB, Qwen3 37.7 and 594 MB) the lines are 31.0 us + bytes / 3.12 TB/s and
+27.1 us + bytes / 2.83 TB/s (93 % and 84 % of the H100's 3.35 TB/s, near the engines' HBM
+fractions, so the slope stays the engine's); this is their mean intercept. The kernel's
+fixed time covers token sorting and padding to its M tile (``moe_align_block_size``), two
+grouped GEMMs with few tokens per expert, the activation and the weighted sum. Not fitted to
+any serving row; one GPU, one engine's kernel, so every MoE deployment takes it
+(decisions-moe40)."""
 WORKSPACE_TOKENS = 8192
 """Tokens one forward pass may hold for activation workspace (vLLM's and SGLang's default
 ``max_num_batched_tokens`` / chunked-prefill budget is 2,048-16,384; 8,192 is the middle)."""
@@ -381,17 +397,20 @@ MOE_SERVING_WARNING = (
     "mixture-of-experts serving is not validated: on the published MoE runs we hold "
     "(DeepSeek-R1 and V3 on 8 x H200, 8 x MI300X and 8 x B200: dstack's vLLM 0.7 and SGLang 0.4 "
     "runs, early 2025, the SGLang cookbook's SGLang 0.5.6-0.5.7 runs, and one TensorRT-LLM run "
-    "on 8 x H200 at 1,024 concurrent requests), measured output tokens/s ranged from 5.7x below "
-    "this model's to 1.4x above it, and median TTFT, where stated, was 4.5x or more above it; "
+    "on 8 x H200 at 1,024 concurrent requests), measured output tokens/s ranged from 5.1x below "
+    "this model's to 1.5x above it, and median TTFT, where stated, was 4.5x or more above it; "
     "the throughput can be wrong either way: size with margin")
 """Decision 144 (docs/serving.md, Validation): the model's MoE decode reads only the experts
-a batch touches at the engine's dense efficiencies; what MoE kernels at small per-rank
-shapes and expert routing cost on top is not modelled. The documents measuring it (dstack,
-'DeepSeek R1 inference performance: MI300X vs. H200', 2025-03-18, raw data
-dstackai/benchmarks@7f37e66 Deepseek-R1/raw_data/online_results.csv: 2.7-5.7x below; and,
-added 2026-12-02, the SGLang cookbook's DeepSeek pages, 1.4-5.3x below, and TensorRT-LLM's
-'How to get best performance on DeepSeek-R1' H200 max-throughput run: 1.4x above, no TTFT
-stated) show the gap above; those rows are evaluated, and fit nothing."""
+a batch touches at the engine's dense efficiencies, plus the fused-MoE kernel's fixed time
+per layer (``MOE_LAYER_FIXED_S``) and, for MLA, the down-projections every rank holds whole
+(``_replicated_parameters``; both decisions-moe40); what MoE and MLA kernels of an engine
+release cost beyond that is not modelled. The documents measuring it (dstack, 'DeepSeek R1
+inference performance: MI300X vs. H200', 2025-03-18, raw data dstackai/benchmarks@7f37e66
+Deepseek-R1/raw_data/online_results.csv: 2.5-4.7x below (2.7-5.7x before those two terms);
+and, added 2026-12-02, the SGLang cookbook's DeepSeek pages, 1.1-5.1x below (1.4-5.3x), and
+TensorRT-LLM's 'How to get best performance on DeepSeek-R1' H200 max-throughput run: 1.5x
+above (1.4x), no TTFT stated) show the gap above; those rows are evaluated, and fit
+nothing."""
 
 OPEN_LOOP_TTFT_NOTE = (
     "time to first token at a request rate is not validated: on the published runs we hold at "
@@ -399,7 +418,7 @@ OPEN_LOOP_TTFT_NOTE = (
     "serving Llama 3.3 70B on 4 x H200 and Llama 3.1 405B on 8 x H200 at 1-8 requests/s "
     "(DataCrunch's h200-benchmarks; 35-110 ms more per request even at light load, and growing "
     "sooner with load), 6-37x for vLLM serving Llama 3.1 405B FP8 on 8 x H100 and 8 x MI300X "
-    "at 16 requests/s (dstack's benchmarks), and 13-26x for SGLang serving DeepSeek-V3 (MoE) "
+    "at 16 requests/s (dstack's benchmarks), and 12-26x for SGLang serving DeepSeek-V3 (MoE) "
     "on 8 x H200 at 1-8 requests/s (DataCrunch's blog); allow that margin before relying on a "
     "TTFT SLO")
 """Decision 150 (docs/serving.md, "Latency under open-loop load"): the model's TTFT is the
@@ -1019,6 +1038,20 @@ def _attention_width(model: ModelSpec) -> float:
     return float(model.num_heads * head_dim)
 
 
+def _replicated_parameters(model: ModelSpec) -> int:
+    """Parameters every tensor-parallel rank holds whole instead of a 1/tp share: multi-head
+    latent attention's query and KV down-projections (hidden x q_lora_rank and hidden x
+    (kv_lora_rank + qk_rope_head_dim) per layer), which vLLM and SGLang build as
+    ``ReplicatedLinear`` (vllm-project/vllm@002d6073 ``vllm/model_executor/models/
+    deepseek_v2.py``, ``DeepseekV2Attention``: ``q_a_proj`` and ``kv_a_proj_with_mqa``);
+    0 without MLA."""
+    if model.mla is None:
+        return 0
+    mla = model.mla
+    return model.num_layers * model.hidden_size * (
+        mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim)
+
+
 def _context(traffic: Traffic) -> float:
     """The mean context of a running sequence: its prompt and half its output."""
     return traffic.prompt.mean + traffic.output.mean / 2
@@ -1057,6 +1090,8 @@ class _Replica:
     moe: bool
     experts_keep: float
     """1 - k / E: the chance an expert is not picked by one token."""
+    moe_layers_per_gpu: Num
+    """Mixture-of-experts layers of one pipeline stage (0 for a dense model)."""
 
     @classmethod
     def create(cls, xp: Any, model: ModelSpec, *, tp: Num, pp: Num, weight_bytes: Num,
@@ -1069,7 +1104,8 @@ class _Replica:
         counts = count_parameters(model)
         gpus = tp * pp
         expert_bytes = counts.routed_expert_total * weight_bytes / gpus
-        weights = counts.total * weight_bytes / gpus
+        weights = (counts.total * weight_bytes / gpus
+                   + _replicated_parameters(model) * weight_bytes / pp * (1.0 - 1.0 / tp))
         layers = model.num_layers / pp
         moe = model.num_experts > 0 and counts.routed_expert_total != 0
         rate = acceptance_rate
@@ -1088,7 +1124,8 @@ class _Replica:
             spec_yield=xp.where(speculative, (1.0 - rate ** (draft_tokens + 1)) / (1.0 - rate),
                                 1.0),
             attention_width=_attention_width(model), moe=moe,
-            experts_keep=(1.0 - model.experts_per_token / model.num_experts) if moe else 1.0)
+            experts_keep=(1.0 - model.experts_per_token / model.num_experts) if moe else 1.0,
+            moe_layers_per_gpu=(counts.num_moe_layers if moe else 0) / pp)
 
     @classmethod
     def build(cls, model: ModelSpec, deployment: Deployment) -> _Replica:
@@ -1143,6 +1180,12 @@ class _Replica:
         for each of its layers (part of the memory term)."""
         return DECODE_ATTENTION_LAYER_S * self.layers_per_gpu
 
+    def kernel_floor_s(self) -> Num:
+        """The decode step's fixed kernel time on one GPU (part of the memory term): the
+        attention floor, and ``MOE_LAYER_FIXED_S`` for each of its mixture-of-experts
+        layers."""
+        return self.attention_floor_s() + MOE_LAYER_FIXED_S * self.moe_layers_per_gpu
+
     def decode_step(self, batch: Num, context: Num) -> tuple[Num, Num, Num]:
         """(step, memory term, compute term) in seconds for ``batch`` sequences at mean
         ``context`` tokens; the step covers every pipeline stage in turn."""
@@ -1150,7 +1193,7 @@ class _Replica:
         flops = tokens * (self.matmul_flops_per_token_per_gpu + self.decode_attention(context))
         kv = batch * context * self.kv_bytes_per_token_per_gpu
         memory_s = ((self.weight_bytes_read(tokens) + kv) / self.hbm_effective
-                    + self.attention_floor_s())
+                    + self.kernel_floor_s())
         compute_s = flops / self.compute_effective
         step = (self.pp * self.xp.maximum(memory_s, compute_s) + self.tp_allreduce_s(tokens)
                 + self.step_overhead_s)
@@ -1200,7 +1243,7 @@ class _Replica:
         gap = flops_per_seq - mem_per_seq
         positive = gap > 0
         return self.xp.where(positive, (self.weights_bytes_per_gpu / self.hbm_effective
-                                        + self.attention_floor_s())
+                                        + self.kernel_floor_s())
                              / self.xp.where(positive, gap, 1.0), math.nan)
 
     def capacity(self, traffic: Traffic, batch: Num, prefill_mean: Num) -> Num:

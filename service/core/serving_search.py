@@ -235,7 +235,7 @@ def _linear(r: sv._Replica, traffic: sv.Traffic) -> _Linear:
                       * r.model.hidden_size * 2.0 / r.scaleup_bytes_per_s, 0.0)
     return _Linear(
         m0=(r.dense_weight_bytes_per_gpu if r.moe else r.weights_bytes_per_gpu) / hbm
-        + r.attention_floor_s(),
+        + r.kernel_floor_s(),
         m1=context * r.kv_bytes_per_token_per_gpu / hbm,
         e=r.expert_bytes_per_gpu / hbm if r.moe else np.zeros_like(hbm),
         c1=r.spec_tokens * (r.matmul_flops_per_token_per_gpu + r.decode_attention(context))

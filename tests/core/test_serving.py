@@ -356,3 +356,36 @@ def test_decode_attention_costs_a_fixed_16_us_per_layer_so_its_bandwidth_share_g
     low, high = share(64, 256.0), share(64, 4096.0)
     assert low == pytest.approx(1 / (1 + 80 * 16.0e-6 * hbm / (64 * 256 * 81920)), rel=1e-12)
     assert low < 0.3 < 0.8 < high  # short KV: the kernel's floor dominates; long: bandwidth
+
+
+def test_a_moe_decode_step_pays_the_fused_moe_kernel_s_fixed_time_per_moe_layer() -> None:
+    """decisions-moe40: each mixture-of-experts layer's fused kernel takes a fixed 29 us on
+    top of the touched experts' bytes (vLLM PR #24700's benchmark_moe tables on H100); a dense
+    model pays none. Mixtral 8x7B has 32 MoE layers: on 2 pipeline stages each GPU holds 16,
+    and its step's memory term carries 16 x 29 us more than the attention floor."""
+    mixtral = PRESETS["mixtral-8x7b"].model
+    assert count_parameters(mixtral).num_moe_layers == 32
+    r = s._Replica.build(mixtral, deployment(gpus_per_replica=2, tp=1, pp=2))
+    assert r.moe_layers_per_gpu == 16
+    assert r.kernel_floor_s() - r.attention_floor_s() == pytest.approx(16 * 29.0e-6)
+    dense = s._Replica.build(L70, deployment(gpus_per_replica=4, tp=4))
+    assert dense.moe_layers_per_gpu == 0
+    assert dense.kernel_floor_s() == dense.attention_floor_s()
+    _, memory, _ = r.decode_step(1.0, 0.0)
+    touched = r.weight_bytes_read(1.0) / r.hbm_effective
+    assert memory == pytest.approx(2 * (touched + r.kernel_floor_s()), rel=1e-12)
+
+
+def test_mla_down_projections_are_held_whole_on_every_tensor_parallel_rank() -> None:
+    """decisions-moe40: vLLM's and SGLang's DeepSeek attention builds q_a_proj (7168 x 1536)
+    and kv_a_proj_with_mqa (7168 x 576) as ReplicatedLinear, so at tp 8 each rank holds them
+    whole: 61 layers x 7168 x 2112 = 923,467,776 parameters, of which the 1/tp share was
+    already counted. A model without MLA replicates nothing."""
+    v3 = PRESETS["deepseek-v3"].model
+    assert s._replicated_parameters(v3) == 61 * 7168 * (1536 + 512 + 64) == 923_467_776
+    assert s._replicated_parameters(L70) == 0
+    d = deployment(gpus_per_replica=8, tp=8, weight_precision=s.WeightPrecision.FP8)
+    r = s._Replica.build(v3, d)
+    shared = count_parameters(v3).total * 1.0 / 8
+    assert r.weights_bytes_per_gpu - shared == pytest.approx(923_467_776 * 7 / 8, rel=1e-12)
+    assert r.weights_bytes_per_gpu - r.dense_weight_bytes_per_gpu == r.expert_bytes_per_gpu

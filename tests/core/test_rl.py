@@ -262,7 +262,7 @@ def test_rl_step_at_the_stated_length_issue_43_figures() -> None:
     assert len(errors) >= 8
     assert len({o.document for o in outcomes}) >= 2
     median = statistics.median(abs(e) for e in errors)
-    assert 0.38 <= median <= 0.52, median
+    assert 0.33 <= median <= 0.45, median
     assert all(e < 0 for e in errors)  # fast on every row: the gap is one-sided
     phases = phase_errors_of(outcomes)
     assert {k: len(v) for k, v in phases.items()} == {
@@ -274,8 +274,9 @@ def test_rl_step_at_the_stated_length_issue_43_figures() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="issue 43's RL step target is not reached (median "
-                   "|error| 42% on 24 rows of 2 documents, was 45% before NeMo RL's host "
-                   "moves and full-model gather): see the test above")
+                   "|error| 38% on 24 rows of 2 documents; 45% before NeMo RL's host "
+                   "moves and full-model gather, 42% before the MoE layer's fixed kernel "
+                   "time): see the test above")
 def test_rl_step_target_issue_43() -> None:
     import statistics
 

@@ -471,6 +471,14 @@ class EngineLimits:
     small_gpu_max_running_seqs: int | None = None
     small_gpu_max_batched_tokens: int | None = None
     small_gpu_chunked_prefill_tokens: int | None = None
+    long_context_chunked_prefill_tokens: int | None = None
+    """The step's token budget when the engine turns chunked prefill on by itself for a long
+    context window (vLLM V0: above ``long_context_min_tokens`` of ``max_model_len``); None
+    where it never does. Stated in ``assumptions``; the model does not branch on it (a
+    ``ModelSpec`` carries no context window)."""
+    long_context_min_tokens: int | None = None
+    """The ``max_model_len`` above which ``long_context_chunked_prefill_tokens`` applies."""
+    long_context_note: str = ""
 
     def on(self, accelerator: AcceleratorSpec) -> tuple[int | None, int | None, int | None]:
         """(running sequences, batched tokens, prefill chunk) on ``accelerator``: vLLM's
@@ -504,6 +512,12 @@ class EngineLimits:
                   else f"{name[1]} from the context length")
         chunked = (f"chunked prefill of {chunk:,} tokens" if chunk is not None
                    else "chunked prefill off")
+        long_chunk, above = self.long_context_chunked_prefill_tokens, self.long_context_min_tokens
+        if long_chunk is not None and above is not None:
+            chunked += (f" up to a {above:,}-token max_model_len; above it (a model's full "
+                        f"context by default, e.g. Llama 3.1's 131,072) chunked prefill is on "
+                        f"at {long_chunk:,} tokens per step, decodes included"
+                        f"{self.long_context_note}")
         return (f"{engine} {self.version} defaults on {accelerator.id}: {running}, {budget}, "
                 f"{chunked}, scheduling {self.scheduling_policy} [{self.source}]")
 
@@ -518,9 +532,18 @@ ENGINE_LIMITS: Mapping[Engine, tuple[EngineLimits, ...]] = MappingProxyType({
         EngineLimits(
             version="0.6", max_running_seqs=256, max_batched_tokens=None,
             chunked_prefill_tokens=None, scheduling_policy="fcfs",
+            long_context_chunked_prefill_tokens=512, long_context_min_tokens=32768,
+            long_context_note=" (not on ROCm from 0.6.5)",
             source="vLLM 0.6 engine arguments, --max-num-seqs default 256; V0 engine, chunked "
-                   "prefill off by default below 32K context, max_num_batched_tokens follows "
-                   "max_model_len: https://docs.vllm.ai/en/v0.6.6/serving/engine_args.html"),
+                   "prefill off by default up to 32K context, max_num_batched_tokens follows "
+                   "max_model_len: https://docs.vllm.ai/en/v0.6.6/serving/engine_args.html; "
+                   "above it: vllm/engine/arg_utils.py of v0.6.3 and v0.6.4 "
+                   "(EngineArgs.create_engine_config: 'use_long_context = max_model_len > "
+                   "32768' turns enable_chunked_prefill on on any 'cuda' device, ROCm "
+                   "included) and vllm/config.py (SchedulerConfig: max_num_batched_tokens = "
+                   "512 with chunked prefill and one scheduler step); v0.6.5 adds 'not "
+                   "current_platform.is_rocm()' (PR #11146, 'On ROCm platform chunked prefill "
+                   "is showing poor performance due to a suboptimal triton kernel')"),
         EngineLimits(
             version="0.10", max_running_seqs=1024, max_batched_tokens=8192,
             chunked_prefill_tokens=8192, scheduling_policy="fcfs",

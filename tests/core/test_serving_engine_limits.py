@@ -42,6 +42,43 @@ def test_every_named_engine_has_sourced_versions_and_unknown_has_none() -> None:
     assert s.engine_limits(s.Engine.VLLM, None) == s.ENGINE_LIMITS[s.Engine.VLLM][-1]
 
 
+
+def test_vllm_v0_states_its_long_context_chunked_prefill_and_changes_no_figure() -> None:
+    """vLLM 0.6 (V0) turns chunked prefill on by itself above a 32,768-token max_model_len
+    (vllm/engine/arg_utils.py and vllm/config.py at v0.6.3/v0.6.4: 512 tokens per step,
+    decodes included; not on ROCm from v0.6.5, PR #11146); ``assumptions`` says so. A
+    ModelSpec carries no context window, so the model does not branch on it: the estimate's
+    figures are those of the same limits without the statement."""
+    v0 = s.engine_limits(s.Engine.VLLM, "0.6.3")
+    assert v0 is not None
+    assert (v0.long_context_chunked_prefill_tokens, v0.long_context_min_tokens) == (512, 32768)
+    text = v0.describe(s.Engine.VLLM, H100)
+    assert "above it" in text
+    assert "512 tokens per step" in text
+    assert "ROCm" in text
+    assert "v0.6.3" in v0.source
+    assert "#11146" in v0.source
+    latest = s.engine_limits(s.Engine.VLLM, None)
+    assert latest is not None
+    assert latest.long_context_chunked_prefill_tokens is None
+    assert "above it" not in latest.describe(s.Engine.VLLM, H100)
+    stated = s.serve(L8, deployment(engine_version="0.6.3"), OFFLINE)
+    bare = dataclasses.replace(v0, long_context_chunked_prefill_tokens=None,
+                               long_context_min_tokens=None, long_context_note="")
+    saved = s.ENGINE_LIMITS
+    s.ENGINE_LIMITS = {**saved, s.Engine.VLLM: (bare, *saved[s.Engine.VLLM][1:])}
+    try:
+        swapped = s.engine_limits(s.Engine.VLLM, "0.6.3")
+        assert swapped is not None
+        assert swapped.long_context_chunked_prefill_tokens is None
+        unstated = s.serve(L8, deployment(engine_version="0.6.3"), OFFLINE)
+    finally:
+        s.ENGINE_LIMITS = saved
+    assert stated.output_tokens_per_s == unstated.output_tokens_per_s
+    assert stated.tpot_s == unstated.tpot_s
+    assert stated.ttft_s == unstated.ttft_s
+
+
 def test_an_omitted_max_batch_applies_the_engines_documented_default() -> None:
     """An 8B model on an 80 GB GPU holds thousands of short sequences' KV cache; without a
     max_batch the offline batch used to be all of them (issue 40: 3,586 where the engine

@@ -1226,8 +1226,45 @@ def print_open_loop(rows: Sequence[Row], table: Table, tables: Mapping[str, Tabl
                 str(Summary.of(e)) if e else "no row" for e in errors_by))
 
 
+def print_legacy_regimes(rows: Sequence[Row],
+                         accelerators: Mapping[str, AcceleratorSpec]) -> None:
+    """``--legacy``: each dense fixed-batch or closed-loop row of an earlier engine core
+    (``is_legacy``: vLLM before 0.8), its regime (batch, prompt and output lengths, and the
+    tokens the batch holds at its end, batch x (prompt + output)) and the model's figures
+    with the shipped table (no fit holds these rows: every V0 document is held out) beside
+    the published ones. ``step`` is batch / output tokens/s: a fixed batch's time per
+    decode step when its prefill is a small share of the run (the published TPOT where the
+    row states one), against the model's decode step at that batch. A diagnostic of where
+    the earlier core departs from the model (docs/serving.md, "What the V0 rows say"),
+    fitted to nothing."""
+    print(f"{'row':44s} {'batch':>5s} {'prompt':>7s} {'out':>5s} {'tokens':>7s} "
+          f"{'meas/s':>8s} {'model/s':>8s} {'ratio':>5s} | {'step ms':>7s} {'model':>6s} "
+          f"| {'TTFT s':>7s} {'model':>6s} | {'TPOT ms':>7s} {'model':>6s}")
+    for row in rows:
+        if (skip_reason(row, accelerators) is not None or is_open_loop(row) or is_moe(row)
+                or not is_legacy(row)):
+            continue
+        model, deployment, prompt, output = _setup(row, accelerators)
+        traffic = _row_traffic(row, prompt, output)
+        estimate = s.serve(model, deployment, traffic)
+        batch = float(row["batch_size"] or row["concurrency"])
+        measured = float(row["measured_output_tokens_per_s"])
+        tokens = batch * (prompt.mean + output.mean)
+        ttft, tpot = _stated(row, "ttft"), _stated(row, "tpot")
+        print(f"{row['id'][:44]:44s} {batch:5.0f} {prompt.mean:7.0f} {output.mean:5.0f} "
+              f"{tokens:7.0f} {measured:8.1f} {estimate.output_tokens_per_s:8.1f} "
+              f"{measured / estimate.output_tokens_per_s:5.2f} | "
+              f"{batch / measured * 1e3:7.1f} {estimate.decode_step_s * 1e3:6.1f} | "
+              f"{'' if ttft is None else f'{ttft:7.2f}':>7s} {estimate.ttft_s.p50:6.2f} | "
+              f"{'' if tpot is None else f'{tpot * 1e3:7.1f}':>7s} "
+              f"{estimate.tpot_s.p50 * 1e3:6.1f}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--band"]:
         print_band(load(), seed_accelerators())
+        sys.exit(0)
+    if sys.argv[1:] == ["--legacy"]:
+        print_legacy_regimes(load(), seed_accelerators())
         sys.exit(0)
     sys.exit(main())

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+import pytest
+
 from benchmarks import serving_validation as v
 from benchmarks.accuracy import seed_accelerators
 from service.core import serving as s
@@ -413,3 +415,16 @@ def test_the_open_loop_ttft_note_states_the_measured_gap() -> None:
     assert min(gaps_ms) >= 35.0
     assert round(max(gaps_ms), -1) == 110.0
     assert "35-110 ms more per request" in s.OPEN_LOOP_TTFT_NOTE
+
+
+def test_the_legacy_regime_diagnostic_prints_every_v0_dense_closed_row(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--legacy`` (docs/serving.md, "What the V0 rows say"): one line per dense closed-loop
+    or fixed-batch row of an earlier engine core, each with the model's ratio."""
+    v.print_legacy_regimes(ROWS, ACC)
+    lines = capsys.readouterr().out.splitlines()[1:]
+    expected = [r["id"][:44] for r in ROWS
+                if v.skip_reason(r, ACC) is None and not v.is_open_loop(r)
+                and not v.is_moe(r) and v.is_legacy(r)]
+    assert len(expected) == 56
+    assert [line[:44].rstrip() for line in lines] == [x.rstrip() for x in expected]

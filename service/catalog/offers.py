@@ -34,6 +34,11 @@ from service.core.quote import OFFER_TERM_NAMES
 from service.core.units import HOURS_PER_YEAR
 
 MICROS = Decimal(1_000_000)
+_CONTROL_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+"""A C0 control character other than tab, line feed and carriage return (a row's text field
+refuses it). One regular-expression scan, not a Python loop over the characters: the seed's
+2,953 offers made 5.4 million generator steps on every refresh."""
+_LONE_CARRIAGE_RETURN = re.compile("\r(?!\n)")
 MAX_PRICE_PER_HOUR = Decimal(1_000_000)
 MAX_UPFRONT_FEE = Decimal(10_000_000_000)
 MAX_IMPORT_ROWS = 20_000
@@ -300,8 +305,7 @@ class _RowParser:
         if len(value) > max_length:
             self.fail(name, f"must be at most {max_length} characters", "string_too_long")
             return None
-        if any(ord(c) < 32 and c not in "\t\n\r" for c in value) or re.search(
-                "\r(?!\n)", value):
+        if _CONTROL_CHARACTER.search(value) or _LONE_CARRIAGE_RETURN.search(value):
             self.fail(name, "must not contain control characters (a carriage return only "
                             "before a line feed)", "string_control_character")
             return None

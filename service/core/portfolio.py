@@ -990,22 +990,12 @@ def formulate(problem: Problem, *, tighten: bool = True) -> Formulation:
     for col, column in enumerate(b.columns):
         if column.kind == "y" and tighten:
             pool_y.setdefault(problem.offers[column.key[0]].pool, []).append(col)
-    reserved_use: dict[int, list[tuple[int, float]]] = {}
+    on_demand_cols: dict[int, list[int]] = {}
     od = on_demand_offers(problem)
     for (pool, m), terms in sorted(cover.items()):
         if not any(v > 0 for _, v in terms):
             continue
         gpi = problem.pools[pool].gpus_per_instance
-        if pool in pool_y:
-            # The committed hours used this month, ``w``, at most the hours the commitments
-            # active this month hold, in place of those hours.
-            active = [(col, v) for col, v in terms if b.columns[col].kind == "y"]
-            used_col = b.column("w", (pool, m), 0.0, 0.0, most_demand[(pool, m)], False)
-            b.row(f"reserved use {problem.pools[pool].pool_id} month {m}",
-                  [(used_col, 1.0), *active], -np.inf, 0.0)
-            terms = [(col, v) for col, v in terms if b.columns[col].kind != "y"]
-            terms.append((used_col, -1.0))
-            reserved_use.setdefault(pool, []).append((used_col, 1.0))
         if pool in od:
             # On-demand hours beyond the most the month can demand only add cost.
             upper = most_demand[(pool, m)] if tighten else np.inf
@@ -1015,41 +1005,35 @@ def formulate(problem: Problem, *, tighten: bool = True) -> Formulation:
             col = b.column("z", (pool, m), cost, 0.0, upper, False)
             cash[col] = {m: cost}
             terms = [*terms, (col, -1.0)]
+            on_demand_cols.setdefault(pool, []).append(col)
         b.row(f"cover {problem.pools[pool].pool_id} month {m}", terms, -np.inf, 0.0)
-    # On such a pool the committed hours used over the horizon are at most what its jobs can
-    # use (each job at most its own hours, and at most R instances in each of its months)
-    # plus its fleets' hours: valid for every plan (min(a + b, c) <= min(a, c) + b), and it
-    # keeps the relaxation from spreading a large job over its window to fill R evenly.
-    for pool, used_terms in sorted(reserved_use.items()):
-        job_hours: dict[int, list[tuple[int, float]]] = {}
+    # Reserved use (docs/portfolio.md "Tightening", 5): a job that runs d months on a pool
+    # gets at most R committed instances in each of them, so at least its hours beyond
+    # 730 d R, ``e``, are on demand; the pool's on-demand hours over the horizon are at least
+    # the sum of its jobs' ``e``. Valid for every plan, and it keeps the relaxation from
+    # spreading a large job over its window to fill a fraction of a reservation evenly.
+    for pool, commitments in sorted(pool_y.items()):
+        job_hours: dict[int, dict[int, float]] = {}
         longest: dict[int, int] = {}
-        fleet_terms: list[tuple[int, float]] = []
         for m in range(months):
             for col, v in cover.get((pool, m), []):
                 column = b.columns[col]
-                if v <= 0 or column.kind == "y":
-                    continue
-                if column.kind == "x":
+                if v > 0 and column.kind == "x":
                     j, i, _ = column.key
-                    job_hours.setdefault(j, []).append((col, v))
+                    per = job_hours.setdefault(j, {})
+                    per[col] = per.get(col, 0.0) + v
                     longest[j] = max(longest.get(j, 0), problem.jobs[j].options[i].months())
-                else:
-                    fleet_terms.append((col, -v))
-        job_terms: list[tuple[int, float]] = []
+        excess_terms: list[tuple[int, float]] = []
         for j, placed in sorted(job_hours.items()):
-            merged: dict[int, float] = {}
-            for col, v in placed:
-                merged[col] = merged.get(col, 0.0) + v
-            share = b.column("c", (j, pool), 0.0, 0.0, max(merged.values()), False)
-            b.row(f"reserved share {problem.jobs[j].job_id} {problem.pools[pool].pool_id}",
-                  [(share, 1.0), *((col, -v) for col, v in sorted(merged.items()))],
+            excess = b.column("e", (j, pool), 0.0, 0.0, max(placed.values()), False)
+            b.row(f"reserved use {problem.jobs[j].job_id} {problem.pools[pool].pool_id}",
+                  [*sorted(placed.items()), *((col, -hpm * longest[j]) for col in commitments),
+                   (excess, -1.0)], -np.inf, 0.0)
+            excess_terms.append((excess, 1.0))
+        if excess_terms:
+            b.row(f"reserved use {problem.pools[pool].pool_id}",
+                  [*excess_terms, *((col, -1.0) for col in on_demand_cols.get(pool, []))],
                   -np.inf, 0.0)
-            b.row(f"reserved share cap {problem.jobs[j].job_id} {problem.pools[pool].pool_id}",
-                  [(share, 1.0), *((col, -hpm * longest[j]) for col in pool_y[pool])],
-                  -np.inf, 0.0)
-            job_terms.append((share, -1.0))
-        b.row(f"reserved use {problem.pools[pool].pool_id}",
-              [*used_terms, *job_terms, *fleet_terms], -np.inf, 0.0)
     if lim.max_reserved_gpus_per_region is not None:
         for (pool, m), terms in sorted(reserved_active.items()):
             cap = float(int(lim.max_reserved_gpus_per_region

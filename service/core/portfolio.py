@@ -17,7 +17,10 @@ Variables, in column order:
   capacity_block, a start month); a commitment holds one instance for ``TERM_MONTHS`` months;
 - ``x[a]``: binary placement ``a`` = (job, option: pool and mode base or spot, start month);
 - ``n[b]``: integer instances ``b`` = (fleet, option, month) of a serving fleet;
-- ``z[p, m]``: continuous on-demand instance-hours of pool ``p`` in month ``m``.
+- ``z[p, m]``: continuous on-demand instance-hours of pool ``p`` in month ``m``;
+- ``e[j, p]``: continuous instance-hours of job ``j`` on pool ``p`` beyond what the pool's
+  commitments can hold in the months it runs (``tighten`` only: docs/portfolio.md
+  "Tightening", 5).
 
 Money: float inside the programme (USD per instance-hour from the offers' ``Decimal`` rates);
 every figure a plan reports is priced again from the decoded integers in ``Decimal``

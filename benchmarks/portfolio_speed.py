@@ -30,7 +30,7 @@ POLICY: dict[str, Any] = {
               "max_observed_age_days": None}}
 
 
-def portfolio(seed: int, months: int = 12) -> dict[str, Any]:
+def portfolio(seed: int, months: int = 12, node_limit: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
     accelerators = ["h100-sxm5-80gb", "a100-sxm4-80gb", "h200-sxm-141gb"]
     jobs = []
@@ -65,7 +65,7 @@ def portfolio(seed: int, months: int = 12) -> dict[str, Any]:
             "jobs": jobs, "fleets": fleets, "max_offers": 2000, "policy": POLICY["name"],
             # The work budget: each HiGHS solve's root node only (counted, so the plan is the
             # same on every machine and verifies); the clock is the guard, at its maximum.
-            "node_limit": 1, "time_limit_s": 30.0,
+            "node_limit": node_limit, "time_limit_s": 30.0,
             "on_limit": "best"}
 
 
@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=44)
     parser.add_argument("--dump", default=None, help="pickle the Problem to this file")
+    parser.add_argument("--node-limit", type=int, default=1,
+                        help="the request's node_limit (default 1; the service's is 200)")
     args = parser.parse_args(argv)
     from fastapi.testclient import TestClient
 
@@ -106,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             if made.status_code != 201:
                 raise SystemExit(f"policy: {made.status_code} {made.text[:500]}")
             started = time.perf_counter()
-            answer = client.post("/v1/portfolios", json=portfolio(args.seed),
+            answer = client.post("/v1/portfolios",
+                                 json=portfolio(args.seed, node_limit=args.node_limit),
                                  headers={"Authorization": f"Bearer {key}",
                                           "Idempotency-Key": uuid.uuid4().hex})
             wall_s = time.perf_counter() - started

@@ -17,7 +17,10 @@ Variables, in column order:
   capacity_block, a start month); a commitment holds one instance for ``TERM_MONTHS`` months;
 - ``x[a]``: binary placement ``a`` = (job, option: pool and mode base or spot, start month);
 - ``n[b]``: integer instances ``b`` = (fleet, option, month) of a serving fleet;
-- ``z[p, m]``: continuous on-demand instance-hours of pool ``p`` in month ``m``.
+- ``z[p, m]``: continuous on-demand instance-hours of pool ``p`` in month ``m``;
+- ``e[j, p]``: continuous instance-hours of job ``j`` on pool ``p`` beyond what the pool's
+  commitments can hold in the months it runs (``tighten`` only: docs/portfolio.md
+  "Tightening", 5).
 
 Money: float inside the programme (USD per instance-hour from the offers' ``Decimal`` rates);
 every figure a plan reports is priced again from the decoded integers in ``Decimal``
@@ -701,8 +704,146 @@ def restrict(problem: Problem, pools_per_job: int) -> Problem:
                    options_dropped=problem.options_dropped + dropped)
 
 
-def formulate(problem: Problem) -> Formulation:
-    """The programme of docs/portfolio.md, built column by column and row by row."""
+_HALF_CENT = Decimal("0.005")
+
+
+def _no_dearer(unit_y: Decimal, months_y: int, unit_x: Decimal, months_x: int) -> bool:
+    """Whether ``count`` commitments charged ``months_y`` months at ``unit_y`` (USD per
+    instance-month) never cost more than ``count`` charged ``months_x`` months at ``unit_x``,
+    for every ``count >= 1``, after ``price_decisions``' rounding of each month's charge to
+    the cent (``_cents(count * unit) * months``): either both factors are no larger (rounding
+    is monotone), or the unrounded difference, which grows with ``count``, exceeds the
+    rounding of both at ``count = 1`` (at most half a cent a month each)."""
+    if months_y == 0:
+        return True
+    if unit_y <= unit_x and months_y <= months_x:
+        return True
+    low, high = unit_y * months_y, unit_x * months_x
+    return low <= high and low + _HALF_CENT * (months_y + months_x) <= high
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Candidate:
+    offer: int
+    start: int
+    pool: int
+    block: bool
+    first: int
+    end: int
+    """Months ``first`` to ``end - 1`` of the horizon are covered."""
+    unit_usd: Decimal
+    """USD per instance-month (the rate times 730 h)."""
+    objective_months: int
+    """Months of ``unit_usd`` the objective counts (the term, or the months inside)."""
+    period_months: tuple[int, ...]
+    """Months of ``unit_usd`` each budget period counts (an up-front fee: the whole term in
+    its first month)."""
+
+
+def commitment_candidates(problem: Problem, used: frozenset[int] | set[int],
+                          ) -> tuple[list[tuple[int, int]], frozenset[int]]:
+    """The commitment columns (offer, start month) the programme keeps, and the pools whose
+    reserved limit is one row (the last month's) instead of one a month. Exact (each cannot
+    remove an optimum, docs/portfolio.md "Size, reductions and limits"):
+
+    - a pool no kept base placement uses gets no commitment (it only adds cost);
+    - *nested coverage*: when every reserved or committed-use offer of a pool lasts at least
+      the horizon (``TERM_MONTHS >= months``), every such commitment, whatever its start,
+      holds through the last month, so the commitments active in any month are among those
+      active in the last: that month's reserved-limit row implies every other month's;
+    - *dominance*: commitment X is left out when a kept commitment Y on the same pool and of
+      the same kind (reserved or committed-use; or capacity block, only when blocks have no
+      per-purchase limit) covers every month X covers (the same months where the pool's
+      reserved limit is one row a month), and costs no more, in the objective and in every
+      budget period, for every count after the cent rounding (``_no_dearer``). Moving X's
+      count to Y keeps every row (coverage gains, the limit rows and bounds are the same,
+      each budget period spends no more) and costs no more. Identical offers (the same
+      rate, term and payment) are the equal case: one of them stands for all."""
+    months = problem.months
+    amortised = problem.accounting is Accounting.AMORTISED
+    lim = problem.limits
+    offers = [o for o in committed_offers(problem) if problem.offers[o].pool in used]
+    nested: set[int] = set()
+    for pool in {problem.offers[o].pool for o in offers}:
+        lengths = [TERM_MONTHS[problem.offers[o].term] for o in offers
+                   if problem.offers[o].pool == pool
+                   and problem.offers[o].term != "capacity_block"]
+        if lengths and min(lengths) >= months:
+            nested.add(pool)
+    periods = () if problem.budget is None else problem.budget.periods
+    candidates: list[_Candidate] = []
+    for o in offers:
+        offer = problem.offers[o]
+        length = TERM_MONTHS[offer.term]
+        for start in range(months):
+            end = min(months, start + length)
+            inside = end - start
+            per_period = []
+            for period in periods:
+                if offer.upfront and not amortised:
+                    count = length if start in period.months else 0
+                else:
+                    count = sum(1 for m in period.months if start <= m < end)
+                    if period.includes_beyond and not amortised:
+                        count += length - inside
+                per_period.append(count)
+            candidates.append(_Candidate(
+                offer=o, start=start, pool=offer.pool, block=offer.term == "capacity_block",
+                first=start, end=end,
+                unit_usd=offer.rate_usd_per_instance_hour * HOURS_PER_MONTH,
+                objective_months=inside if amortised else length,
+                period_months=tuple(per_period)))
+
+    def dominates(y: _Candidate, x: _Candidate) -> bool:
+        if y.pool != x.pool or y.block != x.block:
+            return False
+        if y.block and lim.max_capacity_block_instances is not None:
+            return False
+        equal_cover = (not y.block and lim.max_reserved_gpus_per_region is not None
+                       and y.pool not in nested)
+        if equal_cover and (y.first, y.end) != (x.first, x.end):
+            return False
+        if not (y.first <= x.first and x.end <= y.end):
+            return False
+        if not _no_dearer(y.unit_usd, y.objective_months, x.unit_usd, x.objective_months):
+            return False
+        return all(_no_dearer(y.unit_usd, a, x.unit_usd, b)
+                   for a, b in zip(y.period_months, x.period_months, strict=True))
+
+    # A dominator never sorts after what it dominates unless the two tie (same cost and
+    # start), so checking each candidate against the kept ones before it suffices.
+    order = sorted(candidates, key=lambda c: (c.pool, c.unit_usd * c.objective_months,
+                                              c.start, c.offer))
+    kept: list[_Candidate] = []
+    by_pool: dict[int, list[_Candidate]] = {}
+    for cand in order:
+        if any(dominates(y, cand) for y in by_pool.get(cand.pool, [])):
+            continue
+        kept.append(cand)
+        by_pool.setdefault(cand.pool, []).append(cand)
+    out = sorted((c.offer, c.start) for c in kept)
+    return out, frozenset(nested)
+
+
+def fleet_instances_bound(replicas: int, per_instance: float) -> float:
+    """The most instances of one option a fleet needs in a month: enough for all
+    ``replicas`` on that option alone (more only add cost and demand; exact)."""
+    if per_instance <= 0:
+        return 0.0
+    most = float(np.ceil(replicas / per_instance))
+    while most * per_instance < replicas:
+        most += 1.0
+    return most
+
+
+def formulate(problem: Problem, *, tighten: bool = True) -> Formulation:
+    """The programme of docs/portfolio.md, built column by column and row by row.
+
+    ``tighten`` (default) applies the exact reductions and the valid inequalities of
+    docs/portfolio.md "Tightening" (commitment dominance, one reserved-limit row for nested
+    terms, bounds from the demand, the fleets' rounded demand rows, the reserved-use rows);
+    ``False`` builds the plain programme, which has the same optimum (the tests compare
+    them)."""
     b = _Builder()
     months = problem.months
     hpm = HOURS_PER_MONTH_FLOAT
@@ -722,10 +863,14 @@ def formulate(problem: Problem) -> Formulation:
             for i, _ in options if not problem.jobs[j].options[i].spot}
     used |= {problem.fleets[f].options[i].pool for f, options in enumerate(kept.fleets)
              for i in options if not problem.fleets[f].options[i].spot}
-    for o in committed_offers(problem):
+    if tighten:
+        columns, nested = commitment_candidates(problem, used)
+    else:
+        columns = [(o, start) for o in committed_offers(problem)
+                   if problem.offers[o].pool in used for start in range(months)]
+        nested = frozenset()
+    for o, start in columns:
         offer = problem.offers[o]
-        if offer.pool not in used:
-            continue
         length = TERM_MONTHS[offer.term]
         monthly = _rate(problem, o) * hpm
         gpi = problem.pools[offer.pool].gpus_per_instance
@@ -734,23 +879,23 @@ def formulate(problem: Problem) -> Formulation:
             upper = float(lim.max_capacity_block_instances)
         if offer.term != "capacity_block" and lim.max_reserved_gpus_per_region is not None:
             upper = float(int(lim.max_reserved_gpus_per_region // gpi))
-        for start in range(months):
-            inside = min(months, start + length) - start
-            cost = monthly * (inside if amortised else length)
-            col = b.column("y", (o, start), cost, 0.0, upper, True)
-            per: dict[int, float] = {}
-            if offer.upfront and not amortised:
-                per[start] = monthly * length
-            else:
-                for m in range(start, start + inside):
-                    per[m] = monthly
-                if not amortised:
-                    beyond[col] = monthly * (length - inside)
-            cash[col] = per
+        inside = min(months, start + length) - start
+        cost = monthly * (inside if amortised else length)
+        col = b.column("y", (o, start), cost, 0.0, upper, True)
+        per: dict[int, float] = {}
+        if offer.upfront and not amortised:
+            per[start] = monthly * length
+        else:
             for m in range(start, start + inside):
-                cover.setdefault((offer.pool, m), []).append((col, -hpm))
-                if offer.term != "capacity_block":
-                    reserved_active.setdefault((offer.pool, m), []).append((col, 1.0))
+                per[m] = monthly
+            if not amortised:
+                beyond[col] = monthly * (length - inside)
+        cash[col] = per
+        for m in range(start, start + inside):
+            cover.setdefault((offer.pool, m), []).append((col, -hpm))
+            if offer.term != "capacity_block" and (offer.pool not in nested
+                                                   or m == months - 1):
+                reserved_active.setdefault((offer.pool, m), []).append((col, 1.0))
 
     weights = [optional_weight(problem, job) for job in problem.jobs]
 
@@ -784,36 +929,114 @@ def formulate(problem: Problem) -> Formulation:
         for m in range(months):
             need = fleet.replicas_per_month[m]
             supply: list[tuple[int, float]] = []
+            if need <= 0 and tighten:
+                continue  # instances in a month that needs none only add cost
             for i in kept.fleets[f]:
                 held = fleet.options[i]
                 gpi = problem.pools[held.pool].gpus_per_instance
+                most = (fleet_instances_bound(need, held.replicas_per_instance) if tighten
+                        else np.inf)
                 if held.spot:
                     assert held.spot_offer is not None  # noqa: S101 - spot options carry one
                     cost = _rate(problem, held.spot_offer) * hpm
-                    col = b.column("n", (f, i, m), cost, 0.0, np.inf, True)
+                    col = b.column("n", (f, i, m), cost, 0.0, most, True)
                     cash[col] = {m: cost}
                     spot_use.setdefault((held.pool, m), []).append((col, gpi))
                 else:
-                    col = b.column("n", (f, i, m), 0.0, 0.0, np.inf, True)
+                    col = b.column("n", (f, i, m), 0.0, 0.0, most, True)
                     cover.setdefault((held.pool, m), []).append((col, hpm))
                 supply.append((col, held.replicas_per_instance))
-            if need > 0:
-                b.row(f"fleet {fleet.fleet_id} month {m}", supply, float(need), np.inf)
+            if need <= 0:
+                continue
+            b.row(f"fleet {fleet.fleet_id} month {m}", supply, float(need), np.inf)
+            if not tighten:
+                continue
+            # The demand row divided by the most replicas any instance holds, rounded up
+            # (a Chvatal-Gomory cut: Chvatal 1973, "Edmonds polytopes and a hierarchy of
+            # combinatorial problems", Discrete Math. 4, 305-337; the instances are
+            # integers): valid for every plan.
+            densest = max((ro for _, ro in supply), default=0.0)
+            if densest > 0:
+                b.row(f"fleet {fleet.fleet_id} month {m} instances",
+                      [(col, 1.0) for col, _ in supply],
+                      float(np.ceil(need / densest - 1e-9)), np.inf)
 
+    # The most base instance-hours each (pool, month) can demand: each job's largest
+    # placement there (it runs once) and each fleet instance column at its bound.
+    owner = {col: b.columns[col].key[0] for col in range(len(b.columns))
+             if b.columns[col].kind == "x"}
+    most_demand: dict[tuple[int, int], float] = {}
+    for key, terms in cover.items():
+        largest: dict[int, float] = {}
+        total = 0.0
+        for col, v in terms:
+            if v <= 0:
+                continue
+            if col in owner:
+                largest[owner[col]] = max(largest.get(owner[col], 0.0), v)
+            else:
+                total += v * b.upper[col]
+        most_demand[key] = total + sum(largest.values())
+    # A commitment holding more instances than every month it covers can demand only adds
+    # cost (it alone covers each of them): bounded by the most of those months.
+    for col, column in enumerate(b.columns):
+        if column.kind != "y" or not tighten:
+            continue
+        offer = problem.offers[column.key[0]]
+        start = column.key[1]
+        holds = range(start, min(months, start + TERM_MONTHS[offer.term]))
+        peak = max((most_demand.get((offer.pool, m), 0.0) for m in holds), default=0.0)
+        b.upper[col] = min(b.upper[col], float(np.ceil(peak / hpm - 1e-9)))
+    # Each pool's commitment columns: their sum ``R`` is at least the instances committed in
+    # any month (the sum itself when every commitment holds the whole horizon).
+    pool_y: dict[int, list[int]] = {}
+    for col, column in enumerate(b.columns):
+        if column.kind == "y" and tighten:
+            pool_y.setdefault(problem.offers[column.key[0]].pool, []).append(col)
+    on_demand_cols: dict[int, list[int]] = {}
     od = on_demand_offers(problem)
     for (pool, m), terms in sorted(cover.items()):
         if not any(v > 0 for _, v in terms):
             continue
         gpi = problem.pools[pool].gpus_per_instance
         if pool in od:
-            upper = np.inf
+            # On-demand hours beyond the most the month can demand only add cost.
+            upper = most_demand[(pool, m)] if tighten else np.inf
             if lim.max_on_demand_gpus_per_region is not None:
-                upper = float(int(lim.max_on_demand_gpus_per_region // gpi)) * hpm
+                upper = min(upper, float(int(lim.max_on_demand_gpus_per_region // gpi)) * hpm)
             cost = _rate(problem, od[pool])
             col = b.column("z", (pool, m), cost, 0.0, upper, False)
             cash[col] = {m: cost}
             terms = [*terms, (col, -1.0)]
+            on_demand_cols.setdefault(pool, []).append(col)
         b.row(f"cover {problem.pools[pool].pool_id} month {m}", terms, -np.inf, 0.0)
+    # Reserved use (docs/portfolio.md "Tightening", 5): a job that runs d months on a pool
+    # gets at most R committed instances in each of them, so at least its hours beyond
+    # 730 d R, ``e``, are on demand; the pool's on-demand hours over the horizon are at least
+    # the sum of its jobs' ``e``. Valid for every plan, and it keeps the relaxation from
+    # spreading a large job over its window to fill a fraction of a reservation evenly.
+    for pool, commitments in sorted(pool_y.items()):
+        job_hours: dict[int, dict[int, float]] = {}
+        longest: dict[int, int] = {}
+        for m in range(months):
+            for col, v in cover.get((pool, m), []):
+                column = b.columns[col]
+                if v > 0 and column.kind == "x":
+                    j, i, _ = column.key
+                    per = job_hours.setdefault(j, {})
+                    per[col] = per.get(col, 0.0) + v
+                    longest[j] = max(longest.get(j, 0), problem.jobs[j].options[i].months())
+        excess_terms: list[tuple[int, float]] = []
+        for j, placed in sorted(job_hours.items()):
+            excess = b.column("e", (j, pool), 0.0, 0.0, max(placed.values()), False)
+            b.row(f"reserved use {problem.jobs[j].job_id} {problem.pools[pool].pool_id}",
+                  [*sorted(placed.items()), *((col, -hpm * longest[j]) for col in commitments),
+                   (excess, -1.0)], -np.inf, 0.0)
+            excess_terms.append((excess, 1.0))
+        if excess_terms:
+            b.row(f"reserved use {problem.pools[pool].pool_id}",
+                  [*excess_terms, *((col, -1.0) for col in on_demand_cols.get(pool, []))],
+                  -np.inf, 0.0)
     if lim.max_reserved_gpus_per_region is not None:
         for (pool, m), terms in sorted(reserved_active.items()):
             cap = float(int(lim.max_reserved_gpus_per_region

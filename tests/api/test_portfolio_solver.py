@@ -240,3 +240,183 @@ def test_pools_per_job_restricts_and_counts_what_it_drops() -> None:
     assert kept.priced is not None
     # pool 0 is the cheapest on every term, so keeping one pool loses nothing here
     assert kept.priced.objective_usd == full.priced.objective_usd
+
+
+def _rich_problem(seed: int) -> pf.Problem:
+    """A random portfolio on two pools that exercises every tightening of ``formulate``:
+    pool 0 has on-demand, reserved_1y, reserved_3y, a duplicate of the 1-year offer and
+    (some seeds) a capacity block, two spot zones; pool 1 on-demand and reserved_1y; jobs of
+    1-3 instances with base and spot options; a serving fleet; horizons of 3-5 months (every
+    term holds the whole horizon) or 13-14 (a 1-year term does not: one reserved-limit row a
+    month); limits that bind; no budget, a horizon budget or a monthly one (each at 70-100 %
+    of what the plain programme's unbudgeted optimum spends in its dearest period, so that it
+    binds); both accountings."""
+    rng = np.random.default_rng(seed)
+    months = int(rng.choice([3, 4, 5, 13, 14]))
+    pools = tuple(pf.Pool(pool_id=f"p{k}", provider="aws", region=f"r{k}", zone=zone,
+                          instance_type="i", accelerator="h100", gpus_per_instance=8.0)
+                  for k, zone in enumerate([None, None, "z1", "z2"]))
+
+    def cents(low: int, high: int) -> Decimal:
+        return Decimal(int(rng.integers(low, high))) / 100
+
+    upfront = bool(rng.integers(0, 2))
+    one_year = cents(400, 700)
+    offers = [
+        pf.PoolOffer(offer_id="od0", pool=0, term="on_demand",
+                     rate_usd_per_instance_hour=cents(800, 1200)),
+        pf.PoolOffer(offer_id="r1", pool=0, term="reserved_1y",
+                     rate_usd_per_instance_hour=one_year, upfront=upfront),
+        pf.PoolOffer(offer_id="r1-again", pool=0, term="reserved_1y",
+                     rate_usd_per_instance_hour=one_year, upfront=upfront),
+        pf.PoolOffer(offer_id="r3", pool=0, term="reserved_3y",
+                     rate_usd_per_instance_hour=cents(100, 500)),
+        pf.PoolOffer(offer_id="od1", pool=1, term="on_demand",
+                     rate_usd_per_instance_hour=cents(800, 1200)),
+        pf.PoolOffer(offer_id="r1b", pool=1, term="reserved_1y",
+                     rate_usd_per_instance_hour=cents(400, 800)),
+        pf.PoolOffer(offer_id="sp1", pool=2, term="spot",
+                     rate_usd_per_instance_hour=cents(200, 500)),
+        pf.PoolOffer(offer_id="sp2", pool=3, term="spot",
+                     rate_usd_per_instance_hour=cents(200, 500)),
+    ]
+    if rng.integers(0, 2):
+        offers.append(pf.PoolOffer(offer_id="cb", pool=0, term="capacity_block",
+                                   rate_usd_per_instance_hour=cents(500, 900)))
+    horizon_months = min(months, 5)
+    jobs = []
+    for j in range(int(rng.integers(2, 5))):
+        instances = int(rng.integers(1, 4))
+        hours = Decimal(int(rng.integers(200, 1400)))
+        runs = -(-int(hours) // 730)
+        earliest = int(rng.integers(0, horizon_months - runs + 1))
+        deadline = int(rng.integers(earliest + runs - 1, months))
+        options = [pf.JobOption(pool=k, spot=False, instances=instances, billed_hours=hours)
+                   for k in (0, 1)]
+        options += [pf.JobOption(pool=k, spot=True, instances=instances,
+                                 billed_hours=hours + 30, spot_offer=4 + k) for k in (2, 3)
+                    if rng.integers(0, 3)]
+        jobs.append(pf.Job(job_id=f"j{j}", earliest_month=earliest, deadline_month=deadline,
+                           must_run=bool(rng.integers(0, 4)), options=tuple(options)))
+    fleets = (pf.Fleet(fleet_id="f", replicas_per_month=tuple(
+        int(r) for r in rng.integers(0, 7, size=months)), options=(
+        pf.FleetOption(pool=0, spot=False, replicas_per_instance=2.0),
+        pf.FleetOption(pool=1, spot=False, replicas_per_instance=0.5),
+        pf.FleetOption(pool=2, spot=True, replicas_per_instance=1.6, spot_offer=6))),)
+    limits = pf.Limits(
+        max_reserved_gpus_per_region=int(rng.choice([8, 16, 40])),
+        max_on_demand_gpus_per_region=int(rng.choice([32, 64, 2048])),
+        max_capacity_block_instances=int(rng.choice([1, 3])),
+        max_spot_gpus_per_zone=int(rng.choice([8, 16, 64])))
+    accounting = pf.Accounting.AMORTISED if rng.integers(0, 3) == 0 else pf.Accounting.COMMITMENT
+    problem = pf.Problem(months=months, pools=pools, offers=tuple(offers), jobs=tuple(jobs),
+                         fleets=fleets, limits=limits, accounting=accounting)
+    kind = int(rng.integers(0, 3))
+    if kind == 0:
+        return problem
+    periods = (tuple(pf.BudgetPeriod(label=f"month {m}", months=(m,)) for m in range(months))
+               if kind == 2 else
+               (pf.BudgetPeriod(label="horizon", months=tuple(range(months)),
+                                includes_beyond=accounting is pf.Accounting.COMMITMENT),))
+    counted = pf.Problem(**{**_fields(problem), "budget": pf.Budget(
+        amount_usd=Decimal(10) ** 12, periods=periods)})
+    plain = pf.formulate(counted, tighten=False)
+    found = _optimum(plain)
+    if found is None:
+        return problem
+    priced = pf.price_decisions(counted, pf.decode(counted, plain, found[1]))
+    dearest = max(spent for _, spent in pf.budget_spent(counted, priced))
+    amount = (dearest * Decimal(int(rng.integers(70, 101))) / 100).to_integral_value()
+    return pf.Problem(**{**_fields(problem), "budget": pf.Budget(amount_usd=amount,
+                                                                  periods=periods)})
+
+
+def _optimum(form: pf.Formulation) -> tuple[float, np.ndarray] | None:
+    """HiGHS's proven optimum of ``form`` and its solution (None when infeasible)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
+    from scipy.sparse import coo_matrix  # type: ignore[import-untyped]
+    a = coo_matrix((form.vals, (form.rows, form.cols)),
+                   shape=(form.num_rows, form.num_columns)).tocsr()
+    result = milp(form.c, constraints=[LinearConstraint(a, form.row_lower, form.row_upper)],
+                  integrality=form.integrality, bounds=Bounds(form.lower, form.upper),
+                  options={"mip_rel_gap": 1e-12, "disp": False})
+    if result.status == 2:
+        return None
+    assert result.status == 0, result.message
+    return float(result.fun), result.x
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_tightened_programme_has_the_plain_programmes_optimum(seed: int) -> None:
+    """Every reduction and valid inequality of ``formulate`` (docs/portfolio.md, "Tightening")
+    keeps the optimum: the tightened programme and the plain one (``tighten=False``, every
+    commitment at every start, one reserved-limit row a month, no bounds from the demand, no
+    rounded fleet rows, no reserved-use rows) prove the same objective, or are both
+    infeasible."""
+    problem = _rich_problem(seed)
+    tight, plain = pf.formulate(problem), pf.formulate(problem, tighten=False)
+    got, want = _optimum(tight), _optimum(plain)
+    if want is None:
+        assert got is None
+        return
+    assert got is not None
+    assert got[0] == pytest.approx(want[0], rel=1e-9, abs=1e-6)
+
+
+def _edge_problem(case: str) -> pf.Problem:
+    """Portfolios where a condition of the commitments' dominance decides the optimum (each
+    reduction without its condition would lose the optimum or every plan):
+
+    - ``monthly_budget``: a 1-year commitment from month 1 fits a monthly budget that one from
+      month 0 (the same cost, more months covered) breaks: the budget's periods count;
+    - ``monthly_limit``: 13 months, a reserved limit of one instance and no on-demand: a
+      commitment from month 0 and one from month 12 cover the year; one from month 1 covers
+      more than the one from 12 but breaks the limit in months 1-11 beside the first;
+    - ``block_limit``: two capacity blocks on one pool, one instance each at most, two
+      instances needed: the dearer block is not dominated."""
+    pools = tuple(pf.Pool(pool_id=f"p{k}", provider="aws", region=f"r{k}", zone=None,
+                          instance_type="i", accelerator="h100", gpus_per_instance=8.0)
+                  for k in range(2))
+    od = pf.PoolOffer(offer_id="od", pool=0, term="on_demand",
+                      rate_usd_per_instance_hour=Decimal(30))
+    year = pf.PoolOffer(offer_id="r1", pool=0, term="reserved_1y",
+                        rate_usd_per_instance_hour=Decimal(5))
+    if case == "monthly_budget":
+        other = pf.PoolOffer(offer_id="od1", pool=1, term="on_demand",
+                             rate_usd_per_instance_hour=Decimal(30))
+        jobs = (pf.Job(job_id="a", earliest_month=0, deadline_month=0, must_run=True, options=(
+                    pf.JobOption(pool=1, spot=False, instances=1, billed_hours=H),)),
+                pf.Job(job_id="b", earliest_month=1, deadline_month=3, must_run=True, options=(
+                    pf.JobOption(pool=0, spot=False, instances=1, billed_hours=3 * H),)))
+        return pf.Problem(months=4, pools=pools, offers=(od, year, other), jobs=jobs,
+                          budget=pf.Budget(amount_usd=Decimal(22_000), periods=tuple(
+                              pf.BudgetPeriod(label=f"month {m}", months=(m,))
+                              for m in range(4))))
+    if case == "monthly_limit":
+        fleet = pf.Fleet(fleet_id="f", replicas_per_month=(1,) * 13, options=(
+            pf.FleetOption(pool=0, spot=False, replicas_per_instance=1.0),))
+        return pf.Problem(months=13, pools=pools, offers=(od, year), jobs=(), fleets=(fleet,),
+                          limits=pf.Limits(max_reserved_gpus_per_region=8,
+                                           max_on_demand_gpus_per_region=0))
+    blocks = tuple(pf.PoolOffer(offer_id=f"cb{k}", pool=0, term="capacity_block",
+                                rate_usd_per_instance_hour=Decimal(6 + k)) for k in range(2))
+    job = pf.Job(job_id="a", earliest_month=0, deadline_month=0, must_run=True, options=(
+        pf.JobOption(pool=0, spot=False, instances=2, billed_hours=H),))
+    return pf.Problem(months=2, pools=pools, offers=(od, *blocks), jobs=(job,),
+                      limits=pf.Limits(max_capacity_block_instances=1,
+                                       max_on_demand_gpus_per_region=0))
+
+
+@pytest.mark.parametrize("case", ["monthly_budget", "monthly_limit", "block_limit"])
+def test_the_commitments_dominance_keeps_the_optimum_at_its_conditions(case: str) -> None:
+    problem = _edge_problem(case)
+    got = _optimum(pf.formulate(problem))
+    want = _optimum(pf.formulate(problem, tighten=False))
+    assert want is not None
+    assert got is not None
+    assert got[0] == pytest.approx(want[0], rel=1e-9, abs=1e-6)
+    solution = solve(problem)
+    assert solution.optimal
+    assert solution.priced is not None
+    assert solution.priced.within_limits
+    assert float(solution.priced.objective_usd) == pytest.approx(want[0], abs=0.01)

@@ -4,7 +4,9 @@ never fits on the source it predicts, and the shipped engine table is the in-sam
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import pytest
 
@@ -85,8 +87,14 @@ def test_unknown_is_the_least_efficient_of_the_named_engines() -> None:
         assert unknown.gpu_memory_fraction <= table[engine].gpu_memory_fraction
 
 
+@functools.cache
+def _fitted_on_every_row() -> Mapping[s.Engine, s.EngineEfficiency]:
+    """The in-sample fit (a grid fit per engine, about 5 s), shared by the tests that read it."""
+    return MappingProxyType(v.fit(USABLE, ACC))
+
+
 def test_the_shipped_engine_table_is_the_in_sample_fit() -> None:
-    fitted = v.fit(USABLE, ACC)
+    fitted = _fitted_on_every_row()
     for engine in s.Engine:
         got, want = s.ENGINE_EFFICIENCY[engine], fitted[engine]
         assert (got.hbm_fraction, got.compute_fraction, got.step_overhead_s,
@@ -143,7 +151,7 @@ def test_moe_rows_are_evaluated_and_fit_nothing() -> None:
     assert {v.document(r) for r in moe} == {DSTACK_DOC, TRTLLM_MOE_DOC, COOKBOOK_DOC}
     assert len(moe) == 44
     dense = [r for r in USABLE if not v.is_moe(r)]
-    with_moe, without = v.fit(USABLE, ACC), v.fit(dense, ACC)
+    with_moe, without = _fitted_on_every_row(), v.fit(dense, ACC)
     for engine in s.Engine:
         assert with_moe[engine] == without[engine]
     # The gap the warning states: measured output tokens/s from 5.1x below the model's (the

@@ -187,12 +187,20 @@ def tree_correction(volume_bytes: Num, protocol: Protocol) -> Num:
     lines 259-260), written as steps so that a numpy array of sizes takes it too: the entry
     for ``floor(log2(floor(S / 64)))`` is the first entry plus each step up to it, a step k
     being taken where S >= 64 x 2^k (the same thing for whole bytes)."""
-    table = TREE_CORRECTION_FACTOR[protocol]
+    return _corrected(TREE_CORRECTION_FACTOR[protocol], _size_steps(volume_bytes))
+
+
+def _size_steps(volume_bytes: Num) -> tuple[Num, ...]:
+    """Whether the message reaches 64 x 2^k bytes, for k = 1 .. 22 (shared by the protocols)."""
+    return tuple(volume_bytes >= TREE_CORRECTION_SMALLEST_BYTES * 2.0 ** k
+                 for k in range(1, len(TREE_CORRECTION_FACTOR[Protocol.LL]) + 1))
+
+
+def _corrected(table: tuple[float, ...], reached: tuple[Num, ...]) -> Num:
     factor: Num = table[0]
-    for k, (below, above) in enumerate(zip(table, (*table[1:], 1.0), strict=True), start=1):
+    for below, above, step in zip(table, (*table[1:], 1.0), reached, strict=True):
         if above != below:
-            factor = factor + (above - below) * (
-                volume_bytes >= TREE_CORRECTION_SMALLEST_BYTES * 2.0 ** k)
+            factor = factor + (above - below) * step
     return factor
 
 
@@ -204,6 +212,7 @@ def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_
     per_node = group / nodes
     depth = xp.log2(xp.maximum(nodes, 1.0))
     multi_node = nodes > 1
+    reached = _size_steps(volume_bytes)
     best: Num = None
     for protocol in Protocol:
         intra_hop = TREE_NVLINK_HOP_S[protocol] * (
@@ -211,7 +220,8 @@ def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_
             if protocol == Protocol.LL else 1.0)
         latency = TREE_BASE_LATENCY_S[protocol] + 2.0 * (
             (per_node - 1) * intra_hop + depth * (TREE_NET_HOP_S[protocol] + hop_extra_s))
-        fraction = TREE_BANDWIDTH_FRACTION * tree_correction(volume_bytes, protocol)
+        fraction = TREE_BANDWIDTH_FRACTION * _corrected(TREE_CORRECTION_FACTOR[protocol],
+                                                         reached)
         if protocol == Protocol.LL:
             fraction = fraction * TREE_LL_BANDWIDTH_FRACTION
         elif protocol == Protocol.LL128:

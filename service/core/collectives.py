@@ -182,26 +182,24 @@ def _ring_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_s: Num,
     return best
 
 
-def tree_correction(volume_bytes: Num, protocol: Protocol) -> Num:
+def tree_correction(volume_bytes: Num, protocol: Protocol, xp: Num = SCALAR) -> Num:
     """``treeCorrectionFactor[protocol][log2i(nBytes >> 6)]``, 1 from 64 x 2^22 bytes (tuning.cc
-    lines 259-260), written as steps so that a numpy array of sizes takes it too: the entry
-    for ``floor(log2(floor(S / 64)))`` is the first entry plus each step up to it, a step k
-    being taken where S >= 64 x 2^k (the same thing for whole bytes)."""
-    return _corrected(TREE_CORRECTION_FACTOR[protocol], _size_steps(volume_bytes))
+    lines 259-260): the entry for ``floor(log2(floor(S / 64)))`` is the count of the sizes
+    64 x 2^k, k = 1 .. 22, that the message reaches (the same thing for whole bytes), so a
+    numpy array of sizes takes it too."""
+    return xp.take(_CORRECTION_WITH_ONE[protocol], _size_index(volume_bytes, xp))
 
 
-def _size_steps(volume_bytes: Num) -> tuple[Num, ...]:
-    """Whether the message reaches 64 x 2^k bytes, for k = 1 .. 22 (shared by the protocols)."""
-    return tuple(volume_bytes >= TREE_CORRECTION_SMALLEST_BYTES * 2.0 ** k
-                 for k in range(1, len(TREE_CORRECTION_FACTOR[Protocol.LL]) + 1))
+_CORRECTION_STEPS_BYTES = tuple(TREE_CORRECTION_SMALLEST_BYTES * 2.0 ** k for k in range(
+    1, len(TREE_CORRECTION_FACTOR[Protocol.LL]) + 1))
+"""64 x 2^k bytes for k = 1 .. 22: where ``log2i(nBytes >> 6)`` reaches k."""
+_CORRECTION_WITH_ONE = MappingProxyType({
+    protocol: (*table, 1.0) for protocol, table in TREE_CORRECTION_FACTOR.items()})
+"""Each protocol's table and the 1 that applies from 64 x 2^22 bytes (no entry, no scaling)."""
 
 
-def _corrected(table: tuple[float, ...], reached: tuple[Num, ...]) -> Num:
-    factor: Num = table[0]
-    for below, above, step in zip(table, (*table[1:], 1.0), reached, strict=True):
-        if above != below:
-            factor = factor + (above - below) * step
-    return factor
+def _size_index(volume_bytes: Num, xp: Num) -> Num:
+    return xp.searchsorted(_CORRECTION_STEPS_BYTES, volume_bytes, side="right")
 
 
 def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_s: Num,
@@ -212,7 +210,7 @@ def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_
     per_node = group / nodes
     depth = xp.log2(xp.maximum(nodes, 1.0))
     multi_node = nodes > 1
-    reached = _size_steps(volume_bytes)
+    size_index = _size_index(volume_bytes, xp)
     best: Num = None
     for protocol in Protocol:
         intra_hop = TREE_NVLINK_HOP_S[protocol] * (
@@ -220,8 +218,8 @@ def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_
             if protocol == Protocol.LL else 1.0)
         latency = TREE_BASE_LATENCY_S[protocol] + 2.0 * (
             (per_node - 1) * intra_hop + depth * (TREE_NET_HOP_S[protocol] + hop_extra_s))
-        fraction = TREE_BANDWIDTH_FRACTION * _corrected(TREE_CORRECTION_FACTOR[protocol],
-                                                         reached)
+        fraction = TREE_BANDWIDTH_FRACTION * xp.take(_CORRECTION_WITH_ONE[protocol],
+                                                      size_index)
         if protocol == Protocol.LL:
             fraction = fraction * TREE_LL_BANDWIDTH_FRACTION
         elif protocol == Protocol.LL128:

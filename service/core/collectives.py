@@ -29,8 +29,9 @@ the file is unchanged through v2.7.8-1). Line numbers below are that file's at t
   speedIntra for trees (2 nodes or collnet)", ``speedIntra < speedInter*2``): on two nodes
   the tree's bus bandwidth is up to twice the network's, capped by the scale-up link. This is
   the "trick" NVIDIA's maintainers describe (nccl issue #307, sjeaugey: "on 2 nodes, we use
-  trees which due to some trick can reach up to 2x the network bandwidth"): each node's half
-  of a double binary tree crosses the network once each way. The ring's bus bandwidth is
+  trees which due to some trick can reach up to 2x the network bandwidth"; nccl issue #330,
+  sjeaugey: on two nodes the tree "can balance traffic unevenly between NVLink and the
+  network, so that there is more traffic on NVLink"). The ring's bus bandwidth is
   the network's on two nodes as on more (its graph's two speeds are kept equal, lines
   746-747 and 754 of search.cc);
 - trees do not follow that model at medium sizes, and NCCL scales a tree's bandwidth by a

@@ -64,7 +64,7 @@ from service.core.specs import (
     RecomputeMode,
     TrainingSpec,
 )
-from service.core.timing import ring_bandwidth
+from service.core.timing import ring_bandwidth, scaleup_bandwidth
 
 DATA = Path(__file__).parent / "data" / "network-measurements.csv"
 GB = 1e9
@@ -155,8 +155,20 @@ def all_reduce_s(row: dict[str, str]) -> float:
     terms = fabric_terms(cluster.fabric, cluster)
     group, per_node = cluster.num_gpus, cluster.gpus_per_node
     bus = ring_bandwidth(cluster.accelerator, group, per_node, DEFAULT_CALIBRATION, net=terms)
-    return float(collectives.collective_s(float(row["size_bytes"]), group, per_node, bus,
-                                          all_reduce=True, hop_extra_s=terms.hop_extra_s))
+    return float(collectives.collective_s(
+        float(row["size_bytes"]), group, per_node, bus, all_reduce=True,
+        hop_extra_s=terms.hop_extra_s,
+        scaleup_bytes_per_s=scaleup_bandwidth(cluster.accelerator, DEFAULT_CALIBRATION),
+        algorithms=row_algorithms(row)))
+
+
+def row_algorithms(row: dict[str, str]) -> frozenset[collectives.Algorithm]:
+    """The algorithms the row's run let NCCL choose from: its ``nccl_algo`` (``NCCL_ALGO``,
+    as the document states it), or all of the model's (NCCL's default) where it is empty."""
+    stated = row.get("nccl_algo", "")
+    if not stated:
+        return collectives.ALL_ALGORITHMS
+    return frozenset(collectives.Algorithm(name) for name in stated.split(";"))
 
 
 def bus_bandwidth_gb_per_s(row: dict[str, str]) -> float:

@@ -285,17 +285,21 @@ def unfused_attention_s(model: ModelSpec, training: TrainingSpec, tokens: Num, t
 
 
 def _collective_s(volume_bytes: Num, group: Num, per_node: Num, bandwidth: Num,
-                  all_reduce: bool, xp: Num, net: FabricTerms | None = None) -> Num:
+                  all_reduce: bool, xp: Num, net: FabricTerms | None = None,
+                  scaleup: Num = None) -> Num:
     """An all-reduce (``all_reduce``), reduce-scatter or all-gather at the ring's achieved bus
     bandwidth: NCCL's cost model, latency by algorithm, protocol and ring size
     (``collectives.collective_s``: 2(n-1)/n x S/B for an all-reduce, (n-1)/n x S/B for the
-    others, plus the fastest pair's latency); 0 for a group of one or nothing to send."""
+    others, plus the fastest pair's latency); 0 for a group of one or nothing to send.
+    ``scaleup``: the scale-up link's achieved bandwidth (``scaleup_bandwidth``), the cap of
+    NCCL's two-node tree (``collectives.tree_bus_bytes_per_s``)."""
     if _same_for_all(group, 1) or _same_for_all(volume_bytes, 0):
         return 0.0
     if net is None:
-        return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp)
+        return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp,
+                            scaleup_bytes_per_s=scaleup)
     return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp,
-                        net.hop_extra_s)
+                        net.hop_extra_s, scaleup_bytes_per_s=scaleup)
 
 
 def _same_for_all(value: Num, at_most: float) -> bool:
@@ -304,6 +308,11 @@ def _same_for_all(value: Num, at_most: float) -> bool:
     shards): the collective is then 0 without computing it, as ``collective_s`` would answer
     (issue 38: the search built those arrays only to zero them)."""
     return isinstance(value, (int, float)) and value <= at_most
+
+
+def scaleup_bandwidth(acc: AcceleratorSpec, cal: Calibration) -> float:
+    """The scale-up link's achieved bandwidth (``ring_bandwidth`` inside one node)."""
+    return acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction
 
 
 def ring_bandwidth(
@@ -321,7 +330,7 @@ def ring_bandwidth(
     (protocol and loss), divided by the oversubscription ratio when the group spans more
     than one leaf (``fabric.FabricTerms.spine_factor``): a ring runs at its slowest link.
     """
-    scaleup = acc.scaleup_bytes_per_s * cal.scaleup_efficiency_fraction
+    scaleup = scaleup_bandwidth(acc, cal)
     network = per_node * acc.scaleout_bytes_per_s * cal.scaleout_efficiency_fraction
     if net is not None:
         network = network * net.bandwidth_fraction / net.spine_factor(
@@ -548,7 +557,7 @@ def _micro_batch_time(
     tp_count = (4.0 + xp.where(full, 2.0, 0.0)) * geo.layers_per_stage
     tp_s = tp_count * _collective_s(
         tp_volume, t, geo.tp_per_node, ring_bandwidth(acc, t, geo.tp_per_node, cal, xp, net),
-        True, xp, net,
+        True, xp, net, scaleup_bandwidth(acc, cal),
     ) * cal.tp_comm_exposed_fraction
 
     # Context parallel: ring exchange of local K and V, hidden behind attention where possible.
@@ -690,10 +699,11 @@ def step_time(
     layout = state_layout(training)
     grads = _GradientTraffic.of(training, model, plan, layout, net, xp)
     # Replicas imply ZeRO >= 1 (specs), so their all-reduce moves the sharded gradients.
+    scaleup = scaleup_bandwidth(acc, cal)
     dp_comm = (_dp_traffic_s(params, geo.shard_group_size, geo.shard_per_node, plan.zero_stage,
-                             dp_bw, layout, xp, grads)
+                             dp_bw, layout, xp, grads, scaleup)
                + _dp_traffic_s(experts, geo.expert_shard_group_size, geo.shard_per_node,
-                               plan.zero_stage, dp_bw, layout, xp, grads)
+                               plan.zero_stage, dp_bw, layout, xp, grads, scaleup)
                + _replica_all_reduce_s(shard_params, plan.dp_replicas, geo.replica_per_node,
                                        acc, layout, cal, xp, grads))
     if training.adapters:
@@ -864,12 +874,14 @@ def _replica_all_reduce_s(
     fraction = 1.0 if grads is None else grads.fraction
     gradient_bytes = shard_params * layout.grad_bytes_per_param * fraction
     bandwidth = ring_bandwidth(acc, replicas, per_node, cal, xp, net)
-    return _collective_s(gradient_bytes, replicas, per_node, bandwidth, True, xp, net)
+    return _collective_s(gradient_bytes, replicas, per_node, bandwidth, True, xp, net,
+                         scaleup_bandwidth(acc, cal))
 
 
 def _dp_traffic_s(
     params: Num, group: Num, per_node: Num, zero_stage: Num, bandwidth: Num,
     layout: StateLayout, xp: Num, grads: _GradientTraffic | None = None,
+    scaleup: Num = None,
 ) -> Num:
     """Data-parallel traffic per step (ZeRO 0-2) or per micro-batch (ZeRO-3): all-reduce of
     the gradients (ZeRO-0), or their reduce-scatter plus one all-gather of the weights
@@ -886,7 +898,8 @@ def _dp_traffic_s(
     fraction = 1.0 if grads is None else grads.fraction
     gradient_bytes = params * layout.grad_bytes_per_param * fraction
     weights = params * layout.gather_bytes_per_param
-    all_reduce = _collective_s(gradient_bytes, group, per_node, bandwidth, True, xp, net)
+    all_reduce = _collective_s(gradient_bytes, group, per_node, bandwidth, True, xp, net,
+                               scaleup)
     reduce_scatter = (all_reduce if grads is not None and grads.powersgd else _collective_s(
         gradient_bytes, group, per_node, bandwidth, False, xp, net))
     all_gather = _collective_s(weights, group, per_node, bandwidth, False, xp, net)

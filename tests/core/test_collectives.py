@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.core.collectives import collective_s
+from service.core.collectives import (
+    TREE_CORRECTION_FACTOR,
+    Algorithm,
+    Protocol,
+    collective_s,
+    tree_correction,
+)
 from service.core.ops import SCALAR
 
 BUS = 200e9
@@ -53,9 +59,10 @@ def test_latency_grows_with_the_ring() -> None:
 
 def test_across_many_nodes_the_tree_bounds_the_latency() -> None:
     """1,024 nodes, one rank each: a ring's LL latency is 3.6 + 2046 x 2.7 us (5.5 ms); the
-    tree's is 4.4 + 2 x 10 x 5.0 us = 104.4 us, which NCCL takes."""
+    tree's is 4.4 + 2 x 10 x 5.0 us = 104.4 us, which NCCL takes. 1 KiB is 16 x 64 bytes,
+    entry 4 of LL's ``treeCorrectionFactor`` (0.9)."""
     tiny = 1024.0
-    tree = (4.4 + 2 * 10 * 5.0) * US + 2 * tiny / (BUS * 0.9 / 3.8)
+    tree = (4.4 + 2 * 10 * 5.0) * US + 2 * tiny / (BUS * 0.9 * 0.9 / 3.8)
     assert collective_s(tiny, 1024, 1, BUS, True) == pytest.approx(tree)
 
 
@@ -82,3 +89,81 @@ def test_arrays_agree_with_scalars() -> None:
         scalar = [collective_s(float(s), float(g), float(p), BUS, all_reduce, SCALAR)
                   for s, g, p in zip(sizes, groups, per_node, strict=True)]
         assert vector == pytest.approx(scalar, rel=1e-12)
+
+
+SCALEUP = 360e9
+"""An achieved scale-up bandwidth below twice ``BUS``: it caps the two-node tree (twice it
+does not)."""
+GIB8 = 8 * 2**30
+
+
+def test_the_tree_correction_is_nccl_s_table() -> None:
+    """``treeCorrectionFactor[p][log2i(S >> 6)]`` (tuning.cc v2.7.5-1 lines 247-260): 64-127 B
+    take entry 0, 1 MiB (2^14 x 64 B) entry 14, 128 MiB entry 21, 256 MiB and more 1."""
+    for protocol in Protocol:
+        table = TREE_CORRECTION_FACTOR[protocol]
+        assert len(table) == 22
+        assert tree_correction(64.0, protocol) == pytest.approx(table[0])
+        assert tree_correction(127.0, protocol) == pytest.approx(table[0])
+        assert tree_correction(2.0**20, protocol) == pytest.approx(table[14])
+        assert tree_correction(2.0**20 - 1, protocol) == pytest.approx(table[13])
+        assert tree_correction(2.0**27, protocol) == pytest.approx(table[21])
+        assert tree_correction(2.0**28, protocol) == pytest.approx(1.0)
+        assert tree_correction(1e12, protocol) == pytest.approx(1.0)
+    sizes = np.array([8.0, 2.0**20, 2.0**27, 2.0**30])
+    assert tree_correction(sizes, Protocol.SIMPLE, np) == pytest.approx([0.9, 0.5, 0.9, 1.0])
+
+
+def test_on_two_nodes_the_tree_runs_at_twice_the_network() -> None:
+    """16 ranks on 2 nodes, 8 GiB: the tree's bus bandwidth is twice the ring's network-bound
+    figure (tuning.cc line 108, search.cc lines 752-758), so its algorithm bandwidth is
+    0.9 x 2B / 2 and nccl-tests' busbw 0.9 x 2B x 15/16 = 1.69 B (less the latency's 1%),
+    against the ring's B.
+    Tree Simple's latency: 2 x (7 x 28 + 1 x 50) us."""
+    tree = 2 * (7 * 28.0 + 50.0) * US + 2 * GIB8 / (2 * BUS * 0.9)
+    assert collective_s(GIB8, 16, 8, BUS, True, scaleup_bytes_per_s=SCALEUP * 2) == (
+        pytest.approx(tree))
+    busbw = GIB8 / tree * 2 * 15 / 16
+    assert busbw / BUS == pytest.approx(0.9 * 2 * 15 / 16, rel=0.02)
+
+
+def test_the_two_node_tree_is_capped_by_the_scale_up_link() -> None:
+    """With a scale-up link below twice the network the tree takes the scale-up link."""
+    tree = 2 * (7 * 28.0 + 50.0) * US + 2 * GIB8 / (SCALEUP * 0.9)
+    assert collective_s(GIB8, 16, 8, BUS, True, scaleup_bytes_per_s=SCALEUP) == (
+        pytest.approx(tree))
+
+
+def test_beyond_two_nodes_or_under_nccl_algo_ring_the_ring_is_as_before() -> None:
+    """Three nodes: the tree's bus bandwidth is the network's (tuning.cc line 108,
+    ``speedInter``), so NCCL runs the ring on a large message; and with ``NCCL_ALGO=RING``
+    on two nodes the ring runs whatever the tree would do."""
+    three = collective_s(GIB8, 24, 8, BUS, True, scaleup_bytes_per_s=SCALEUP)
+    assert three == pytest.approx(collective_s(GIB8, 24, 8, BUS, True))
+    assert three == pytest.approx(collective_s(GIB8, 24, 8, BUS, True,
+                                               algorithms=frozenset({Algorithm.RING})))
+    ring = collective_s(GIB8, 16, 8, BUS, True, scaleup_bytes_per_s=SCALEUP,
+                        algorithms=frozenset({Algorithm.RING}))
+    latency = (8.4 + 28 * 3.4 + 2 * 9.6) * 1.9 * US
+    assert ring == pytest.approx(latency + 30 / 16 * GIB8 / BUS)
+    assert collective_s(GIB8, 16, 8, BUS, True, scaleup_bytes_per_s=SCALEUP) < ring
+
+
+def test_two_ranks_on_two_nodes_still_run_the_ring_on_large_messages() -> None:
+    """One rank a node: the ring's algorithm bandwidth is B x 2/2 = B, the tree's 0.9 x 2B / 2
+    = 0.9 B, so the ring wins at 8 GiB (the two-node tree gains only with ranks to spare on
+    the scale-up link)."""
+    ring = collective_s(GIB8, 2, 1, BUS, True, algorithms=frozenset({Algorithm.RING}))
+    assert collective_s(GIB8, 2, 1, BUS, True, scaleup_bytes_per_s=SCALEUP) == (
+        pytest.approx(ring))
+
+
+def test_the_two_node_tree_agrees_on_arrays() -> None:
+    sizes = np.array([1e3, 4e6, 2.0**27, GIB8])
+    groups = np.array([16.0, 16.0, 2.0, 24.0])
+    per_node = np.array([8.0, 8.0, 1.0, 8.0])
+    vector = collective_s(sizes, groups, per_node, BUS, True, np, scaleup_bytes_per_s=SCALEUP)
+    scalar = [collective_s(float(s), float(g), float(p), BUS, True, SCALAR,
+                           scaleup_bytes_per_s=SCALEUP)
+              for s, g, p in zip(sizes, groups, per_node, strict=True)]
+    assert vector == pytest.approx(scalar, rel=1e-12)

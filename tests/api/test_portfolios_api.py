@@ -269,6 +269,21 @@ def test_a_moe_fleet_fails_estimate_unvalidated_unless_the_policy_allows_it(
         (r["code"], r.get("outcome")) for r in allowed["reasons"]}
 
 
+def test_a_running_serving_job_on_a_moe_estimate_fails_estimate_unvalidated(
+        client: TestClient, keys: dict[str, dict[str, str]]) -> None:
+    serving = copy.deepcopy(FLEET["workload"]["serving"])
+    serving["estimate"]["model"] = {"preset": "mixtral-8x7b"}
+    serving["estimate"]["deployment"].update(tp=2, gpus_per_replica=2)
+    body = {**BODY, "jobs": [{"id": "moe", "workload": {"serving": serving},
+                              "earliest_start": "2027-01", "deadline": "2027-03"}]}
+    made = _post(client, keys["owner"], body)
+    assert made.status_code == 201, made.text
+    plan = made.json()
+    assert plan["verdict"] == "reject"
+    failed = [r for r in plan["reasons"] if r["code"] == "estimate_unvalidated"]
+    assert [(r["job"], r["outcome"]) for r in failed] == [("moe", "fail")]
+
+
 # --- Bounds: the work budget (node_limit, counted) and the clock guard (time_limit_s) -------
 #
 # node_limit 0 stops every HiGHS solve before its root node, whatever the machine's speed:

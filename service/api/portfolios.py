@@ -6,7 +6,7 @@ and billed hours on that offer's pool. Nothing here stores anything."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -21,16 +21,25 @@ from service.api.schemas.quotes import QuoteRequest, ServingWorkload
 from service.api.work import SearchDeadlineError, WorkBudget
 from service.core import portfolio as pf
 from service.core.errors import InvalidSpecError
-from service.core.policy import SPOT_CAPACITY_UNVERIFIED_GPUS, Outcome, Policy
-from service.core.quote import QuoteLine, Term
+from service.core.plausibility import OUTSIDE_VALIDATED_RANGE, WarningDetail
+from service.core.policy import (
+    SPOT_CAPACITY_UNVERIFIED_GPUS,
+    Outcome,
+    Policy,
+    RuleResult,
+    unvalidated_estimate_rule,
+)
+from service.core.quote import QuoteLine, Term, job_flags
 
 PORTFOLIO_DECIDES = frozenset({
     "budget", "deadline", "max_commitment", "max_job_cost", "max_gpus_per_region_by_term",
-    "max_capacity_block_instances", "forbid_unverified_spot_capacity", "max_duration_s"})
+    "max_capacity_block_instances", "forbid_unverified_spot_capacity", "max_duration_s",
+    "forbid_unvalidated_estimates"})
 """Rules a quote line fails that the portfolio decides itself (its budget per period, the
-job's window, capacity per term and region over the whole plan): such a line stays a
-candidate. A line any other rule fails (an indicative or stale price, a term, provider or
-region the policy does not allow) is no candidate."""
+job's window, capacity per term and region over the whole plan, and an unvalidated serving
+estimate, judged once per fleet or job in the verdict: ``unvalidated_reasons``): such a
+line stays a candidate. A line any other rule fails (an indicative or stale price, a term,
+provider or region the policy does not allow) is no candidate."""
 
 
 class _Pools:
@@ -89,10 +98,37 @@ def _quote_request(body: PortfolioRequest, workload: Any) -> QuoteRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FleetSlowEnd:
+    """A fleet's serving estimates at the band's slow end (issue 40), month by month: the
+    same estimate that sizes ``pf.Fleet.replicas_per_month`` (``serving.SlowEnd``)."""
+
+    replicas: tuple[int, ...]
+    """Replicas the month's load needs at the band's slow end (the quote line's
+    ``replicas_at_band_slow_end``); the expected replicas where the estimate has no slow
+    end; 0 in a month without load."""
+    factor: float | None
+    """``band_slow_end_factor``: the largest of the months' (one regime's band: the same in
+    every month); None when no month has a slow end."""
+    warning_details: tuple[WarningDetail, ...]
+    """The estimates' coded warnings, the peak month's first, then each other month's whose
+    (code, field) is new."""
+
+    @property
+    def unvalidated(self) -> bool:
+        return any(d.code == OUTSIDE_VALIDATED_RANGE for d in self.warning_details)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Resolved:
     problem: pf.Problem
     labels: tuple[str, ...]
     num_lines: int
+    slow_ends: tuple[FleetSlowEnd, ...] = ()
+    """Per fleet, in ``problem.fleets`` order."""
+    unvalidated: tuple[tuple[str, int, RuleResult], ...] = ()
+    """("fleet" or "job", its index, rule ``forbid_unvalidated_estimates``'s outcome) for
+    each fleet, and each job of a serving workload, whose estimate carries
+    ``outside_validated_range`` (``policy.unvalidated_estimate_rule``, as a quote line)."""
 
 
 def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
@@ -107,6 +143,7 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
     terms: set[str] = set(body.terms)
     pools = _Pools()
     jobs: list[pf.Job] = []
+    unvalidated: list[tuple[str, int, RuleResult]] = []
     seen = 0
     for index, job_in in enumerate(body.jobs):
         budget.check(f"jobs.{index}")
@@ -117,6 +154,9 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
         except InvalidSpecError as exc:
             raise InvalidSpecError(str(exc), field=f"jobs.{index}.{exc.field}"
                                    if exc.field else f"jobs.{index}") from None
+        if any(job_flags(s) for s, _ in sized):
+            unvalidated.append(("job", index, unvalidated_estimate_rule(
+                policy, f"job {job_in.id}")))
         computed = price(session, request, sized, version_id, policy, now, gated=True,
                          offer_cache=offer_cache)
         lines = _candidates(computed.result.lines, terms)
@@ -149,10 +189,16 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
                 f"{job_in.deadline} ({len(lines)} candidate offers)", field=f"jobs.{index}")
         jobs.append(job)
     fleets = []
+    slow_ends = []
     for index in range(len(body.fleets)):
         budget.check(f"fleets.{index}")
-        fleets.append(_fleet(body, index, session, cache, version_id, policy, now, pools,
-                             terms, offer_cache))
+        fleet, slow_end = _fleet(body, index, session, cache, version_id, policy, now, pools,
+                                 terms, offer_cache)
+        fleets.append(fleet)
+        slow_ends.append(slow_end)
+        if slow_end.unvalidated:
+            unvalidated.append(("fleet", index, unvalidated_estimate_rule(
+                policy, f"fleet {fleet.fleet_id}")))
     if len(pools.offers) > body.max_offers:
         raise InvalidSpecError(
             f"{len(pools.offers)} candidate offers, more than max_offers {body.max_offers}: "
@@ -168,24 +214,31 @@ def resolve(body: PortfolioRequest, session: Session, cache: AcceleratorCache,
         budget=_budget(body, labels), accounting=pf.Accounting(body.accounting))
     if body.pools_per_job is not None:
         problem = pf.restrict(problem, body.pools_per_job)
-    return Resolved(problem=problem, labels=labels, num_lines=seen)
+    return Resolved(problem=problem, labels=labels, num_lines=seen,
+                    slow_ends=tuple(slow_ends), unvalidated=tuple(unvalidated))
 
 
 def _fleet(body: PortfolioRequest, index: int, session: Session, cache: AcceleratorCache,
            version_id: str, policy: Policy, now: dt.datetime, pools: _Pools,
-           terms: set[str], offer_cache: OfferCache | None) -> pf.Fleet:
+           terms: set[str], offer_cache: OfferCache | None) -> tuple[pf.Fleet, FleetSlowEnd]:
     """A fleet: its deployment sized at the peak month by the quote's serving sizing, then
-    its replicas each month from the serving estimate at that month's requests per second."""
+    its replicas each month from the serving estimate at that month's requests per second,
+    and from the same estimate the replicas at its band's slow end (issue 40)."""
     fleet_in = body.fleets[index]
     raw = fleet_in.workload.serving.model_dump(mode="json", exclude_none=True)
     peak = max(fleet_in.monthly_requests_per_s)
     by_rate: dict[float, int] = {}
+    slow_by_rate: dict[float, int] = {}
+    factors: list[float] = []
+    details_by_rate: dict[float, tuple[WarningDetail, ...]] = {}
     replicas: list[int] = []
+    slow_replicas: list[int] = []
     gpus_per_replica = 1
     request = None
     for rate in fleet_in.monthly_requests_per_s:
         if rate <= 0:
             replicas.append(0)
+            slow_replicas.append(0)
             continue
         if rate not in by_rate:
             spec = _with_rate(raw, rate)
@@ -197,11 +250,29 @@ def _fleet(body: PortfolioRequest, index: int, session: Session, cache: Accelera
                 raise InvalidSpecError(str(exc), field=f"fleets.{index}.workload") from None
             serving = sized[0][0].serving or {}
             by_rate[rate] = int(str(serving.get("replicas", 1)))
+            slow = serving.get("replicas_at_band_slow_end")
+            slow_by_rate[rate] = max(by_rate[rate],
+                                     by_rate[rate] if slow is None else int(str(slow)))
+            factor = serving.get("band_slow_end_factor")
+            if factor is not None:
+                factors.append(float(str(factor)))
+            details_by_rate[rate] = sized[0][0].warning_details
             gpus_per_replica = int(str(serving.get("gpus_per_replica", 1)))
             if rate == peak:
                 request = _quote_request(body, {"serving": spec})
         replicas.append(by_rate[rate])
+        slow_replicas.append(slow_by_rate[rate])
     assert request is not None  # noqa: S101 - the peak month is positive
+    details: list[WarningDetail] = []
+    said: set[tuple[str, str | None]] = set()
+    for rate in (peak, *details_by_rate):
+        for detail in details_by_rate[rate]:
+            if (detail.code, detail.field) not in said:
+                said.add((detail.code, detail.field))
+                details.append(detail)
+    slow_end = FleetSlowEnd(replicas=tuple(slow_replicas),
+                            factor=max(factors) if factors else None,
+                            warning_details=tuple(details))
     sized = size_workload(request, cache, WorkBudget(1))
     computed = price(session, request, sized, version_id, policy, now, gated=True,
                      offer_cache=offer_cache)
@@ -222,7 +293,7 @@ def _fleet(body: PortfolioRequest, index: int, session: Session, cache: Accelera
     if not options:
         raise InvalidSpecError(f"fleet {fleet_in.id} fits no offer", field=f"fleets.{index}")
     return pf.Fleet(fleet_id=fleet_in.id, replicas_per_month=tuple(replicas),
-                    options=tuple(options))
+                    options=tuple(options)), slow_end
 
 
 def _with_rate(raw: dict[str, Any], rate: float) -> dict[str, Any]:
@@ -344,17 +415,21 @@ def plan_body(body: PortfolioRequest, resolved: Resolved, solution: Solution,
                      "instances": option.instances, "billed_hours": str(option.billed_hours),
                      "start": labels[placed[1]],
                      "end": labels[placed[1] + option.months() - 1]})
+    slow = _slow_end(resolved, decisions, priced)
     fleets = []
     for f, fleet in enumerate(problem.fleets):
-        monthly = []
-        for m in range(problem.months):
-            monthly.append([{"pool": problem.pools[fleet.options[i].pool].pool_id,
-                             "mode": "spot" if fleet.options[i].spot else "committed_or_on_demand",
-                             "instances": n}
-                            for (ff, i, mm), n in sorted(decisions.fleet_instances.items())
-                            if ff == f and mm == m])
-        fleets.append({"id": fleet.fleet_id, "replicas": list(fleet.replicas_per_month),
-                       "months": monthly})
+        out: dict[str, Any] = {
+            "id": fleet.fleet_id, "replicas": list(fleet.replicas_per_month),
+            "months": _fleet_months(problem, f, decisions.fleet_instances)}
+        if slow is not None:
+            facts = resolved.slow_ends[f]
+            out.update({
+                "replicas_at_band_slow_end": list(facts.replicas),
+                "band_slow_end_factor": facts.factor,
+                "extra_instances_at_band_slow_end": _fleet_months(problem, f, slow[0].extra),
+                "warning_details": [{"code": d.code, "field": d.field, "message": d.message}
+                                    for d in facts.warning_details]})
+        fleets.append(out)
     months = []
     for m in range(problem.months):
         committed = sum(n * problem.pools[p].gpus_per_instance
@@ -364,6 +439,10 @@ def plan_body(body: PortfolioRequest, resolved: Resolved, solution: Solution,
         months.append({"month": labels[m], "billed_cost_usd": _usd(priced.billed_usd[m]),
                        "effective_cost_usd": _usd(priced.effective_usd[m]),
                        "committed_gpus": committed, "base_demand_gpus": round(demand, 3)})
+        if slow is not None:
+            months[-1].update({
+                "billed_cost_at_band_slow_end_usd": _usd(slow[1].billed_usd[m]),
+                "effective_cost_at_band_slow_end_usd": _usd(slow[1].effective_usd[m])})
     utilisation = []
     for (p, m), n in sorted(priced.committed_instances.items()):
         used = min(priced.base_demand_hours.get((p, m), Decimal(0)), n * pf.HOURS_PER_MONTH)
@@ -379,35 +458,107 @@ def plan_body(body: PortfolioRequest, resolved: Resolved, solution: Solution,
     periods = []
     if problem.budget is not None:
         amount = problem.budget.amount_usd
-        for period, spent in pf.budget_spent(problem, priced):
+        per = body.budget.per if body.budget else "horizon"
+        at_slow = (None if slow is None
+                   else [spent for _, spent in pf.budget_spent(problem, slow[1])])
+        for index, (period, spent) in enumerate(pf.budget_spent(problem, priced)):
             ok = spent <= amount
             periods.append({"period": period.label, "spent_usd": _usd(spent),
                             "budget_usd": _usd(amount), "within": ok})
+            if at_slow is not None:
+                high = at_slow[index]
+                periods[-1].update({"spent_at_band_slow_end_usd": _usd(high),
+                                    "within_at_band_slow_end": high <= amount})
+                if ok and high > amount:
+                    reasons.append({
+                        "code": "estimate_uncertain", "period": period.label,
+                        "rule": "budget", "outcome": "warn",
+                        "message": f"{period.label}: {_usd(spent)} USD is within the budget "
+                                   f"of {_usd(amount)} USD per {per}, but at the slow end "
+                                   "of the fleets' serving bands (replicas_at_band_slow_end, "
+                                   "the extra replicas on the plan's idle commitments, then "
+                                   f"on demand or spot) it is {_usd(high)} USD"})
             if not ok:
                 verdict = "reject"
                 reasons.append({"code": "budget_exceeded", "period": period.label,
                                 "message": f"{period.label}: {_usd(spent)} USD against a "
-                                           f"budget of {_usd(amount)} USD per "
-                                           f"{body.budget.per if body.budget else 'horizon'}"})
+                                           f"budget of {_usd(amount)} USD per {per}"})
     if not priced.within_limits:
         verdict = "reject"
         reasons.extend({"code": "capacity_limit_exceeded", "period": None, "message": m}
                        for m in priced.limit_breaches)
+    if slow is not None:
+        reasons.extend(_slow_end_limits(problem, labels, slow[0], slow[1], priced))
+    for kind, index, rule in resolved.unvalidated:
+        if kind == "job" and index not in decisions.placements:
+            continue  # an optional job left out: no verdict rests on it
+        name = (problem.fleets[index].fleet_id if kind == "fleet"
+                else problem.jobs[index].job_id)
+        if rule.outcome is Outcome.FAIL:
+            verdict = "reject"
+        reasons.append({"code": rule.code, "period": None, "rule": rule.rule,
+                        "outcome": rule.outcome.value, kind: name, "message": rule.message})
+    totals = {"objective_usd": _usd(priced.objective_usd),
+              "billed_in_horizon_usd": _usd(priced.total_billed_usd),
+              "billed_beyond_horizon_usd": _usd(priced.billed_beyond_usd),
+              "effective_in_horizon_usd": _usd(sum(priced.effective_usd, Decimal(0))),
+              "effective_beyond_horizon_usd": _usd(priced.effective_beyond_usd),
+              "committed_total_usd": _usd(priced.total_commitment_usd),
+              "currency": "USD"}
+    if slow is not None:
+        totals = {**totals, "objective_at_band_slow_end_usd": _usd(slow[1].objective_usd)}
     return {
         "solver": _solver(chosen), "purchases": purchases, "jobs": jobs, "fleets": fleets,
         "months": months, "utilisation": utilisation,
-        "totals": {"objective_usd": _usd(priced.objective_usd),
-                   "billed_in_horizon_usd": _usd(priced.total_billed_usd),
-                   "billed_beyond_horizon_usd": _usd(priced.billed_beyond_usd),
-                   "effective_in_horizon_usd": _usd(sum(priced.effective_usd, Decimal(0))),
-                   "effective_beyond_horizon_usd": _usd(priced.effective_beyond_usd),
-                   "committed_total_usd": _usd(priced.total_commitment_usd),
-                   "currency": "USD"},
+        "totals": totals,
         "baselines": base,
         "budget": None if body.budget is None else {**body.budget.model_dump(mode="json"),
                                                     "periods": periods},
         "verdict": verdict, "reasons": reasons,
     }
+
+
+def _fleet_months(problem: pf.Problem, f: int,
+                  instances: Mapping[tuple[int, int, int], int]) -> list[list[dict[str, Any]]]:
+    """Fleet ``f``'s instances per month, per pool and mode."""
+    fleet = problem.fleets[f]
+    return [[{"pool": problem.pools[fleet.options[i].pool].pool_id,
+              "mode": "spot" if fleet.options[i].spot else "committed_or_on_demand",
+              "instances": n}
+             for (ff, i, mm), n in sorted(instances.items()) if ff == f and mm == m]
+            for m in range(problem.months)]
+
+
+def _slow_end(resolved: Resolved, decisions: pf.Decisions, priced: pf.Priced,
+              ) -> tuple[pf.SlowEnd, pf.Priced] | None:
+    """The plan as solved, its fleets raised to their replicas at the band's slow end and
+    priced again (``pf.slow_end_decisions``; no second solve). None without fleets."""
+    problem = resolved.problem
+    if not problem.fleets:
+        return None
+    raised = pf.slow_end_decisions(problem, decisions, priced,
+                                   [s.replicas for s in resolved.slow_ends])
+    return raised, pf.price_decisions(problem, raised.decisions)
+
+
+def _slow_end_limits(problem: pf.Problem, labels: tuple[str, ...], raised: pf.SlowEnd,
+                     at_slow: pf.Priced, priced: pf.Priced) -> list[dict[str, Any]]:
+    """``estimate_uncertain`` (a warning) where the band's slow end cannot be bought on the
+    plan: a month whose slow-end replicas no option of the fleet can buy, or a capacity limit
+    only the slow end's extra instances break."""
+    out: list[dict[str, Any]] = [{
+            "code": "estimate_uncertain", "period": labels[m], "rule": "budget",
+            "outcome": "warn", "fleet": problem.fleets[f].fleet_id,
+            "message": f"{labels[m]}: fleet {problem.fleets[f].fleet_id} needs "
+                       "replicas_at_band_slow_end that no pool of the plan can add (no "
+                       "on-demand or spot offer, no idle commitment): its slow-end cost is "
+                       "not counted"} for f, m in raised.unserved]
+    known = set(priced.limit_breaches)
+    out.extend({"code": "estimate_uncertain", "period": None,
+                "rule": None, "outcome": "warn",
+                "message": f"at the slow end of the fleets' serving bands: {breach}"}
+               for breach in at_slow.limit_breaches if breach not in known)
+    return out
 
 
 def _solver(solution: Solution) -> dict[str, Any]:

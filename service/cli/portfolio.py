@@ -76,6 +76,10 @@ def memo(plan: dict[str, Any]) -> str:
     lines += [f"| {b['name']} | {b['total_usd']} |" for b in plan.get("baselines", [])]
     lines += ["", f"Billed in the horizon {totals.get('billed_in_horizon_usd')} USD, "
               f"committed beyond it {totals.get('billed_beyond_horizon_usd')} USD.", ""]
+    if totals.get("objective_at_band_slow_end_usd") is not None:
+        lines[-1:] = [f"At the slow end of the fleets' serving bands (their "
+                      "replicas_at_band_slow_end, on this plan's commitments, then on "
+                      f"demand or spot) {totals['objective_at_band_slow_end_usd']} USD.", ""]
     purchases = plan.get("purchases", [])
     lines += ["### Buy", ""]
     if purchases:

@@ -498,14 +498,22 @@ def _fixed_rules(line: LineFacts, policy: Policy, today: int, instances: int,
             f"{where}: the spot interruption rate is an assumption ({line.goodput_basis})",
             soft=not policy.forbid_assumed_interruption_rates))
     if "unvalidated_estimate" in line.flags:
-        append(_rule(
-            policy, "forbid_unvalidated_estimates", False, "estimate_unvalidated",
-            f"{where}: the serving estimate this fleet is sized on is outside what the "
-            "model's published rows validate (its warning_details, code "
-            "outside_validated_range); no verdict rests on it unless the policy sets "
-            "forbid_unvalidated_estimates false or lists it in warn_only",
-            soft=not policy.forbid_unvalidated_estimates))
+        append(unvalidated_estimate_rule(policy, where))
     return where, first, tuple(results)
+
+
+def unvalidated_estimate_rule(policy: Policy, where: str) -> RuleResult:
+    """Rule ``forbid_unvalidated_estimates`` (code ``estimate_unvalidated``) for a serving
+    fleet sized on an estimate that carries ``outside_validated_range`` (issue 40): it fails,
+    or warns when the policy sets the rule false or lists it in ``warn_only``. A quote line
+    (flag ``unvalidated_estimate``) and a portfolio's fleet are judged by this one rule."""
+    return _rule(
+        policy, "forbid_unvalidated_estimates", False, "estimate_unvalidated",
+        f"{where}: the serving estimate this fleet is sized on is outside what the "
+        "model's published rows validate (its warning_details, code "
+        "outside_validated_range); no verdict rests on it unless the policy sets "
+        "forbid_unvalidated_estimates false or lists it in warn_only",
+        soft=not policy.forbid_unvalidated_estimates)
 
 
 _REGION_LIMITS = MappingProxyType({

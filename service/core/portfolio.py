@@ -435,6 +435,123 @@ def budget_breaches(problem: Problem, priced: Priced) -> list[str]:
     return [p.label for p, spent in budget_spent(problem, priced) if spent > amount]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlowEnd:
+    """A plan's decisions raised to serve each fleet's replicas at its serving band's slow
+    end (issue 40, ``slow_end_decisions``), without solving again."""
+
+    decisions: Decisions
+    """The plan's decisions with the extra fleet instances added."""
+    extra: Mapping[tuple[int, int, int], int]
+    """(fleet, option, month) -> instances added for the slow end."""
+    unserved: tuple[tuple[int, int], ...]
+    """(fleet, month) whose slow-end replicas no option of the fleet can all add on this plan
+    (no on-demand or spot offer, no idle committed hours, or the capacity limits reached)."""
+
+
+def slow_end_decisions(problem: Problem, decisions: Decisions, priced: Priced,
+                       slow_replicas: Sequence[Sequence[int]]) -> SlowEnd:
+    """``decisions`` with each fleet's instances in month ``m`` raised until
+    ``sum_i rho_fi n_fim >= slow_replicas[f][m]`` (docs/portfolio.md, "The band's slow end").
+    The commitments and placements stay as solved. The missing replicas go, fleet by fleet
+    and month by month, greedily on the fleet's option where a replica costs the least
+    given what is bought so far, within the policy's capacity limits (on-demand per pool,
+    spot per zone; the rest on the next option): on a base option the pool's committed
+    hours the plan leaves idle first (free), the rest on demand at the pool's on-demand
+    rate; on a spot option the spot rate (ties: the lower option index). ``price_decisions``
+    of the result is what the plan costs if the band's slow end is what happens: an upper
+    bound on the cheapest plan for the slow-end demand (that plan may also buy more
+    commitments), and at most the extra replicas all on demand."""
+    od = on_demand_offers(problem)
+    hours_h = HOURS_PER_MONTH
+    lim = problem.limits
+    demand = dict(priced.base_demand_hours)
+    committed = priced.committed_instances
+    instances = dict(decisions.fleet_instances)
+    spot_gpus: dict[tuple[int, int], float] = {}
+    for j, (i, start) in decisions.placements.items():
+        placed = problem.jobs[j].options[i]
+        if placed.spot:
+            gpus = placed.instances * problem.pools[placed.pool].gpus_per_instance
+            for m in range(start, start + placed.months()):
+                spot_gpus[(placed.pool, m)] = spot_gpus.get((placed.pool, m), 0.0) + gpus
+    for (f, i, m), count in decisions.fleet_instances.items():
+        held = problem.fleets[f].options[i]
+        if held.spot and count > 0:
+            gpus = count * problem.pools[held.pool].gpus_per_instance
+            spot_gpus[(held.pool, m)] = spot_gpus.get((held.pool, m), 0.0) + gpus
+    extra: dict[tuple[int, int, int], int] = {}
+    unserved: list[tuple[int, int]] = []
+
+    def offer(option: FleetOption, m: int, deficit: float,
+              ) -> tuple[Decimal, int] | None:
+        """(cost per replica, instances) of the most of ``deficit`` the option can add in
+        month ``m`` within the limits; None when it can add none."""
+        rho = option.replicas_per_instance
+        if rho <= 0:
+            return None
+        count = max(1, int(np.ceil(deficit / rho - 1e-9)))
+        while count * rho < deficit - 1e-9:
+            count += 1
+        gpi = problem.pools[option.pool].gpus_per_instance
+        if option.spot:
+            assert option.spot_offer is not None  # noqa: S101 - spot options carry one
+            if lim.max_spot_gpus_per_zone is not None:
+                room = lim.max_spot_gpus_per_zone - spot_gpus.get((option.pool, m), 0.0)
+                count = min(count, int(np.floor(room / gpi + 1e-9)))
+            if count <= 0:
+                return None
+            cost = (count * hours_h
+                    * problem.offers[option.spot_offer].rate_usd_per_instance_hour)
+            return cost / Decimal(repr(min(deficit, count * rho))), count
+        used = demand.get((option.pool, m), Decimal(0))
+        held_h = committed.get((option.pool, m), 0) * hours_h
+        idle = max(Decimal(0), held_h - used)
+        if option.pool not in od:
+            count = min(count, int(idle / hours_h))
+        elif lim.max_on_demand_gpus_per_region is not None:
+            on_demand = max(Decimal(0), used - held_h)
+            room_h = (Decimal(lim.max_on_demand_gpus_per_region) / Decimal(repr(gpi))
+                      * hours_h - on_demand + idle)
+            count = min(count, int(room_h / hours_h))
+        if count <= 0:
+            return None
+        paid = max(Decimal(0), count * hours_h - idle)
+        cost = (paid * problem.offers[od[option.pool]].rate_usd_per_instance_hour
+                if paid > 0 else Decimal(0))
+        return cost / Decimal(repr(min(deficit, count * rho))), count
+
+    for f, fleet in enumerate(problem.fleets):
+        for m in range(problem.months):
+            have = sum(fleet.options[i].replicas_per_instance * n
+                       for (ff, i, mm), n in instances.items() if ff == f and mm == m)
+            deficit = slow_replicas[f][m] - have
+            while deficit > 1e-9:
+                best: tuple[Decimal, int, int] | None = None
+                for i, option in enumerate(fleet.options):
+                    found = offer(option, m, deficit)
+                    if found is not None and (best is None or found[0] < best[0]):
+                        best = (found[0], i, found[1])
+                if best is None:
+                    unserved.append((f, m))
+                    break
+                _, i, count = best
+                option = fleet.options[i]
+                key = (f, i, m)
+                instances[key] = instances.get(key, 0) + count
+                extra[key] = extra.get(key, 0) + count
+                deficit -= count * option.replicas_per_instance
+                gpus = count * problem.pools[option.pool].gpus_per_instance
+                if option.spot:
+                    spot_gpus[(option.pool, m)] = spot_gpus.get((option.pool, m), 0.0) + gpus
+                else:
+                    demand[(option.pool, m)] = (demand.get((option.pool, m), Decimal(0))
+                                                + count * hours_h)
+    raised = Decisions(commitments=decisions.commitments, placements=decisions.placements,
+                       fleet_instances=instances)
+    return SlowEnd(decisions=raised, extra=extra, unserved=tuple(unserved))
+
+
 def _limit_breaches(problem: Problem, committed: Mapping[tuple[int, int], int],
                     on_demand: Mapping[tuple[int, int], Decimal],
                     spot_gpus: Mapping[tuple[int, int], float],

@@ -420,3 +420,61 @@ def test_the_commitments_dominance_keeps_the_optimum_at_its_conditions(case: str
     assert solution.priced is not None
     assert solution.priced.within_limits
     assert float(solution.priced.objective_usd) == pytest.approx(want[0], abs=0.01)
+
+
+# --- The band's slow end (issue 40): the plan's fleets raised, priced, never re-solved -----
+
+def _slow_problem(*, on_demand: bool = True, spot_limit: int | None = None) -> pf.Problem:
+    """One pool of 8-GPU instances holding 2 replicas each, a reservation, on-demand (10 USD)
+    and spot (4 USD, a replica per instance after the spares); a fleet of 2 replicas a
+    month for 2 months."""
+    pools = (pf.Pool(pool_id="p0", provider="aws", region="r", zone=None, instance_type="i",
+                     accelerator="h100", gpus_per_instance=8.0),)
+    offers = [pf.PoolOffer(offer_id="c", pool=0, term="reserved_1y",
+                           rate_usd_per_instance_hour=Decimal("6.00")),
+              pf.PoolOffer(offer_id="sp", pool=0, term="spot",
+                           rate_usd_per_instance_hour=Decimal("4.00"))]
+    if on_demand:
+        offers.append(pf.PoolOffer(offer_id="od", pool=0, term="on_demand",
+                                   rate_usd_per_instance_hour=Decimal("10.00")))
+    fleet = pf.Fleet(fleet_id="f", replicas_per_month=(2, 2), options=(
+        pf.FleetOption(pool=0, spot=False, replicas_per_instance=2.0),
+        pf.FleetOption(pool=0, spot=True, replicas_per_instance=1.0, spot_offer=1)))
+    return pf.Problem(months=2, pools=pools, offers=tuple(offers), jobs=(), fleets=(fleet,),
+                      limits=pf.Limits(max_spot_gpus_per_zone=spot_limit))
+
+
+def _decided(instances: dict[tuple[int, int, int], int], reserved: int) -> pf.Decisions:
+    return pf.Decisions(commitments={(0, 0): reserved} if reserved else {}, placements={},
+                        fleet_instances=instances)
+
+
+def test_the_slow_end_fills_idle_commitments_first_then_the_cheapest_within_the_limits(
+        ) -> None:
+    problem = _slow_problem(spot_limit=16)
+    # Two reserved instances, one used: the slow end's 2 more replicas fit on the idle one.
+    decisions = _decided({(0, 0, 0): 1, (0, 0, 1): 1}, reserved=2)
+    priced = pf.price_decisions(problem, decisions)
+    raised = pf.slow_end_decisions(problem, decisions, priced, [(4, 4)])
+    assert raised.extra == {(0, 0, 0): 1, (0, 0, 1): 1}
+    assert raised.unserved == ()
+    assert pf.price_decisions(problem, raised.decisions).billed_usd == priced.billed_usd
+    # No reservation: spot (4 USD a replica) before on demand (5 USD a replica), up to the
+    # zone's 16 spot GPUs (2 instances), the rest on demand.
+    bare = _decided({(0, 0, 0): 1, (0, 0, 1): 1}, reserved=0)
+    priced = pf.price_decisions(problem, bare)
+    raised = pf.slow_end_decisions(problem, bare, priced, [(7, 2)])
+    assert raised.extra == {(0, 1, 0): 2, (0, 0, 0): 2}
+    again = pf.price_decisions(problem, raised.decisions)
+    assert again.within_limits
+    assert again.billed_usd[0] - priced.billed_usd[0] == (2 * 4 + 2 * 10) * H
+    assert again.billed_usd[1] == priced.billed_usd[1]  # month 2 needs no more
+
+
+def test_slow_end_replicas_no_pool_can_add_are_unserved() -> None:
+    problem = _slow_problem(on_demand=False, spot_limit=0)
+    decisions = _decided({(0, 0, 0): 1, (0, 0, 1): 1}, reserved=1)
+    priced = pf.price_decisions(problem, decisions)
+    raised = pf.slow_end_decisions(problem, decisions, priced, [(2, 3)])
+    assert raised.unserved == ((0, 1),)
+    assert raised.extra == {}

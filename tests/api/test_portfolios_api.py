@@ -3,6 +3,8 @@ ownership rules; 422s naming the field. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import copy
+import math
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -122,7 +124,7 @@ def test_bad_input_is_422_naming_the_field(client: TestClient,
     assert field in response.text
 
 
-FLEET = {"id": "chat", "workload": {"serving": {"estimate": {
+FLEET: dict[str, Any] = {"id": "chat", "workload": {"serving": {"estimate": {
     "model": {"preset": "llama3.1-70b"},
     "deployment": {"accelerator": "h100-sxm5-80gb", "gpus_per_replica": 4, "tp": 4, "pp": 1,
                    "weight_precision": "fp8", "kv_cache_precision": "fp8", "engine": "trtllm",
@@ -156,6 +158,130 @@ def test_a_fleet_follows_its_monthly_load_and_a_higher_load_costs_more(
                                 "factor": 2.0})
     assert unknown.status_code == 422
     assert "fleet" in unknown.text
+
+
+# --- The band's slow end (issue 40): each fleet's sizing there, its cost, the verdict -------
+
+FLEET_BODY = {**BODY, "jobs": [], "fleets": [FLEET]}
+
+
+def _estimate_at(rate: float) -> dict[str, Any]:
+    estimate: dict[str, Any] = copy.deepcopy(FLEET["workload"]["serving"]["estimate"])
+    estimate["traffic"]["requests_per_s"] = rate
+    return estimate
+
+
+def test_a_fleet_states_its_replicas_at_the_band_slow_end_and_the_plan_their_cost(
+        client: TestClient, keys: dict[str, dict[str, str]]) -> None:
+    made = _post(client, keys["owner"], FLEET_BODY)
+    assert made.status_code == 201, made.text
+    plan = made.json()
+    fleet = plan["fleets"][0]
+    factor = fleet["band_slow_end_factor"]
+    assert factor >= 1
+    slow = fleet["replicas_at_band_slow_end"]
+    assert len(slow) == len(fleet["replicas"]) == 3
+    assert all(s >= e for s, e in zip(slow, fleet["replicas"], strict=True))
+    for rate, at_slow_end in zip(FLEET["monthly_requests_per_s"], slow, strict=True):
+        # The same serving estimate's figures, as a quote line carries them.
+        answer = client.post("/v1/serving-estimates", json=_estimate_at(rate))
+        assert answer.status_code == 200, answer.text
+        sizing = answer.json()["sizing"]
+        assert sizing["replicas_at_band_slow_end"] == at_slow_end
+        assert sizing["band_slow_end_factor"] == pytest.approx(factor)
+        # At least the load x the factor over one replica's capacity (the SLOs divided by
+        # the factor may need more).
+        capacity = answer.json()["throughput"]["capacity_requests_per_s"]
+        assert at_slow_end >= math.ceil(rate * factor / capacity - 1e-9)
+    assert {d["code"] for d in fleet["warning_details"]} == {
+        d["code"] for d in answer.json()["warning_details"]}  # the peak month's estimate
+    extra = fleet["extra_instances_at_band_slow_end"]
+    assert len(extra) == 3
+    assert all(month for month, s, e in zip(extra, slow, fleet["replicas"], strict=True)
+               if s > e)
+    for month in plan["months"]:
+        assert (Decimal(month["billed_cost_at_band_slow_end_usd"])
+                >= Decimal(month["billed_cost_usd"]))
+    totals = plan["totals"]
+    assert Decimal(totals["objective_at_band_slow_end_usd"]) > Decimal(totals["objective_usd"])
+    assert plan["verdict"] == "approve"
+    verified = client.post(f"/v1/portfolios/{plan['id']}/verify", headers=keys["owner"])
+    assert verified.json()["matches"], verified.text
+
+
+def test_a_budget_between_the_expected_and_the_slow_end_cost_warns_naming_the_period(
+        client: TestClient, keys: dict[str, dict[str, str]]) -> None:
+    free = _post(client, keys["owner"], FLEET_BODY).json()
+    # A monthly budget that the dearest expected month meets: every month the slow end
+    # takes past it warns estimate_uncertain, naming the month; the verdict approves.
+    dearest = max(Decimal(m["billed_cost_usd"]) for m in free["months"])
+    body = {**FLEET_BODY, "budget": {"amount": str(dearest), "currency": "USD",
+                                     "per": "month"}}
+    made = _post(client, keys["owner"], body)
+    assert made.status_code == 201, made.text
+    plan = made.json()
+    assert plan["verdict"] == "approve", plan["reasons"]
+    periods = plan["budget"]["periods"]
+    assert all(p["within"] for p in periods)
+    over = [p["period"] for p in periods if not p["within_at_band_slow_end"]]
+    assert over  # the slow end needs several times the replicas
+    for p in periods:
+        assert (Decimal(p["spent_usd"]) <= Decimal(p["budget_usd"])
+                < Decimal(p["spent_at_band_slow_end_usd"])) is (p["period"] in over)
+    warned = [r for r in plan["reasons"] if r["code"] == "estimate_uncertain"]
+    assert [r["period"] for r in warned] == over
+    assert all(r["outcome"] == "warn" and r["rule"] == "budget" for r in warned)
+    # A budget above the slow-end cost too approves without the warning.
+    high = 2 * max(Decimal(p["spent_at_band_slow_end_usd"]) for p in periods)
+    covered = _post(client, keys["owner"], {**body, "budget": {
+        "amount": str(high), "currency": "USD", "per": "month"}}).json()
+    assert covered["verdict"] == "approve"
+    assert all(p["within_at_band_slow_end"] for p in covered["budget"]["periods"])
+    assert "estimate_uncertain" not in {r["code"] for r in covered["reasons"]}
+
+
+def test_a_moe_fleet_fails_estimate_unvalidated_unless_the_policy_allows_it(
+        client: TestClient, keys: dict[str, dict[str, str]], db_session: Session) -> None:
+    fleet = copy.deepcopy(FLEET)
+    estimate = fleet["workload"]["serving"]["estimate"]
+    estimate["model"] = {"preset": "mixtral-8x7b"}
+    estimate["deployment"].update(tp=2, gpus_per_replica=2)
+    body = {**BODY, "jobs": [], "fleets": [fleet]}
+    made = _post(client, keys["owner"], body)
+    assert made.status_code == 201, made.text  # was 422 "fleet chat fits no offer"
+    plan = made.json()
+    assert "outside_validated_range" in {d["code"] for d in plan["fleets"][0]["warning_details"]}
+    assert plan["verdict"] == "reject"
+    failed = [r for r in plan["reasons"] if r["code"] == "estimate_unvalidated"]
+    assert len(failed) == 1, plan["reasons"]
+    assert failed[0]["outcome"] == "fail"
+    assert failed[0]["rule"] == "forbid_unvalidated_estimates"
+    assert failed[0]["fleet"] == "chat"
+    # A policy that accepts the risk approves, with the rule as a warning.
+    admin = auth_headers(db_session, {"policy-admin": (("policies:write",), "alpha")})
+    policy = client.post("/v1/policies", json={
+        "name": "serving-risk", "rules": {"forbid_unvalidated_estimates": False}},
+        headers=admin["policy-admin"])
+    assert policy.status_code == 201, policy.text
+    allowed = _post(client, keys["owner"], {**body, "policy": "serving-risk"}).json()
+    assert allowed["verdict"] == "approve", allowed["reasons"]
+    assert ("estimate_unvalidated", "warn") in {
+        (r["code"], r.get("outcome")) for r in allowed["reasons"]}
+
+
+def test_a_running_serving_job_on_a_moe_estimate_fails_estimate_unvalidated(
+        client: TestClient, keys: dict[str, dict[str, str]]) -> None:
+    serving = copy.deepcopy(FLEET["workload"]["serving"])
+    serving["estimate"]["model"] = {"preset": "mixtral-8x7b"}
+    serving["estimate"]["deployment"].update(tp=2, gpus_per_replica=2)
+    body = {**BODY, "jobs": [{"id": "moe", "workload": {"serving": serving},
+                              "earliest_start": "2027-01", "deadline": "2027-03"}]}
+    made = _post(client, keys["owner"], body)
+    assert made.status_code == 201, made.text
+    plan = made.json()
+    assert plan["verdict"] == "reject"
+    failed = [r for r in plan["reasons"] if r["code"] == "estimate_unvalidated"]
+    assert [(r["job"], r["outcome"]) for r in failed] == [("moe", "fail")]
 
 
 # --- Bounds: the work budget (node_limit, counted) and the clock guard (time_limit_s) -------

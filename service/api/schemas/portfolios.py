@@ -165,9 +165,15 @@ class PortfolioOut(BaseModel):
     purchases: list[dict[str, Any]] = Field(description="Commitments bought: term, provider, "
                                                         "instance, region, count, start, end.")
     jobs: list[dict[str, Any]]
-    fleets: list[dict[str, Any]]
-    months: list[dict[str, Any]] = Field(description="Per month: billed cash, effective "
-                                                     "cost, committed and demanded capacity.")
+    fleets: list[dict[str, Any]] = Field(description=(
+        "Per fleet: replicas and instances per month (sized on the serving estimate's "
+        "expected figures); replicas_at_band_slow_end per month, band_slow_end_factor, "
+        "extra_instances_at_band_slow_end per month (where the slow end's extra replicas "
+        "would go: idle commitments, then on demand or spot) and the estimate's "
+        "warning_details (issue 40; docs/portfolio.md, \"The band's slow end\")."))
+    months: list[dict[str, Any]] = Field(description=(
+        "Per month: billed cash, effective cost, committed and demanded capacity; with "
+        "fleets, the billed and effective cost at the band's slow end too."))
     utilisation: list[dict[str, Any]]
     totals: dict[str, Any]
     baselines: list[dict[str, Any]]

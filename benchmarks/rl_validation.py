@@ -39,7 +39,9 @@ row states (Miles TP4/EP8) else 1; a row that states its training layout (``trai
 packing length (``packed_seq_len``: NeMo RL packs rollouts to ``max_total_sequence_length``) is
 run with it; NeMo RL's colocated rows run its weight-sync protocol (``weight_sync_of``:
 ``RlWeightSync.OFFLOAD_FULL_GATHER``), and their "Refit" is compared with the modelled weight
-sync alone. Where the prompt length is not stated: ``PROMPT_TOKENS``.
+sync alone; a row that states its engine's memory fraction (``rollout_memory_fraction``: NeMo
+RL's ``vllm_cfg.gpu_memory_utilization`` in the row's recipe) gives its rollout that share of
+each GPU. Where the prompt length is not stated: ``PROMPT_TOKENS``.
 """
 
 from __future__ import annotations
@@ -172,10 +174,11 @@ def case_of(row: dict[str, str], accelerators: dict[str, AcceleratorSpec]) -> Ca
 
 
 def stated_rollout_tp(case: Case) -> int | None:
-    """The row's rollout engine tp where the model can hold it (within a node: rl._rollout
-    does not span nodes); None (searched) where the row states none or one across nodes."""
+    """The row's rollout engine tp where the model can hold it (within the accelerator's
+    NVLink domain: a node of H100s, the NVL72 rack across its 4-GPU trays; rl._rollout keeps
+    tp inside it); None (searched) where the row states none or one past it."""
     tp = int(_num(case.row, "rollout_tp") or 0)
-    return tp if 0 < tp <= case.cluster.gpus_per_node else None
+    return tp if 0 < tp <= case.cluster.accelerator.scaleup_domain_size else None
 
 
 def weight_sync_of(row: dict[str, str]) -> RlWeightSync:
@@ -199,6 +202,7 @@ def run(case: Case, response_tokens: int) -> Estimate:
     rl = RlSpec(steps=1, prompts_per_step=prompts, samples_per_prompt=samples,
                 prompt_tokens=prompt, response_tokens=response_tokens,
                 rollout_tp=stated_rollout_tp(case), weight_sync=weight_sync_of(row),
+                rollout_memory_fraction=_num(row, "rollout_memory_fraction"),
                 reference_model=row.get("reference_model") == "true", max_response_tokens=max(
                     response_tokens, int(_num(row, "max_response_tokens") or response_tokens)),
                 placement=RlPlacement(row["placement"]), rollout_engine=Engine(
@@ -402,7 +406,7 @@ def report() -> str:
                              f"{value:.{digits}f} vs {m:.0f} ({error(value, m):+.0%})")
             stated_tp = int(_num(row, "rollout_tp") or 0)
             mark = ("" if not stated_tp or stated_rollout_tp(case) else
-                    f" (rollout tp {stated_tp} spans nodes: searched)")
+                    f" (rollout tp {stated_tp} spans the NVLink domain: searched)")
             stated_lines.append(
                 f"| {row['id']}{mark} | {int(outcome.response_tokens):,} | " + " | ".join(cells)
                 + f" | {outcome.step_s:.0f} vs {outcome.measured_step_s:.0f} | "

@@ -43,7 +43,11 @@ the layout's.
 Memory, colocated: the update's peak plus the reference and reward weights, bf16, sharded over
 every GPU (ZeRO-3/FSDP, as verl shards them), must fit; during the rollout the engine takes its
 ``gpu_memory_fraction`` of what the resident training weights and optimizer state leave
-(gradients are freed after the step), or of the whole GPU when the state is offloaded.
+(gradients are freed after the step), or of the whole GPU when the state is offloaded; where
+the job sets the engine's share (``RlSpec.rollout_memory_fraction``: vLLM's
+``gpu_memory_utilization``, which requests that share of the whole GPU) it takes that share,
+at most what the training state leaves, and its KV cache (so the sequences that decode
+together, and the waves) follows from it.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from service.core.flops import token_flops
 from service.core.params import count_parameters
 from service.core.plausibility import DOES_NOT_FIT, OUTSIDE_VALIDATED_RANGE, WarningDetail
 from service.core.serving import (
+    ENGINE_EFFICIENCY,
     Deployment,
     Engine,
     Lengths,
@@ -199,16 +204,20 @@ def _rollout(model: ModelSpec, cluster: ClusterSpec, rl: RlSpec, gpus: int,
     room = acc.memory_bytes - resident_bytes
     if room <= 0:
         return None
-    engine_acc = dataclasses.replace(acc, memory_bytes=room)
     engine = rl.rollout_engine or DEFAULT_ROLLOUT_ENGINE
+    engine_acc = dataclasses.replace(acc, memory_bytes=_engine_memory_bytes(
+        acc.memory_bytes, room, rl.rollout_memory_fraction,
+        ENGINE_EFFICIENCY[engine].gpu_memory_fraction))
     response = float(rl.response_tokens or 1)
     best: tuple[float, int, float, float, float] | None = None
     tp = 1
     limit = min(acc.scaleup_domain_size, cluster.gpus_per_node, gpus)
     if rl.rollout_tp is not None:
-        # The job's own engine tp: only it is tried (none fits if it spans nodes).
+        # The job's own engine tp: only it is tried, within the scale-up (NVLink) domain,
+        # which on a rack-scale system (GB200 NVL72: 72 GPUs) spans the trays; none fits
+        # past it (the serving model keeps tensor parallelism inside that domain).
         tp = rl.rollout_tp
-        limit = tp if tp <= limit else 0
+        limit = tp if tp <= min(acc.scaleup_domain_size, gpus) else 0
     while tp <= limit:
         if gpus % tp == 0 and model.num_heads % tp == 0:
             replicas = gpus // tp
@@ -232,6 +241,19 @@ def _rollout(model: ModelSpec, cluster: ClusterSpec, rl: RlSpec, gpus: int,
                     best = (seconds, tp, batch, waves, used)
         tp *= 2
     return best
+
+
+def _engine_memory_bytes(total_bytes: float, room_bytes: float, fraction: float | None,
+                        engine_fraction: float) -> float:
+    """The memory to hand the serving model so that the engine uses what the job gives it:
+    ``serving`` lets an engine use ``engine_fraction`` of the memory it is given, so with the
+    job's ``fraction`` (``RlSpec.rollout_memory_fraction``: vLLM requests total memory x
+    ``gpu_memory_utilization``) the engine's share is ``fraction x total``, at most the
+    ``room`` the training state leaves, and the memory given is that over ``engine_fraction``;
+    without one the engine takes its own fraction of the room, as before."""
+    if fraction is None:
+        return room_bytes
+    return min(fraction * total_bytes, room_bytes) / engine_fraction
 
 
 def _tail_s(model: ModelSpec, deployment: Deployment, rl: RlSpec) -> float:

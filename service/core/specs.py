@@ -408,9 +408,25 @@ class RlSpec:
     weight_sync: RlWeightSync = RlWeightSync.RESHARD
     """The colocated weight-sync protocol (``RlWeightSync``); the default keeps every answer as
     it was. Core only: not in the API contract."""
+    rollout_memory_fraction: float | None = None
+    """The share of each GPU's whole memory the rollout engine may take for its weights, KV
+    cache and workspace, where the job sets it: vLLM's ``gpu_memory_utilization``, "the
+    fraction of GPU memory to be used for the model executor ... a per-instance limit"
+    (https://docs.vllm.ai/en/stable/configuration/engine_args/#-gpu-memory-utilization; the
+    engine requests total memory x the fraction), as NeMo RL passes it from
+    ``policy.generation.vllm_cfg.gpu_memory_utilization`` (0.6 in examples/configs/
+    grpo_math_1B.yaml, v0.3.0 to v0.6.0) and verl from ``rollout.gpu_memory_utilization``. At
+    most what the resident training state leaves. None: the engine's default fraction
+    (``serving.ENGINE_EFFICIENCY``) of what the training state leaves, as before. Core only:
+    not in the API contract."""
 
     def __post_init__(self) -> None:
         _require_positive_int(self.steps, "training.rl.steps", maximum=MAX_RL_STEPS)
+        fraction = self.rollout_memory_fraction
+        if fraction is not None and not 0.0 < fraction <= 1.0:
+            raise InvalidSpecError(
+                f"training.rl.rollout_memory_fraction ({fraction}) must be in (0, 1]",
+                field="training.rl.rollout_memory_fraction")
         if self.rollout_tp is not None:
             _require_positive_int(self.rollout_tp, "training.rl.rollout_tp", maximum=1024)
         _require_positive_int(self.prompts_per_step, "training.rl.prompts_per_step",

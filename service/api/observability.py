@@ -303,8 +303,28 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
-def _json_handler(stream: Any) -> logging.Handler:
-    handler = logging.StreamHandler(stream)
+class _StandardStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler on the process's own standard output or error (``sys.__stdout__`` /
+    ``sys.__stderr__``, looked up when a line is written), not on whatever ``sys.stdout`` was
+    when logging was configured. ``configure_logging`` runs once per process: when its first
+    call came from an in-process ``cq --local`` command under a captured stream (typer's
+    CliRunner), a handler bound to that stream kept writing to it after it was closed, and
+    every later line was a "Logging error" traceback; bound to the stream of the moment
+    instead, a server thread's lines landed in another command's captured ``--json`` output.
+    The process's own streams are neither (a server process's are the same ones)."""
+
+    def __init__(self, name: str) -> None:
+        logging.Handler.__init__(self)
+        self._stream_name = name
+
+    @property
+    def stream(self) -> Any:
+        own = getattr(sys, f"__{self._stream_name}__", None)
+        return own if own is not None else getattr(sys, self._stream_name)
+
+
+def _json_handler(name: str) -> logging.Handler:
+    handler = _StandardStreamHandler(name)
     handler.setFormatter(JsonFormatter())
     handler._computequote = True  # type: ignore[attr-defined]
     return handler
@@ -339,7 +359,7 @@ def configure_logging(level: str) -> None:
     service = logging.getLogger("service")
     service.setLevel(level.upper())
     if not _ours(service):
-        service.addHandler(_json_handler(sys.stdout))
+        service.addHandler(_json_handler("stdout"))
         service.propagate = False
     for name in UVICORN_LOGGERS:
         for handler in logging.getLogger(name).handlers:
@@ -348,7 +368,7 @@ def configure_logging(level: str) -> None:
                 handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     if not _ours(root):
-        root.addHandler(_json_handler(sys.stderr))
+        root.addHandler(_json_handler("stderr"))
 
 
 PAGE_HEADERS = (

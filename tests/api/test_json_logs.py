@@ -142,3 +142,38 @@ def test_the_workers_supervisor_logs_json(tmp_path: Path, database_url: str) -> 
     messages = [e["message"] for e in entries]
     assert any(m.startswith("Started parent process") for m in messages), messages
     assert any(m.startswith("Stopping parent process") for m in messages), messages
+
+
+def test_a_line_goes_to_the_process_stream_not_a_captured_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service's handlers write to the process's own standard streams. Bound at
+    configuration to ``sys.stdout`` instead, a process whose first ``configure_logging`` ran
+    under a captured stream (an in-process ``cq --local`` command under typer's CliRunner)
+    wrote every later line to that closed stream as a "Logging error" traceback, and a test
+    that saw one in ``cq``'s output failed or passed by which tests shared its worker; bound to
+    the ``sys.stdout`` of the moment, a live server thread's lines landed in a ``cq --json``
+    answer captured meanwhile."""
+    import io
+    import logging
+
+    from service.api import observability
+
+    process = io.StringIO()
+    monkeypatch.setattr(sys, "__stdout__", process)
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", first)
+    handler = observability._json_handler("stdout")
+    first.close()  # the capture ends, as CliRunner's does after its command
+    another = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", another)  # another command's capture, meanwhile
+    logger = logging.getLogger("tests.json_logs.stream")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("after the capture")
+    finally:
+        logger.removeHandler(handler)
+    assert another.getvalue() == ""
+    line = json.loads(process.getvalue())
+    assert line["message"] == "after the capture"
+    assert line["level"] == "warning"

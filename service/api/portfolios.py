@@ -21,7 +21,7 @@ from service.api.schemas.quotes import QuoteRequest, ServingWorkload
 from service.api.work import SearchDeadlineError, WorkBudget
 from service.core import portfolio as pf
 from service.core.errors import InvalidSpecError
-from service.core.plausibility import OUTSIDE_VALIDATED_RANGE, WarningDetail
+from service.core.plausibility import WarningDetail, outside_validated
 from service.core.policy import (
     SPOT_CAPACITY_UNVERIFIED_GPUS,
     Outcome,
@@ -115,7 +115,7 @@ class FleetSlowEnd:
 
     @property
     def unvalidated(self) -> bool:
-        return any(d.code == OUTSIDE_VALIDATED_RANGE for d in self.warning_details)
+        return outside_validated(self.warning_details)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

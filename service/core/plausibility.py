@@ -14,7 +14,7 @@ that clients may match; the rest of the sentence carries the figures.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -144,3 +144,9 @@ def detail_of(message: str) -> WarningDetail:
 
 def details_of(messages: Sequence[str]) -> list[WarningDetail]:
     return [detail_of(m) for m in messages]
+
+
+def outside_validated(details: Iterable[WarningDetail]) -> bool:
+    """Whether an answer carries ``outside_validated_range``: the test a verdict uses before
+    it rests on a serving estimate (``quote.job_flags``, a portfolio's fleets; issue 40)."""
+    return any(d.code == OUTSIDE_VALIDATED_RANGE for d in details)

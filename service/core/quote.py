@@ -33,7 +33,7 @@ from typing import Any, Literal, NamedTuple, get_args
 
 from service.core import capacity, pricing
 from service.core.failures import interruptions_per_s
-from service.core.plausibility import OUTSIDE_VALIDATED_RANGE, WarningDetail
+from service.core.plausibility import WarningDetail, outside_validated
 from service.core.policy import (
     OUTCOME_RANK,
     SPOT_CAPACITY_UNVERIFIED_GPUS,
@@ -585,8 +585,7 @@ def job_flags(job: SizedJob) -> tuple[str, ...]:
     sample), so that a verdict does not rest on it unless the policy allows it. A training
     job's coded warnings stay advisory: its band is measured per stack family out of sample
     (docs/validation.md)."""
-    if job.serving is not None and any(
-            d.code == OUTSIDE_VALIDATED_RANGE for d in job.warning_details):
+    if job.serving is not None and outside_validated(job.warning_details):
         return (UNVALIDATED_ESTIMATE,)
     return ()
 

@@ -411,11 +411,13 @@ def _colocated(model: ModelSpec, cluster: ClusterSpec, plan: ParallelismPlan,
         model, dataclasses.replace(rl, reference_model=False) if nemo else rl, n)
     resident = float(mem.weights_bytes + mem.optimizer_bytes) + extra
     host_link = HOST_LINK_BY_ACCELERATOR.get(acc.id, HOST_LINK_BYTES_PER_S)
-    kept = _rollout(model, cluster, rl, n, resident)
+    # NeMo RL always offloads the training state before generating: the engine beside it
+    # (``kept``) is not an option there.
+    kept = None if nemo else _rollout(model, cluster, rl, n, resident)
     offloaded = _rollout(model, cluster, rl, n, 0.0)
     offload_s = 2.0 * resident / host_link
-    use_offload = nemo or kept is None or (offloaded is not None
-                                           and offloaded[0] + offload_s < kept[0])
+    use_offload = kept is None or (offloaded is not None
+                                   and offloaded[0] + offload_s < kept[0])
     rollout = offloaded if use_offload else kept
     old, ref, reward = _forward_phases(model, rl, training, update, n, peak)
     tokens_per_s = float(update.throughput.tokens_per_s)

@@ -295,11 +295,8 @@ def _collective_s(volume_bytes: Num, group: Num, per_node: Num, bandwidth: Num,
     NCCL's two-node tree (``collectives.tree_bus_bytes_per_s``)."""
     if _same_for_all(group, 1) or _same_for_all(volume_bytes, 0):
         return 0.0
-    if net is None:
-        return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp,
-                            scaleup_bytes_per_s=scaleup)
     return collective_s(volume_bytes, group, per_node, bandwidth, all_reduce, xp,
-                        net.hop_extra_s, scaleup_bytes_per_s=scaleup)
+                        0.0 if net is None else net.hop_extra_s, scaleup_bytes_per_s=scaleup)
 
 
 def _same_for_all(value: Num, at_most: float) -> bool:

@@ -188,7 +188,7 @@ def tree_correction(volume_bytes: Num, protocol: Protocol, xp: Num = SCALAR) -> 
     lines 259-260): the entry for ``floor(log2(floor(S / 64)))`` is the count of the sizes
     64 x 2^k, k = 1 .. 22, that the message reaches (the same thing for whole bytes), so a
     numpy array of sizes takes it too."""
-    return xp.take(_CORRECTION_WITH_ONE[protocol], _size_index(volume_bytes, xp))
+    return _correction(protocol, _size_index(volume_bytes, xp), xp)
 
 
 _CORRECTION_STEPS_BYTES = tuple(TREE_CORRECTION_SMALLEST_BYTES * 2.0 ** k for k in range(
@@ -201,6 +201,12 @@ _CORRECTION_WITH_ONE = MappingProxyType({
 
 def _size_index(volume_bytes: Num, xp: Num) -> Num:
     return xp.searchsorted(_CORRECTION_STEPS_BYTES, volume_bytes, side="right")
+
+
+def _correction(protocol: Protocol, size_index: Num, xp: Num) -> Num:
+    """``protocol``'s correction at ``_size_index`` (``tree_correction``; the tree all-reduce
+    looks the index up once for its three protocols)."""
+    return xp.take(_CORRECTION_WITH_ONE[protocol], size_index)
 
 
 def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_s: Num,
@@ -219,8 +225,7 @@ def _tree_all_reduce_s(volume_bytes: Num, group: Num, nodes: Num, bus_bytes_per_
             if protocol == Protocol.LL else 1.0)
         latency = TREE_BASE_LATENCY_S[protocol] + 2.0 * (
             (per_node - 1) * intra_hop + depth * (TREE_NET_HOP_S[protocol] + hop_extra_s))
-        fraction = TREE_BANDWIDTH_FRACTION * xp.take(_CORRECTION_WITH_ONE[protocol],
-                                                      size_index)
+        fraction = TREE_BANDWIDTH_FRACTION * _correction(protocol, size_index, xp)
         if protocol == Protocol.LL:
             fraction = fraction * TREE_LL_BANDWIDTH_FRACTION
         elif protocol == Protocol.LL128:
